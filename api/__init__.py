@@ -1,0 +1,75 @@
+"""The REST API: a Flask app factory with flask-smorest blueprints, one per resource."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import swagger_ui_bundle
+from flask import Flask, send_from_directory
+from werkzeug.wrappers import Response
+
+from api.auth import install_auth
+from api.errors import SkillfleetApi, register_error_handlers
+from api.services import Services
+from skillfleet import __version__
+from skillfleet.settings import Settings
+from store.limits import MAX_ZIP_BYTES
+
+# Room for the multipart envelope around a zip at the limit; the zip itself is checked exactly.
+MULTIPART_ALLOWANCE = 64 * 1024
+SWAGGER_DIR = Path(swagger_ui_bundle.swagger_ui_path)
+
+
+def create_app(settings: Settings | None = None, services: Services | None = None) -> Flask:
+    """Build the API for `settings` (read from the environment when not given)."""
+    settings = settings or (services.settings if services else Settings.from_env())
+    services = services or Services.build(settings)
+    app = Flask("skillfleet")
+    app.config.update(_flask_config())
+    app.extensions["skillfleet"] = services
+    api = SkillfleetApi(app, spec_kwargs=_spec_kwargs())
+    register_error_handlers(app)
+    install_auth(app)
+    _register_blueprints(api)
+    _serve_swagger_assets(app)
+    return app
+
+
+def _flask_config() -> dict[str, Any]:
+    return {
+        "MAX_CONTENT_LENGTH": MAX_ZIP_BYTES + MULTIPART_ALLOWANCE,
+        "API_TITLE": "skillfleet",
+        "API_VERSION": __version__,
+        "OPENAPI_VERSION": "3.0.3",
+        "OPENAPI_URL_PREFIX": "/api",
+        "OPENAPI_JSON_PATH": "openapi.json",
+        "OPENAPI_SWAGGER_UI_PATH": "docs",
+        "OPENAPI_SWAGGER_UI_URL": "/api/docs/assets/",
+        "JSON_SORT_KEYS": False,
+    }
+
+
+def _spec_kwargs() -> dict[str, Any]:
+    return {
+        "info": {"description": "Agent Skills for LLM agents, run safely across a fleet."},
+        "components": {
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearerAuth": []}],
+    }
+
+
+def _register_blueprints(api: SkillfleetApi) -> None:
+    from api import calls, health, metrics, skills, tools
+
+    for module in (health, skills, tools, calls, metrics):
+        api.register_blueprint(module.blp)
+
+
+def _serve_swagger_assets(app: Flask) -> None:
+    """Swagger UI from the installed package, so the docs work without a CDN."""
+
+    @app.get("/api/docs/assets/<path:filename>")
+    def swagger_asset(filename: str) -> Response:
+        return send_from_directory(SWAGGER_DIR, filename)

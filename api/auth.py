@@ -1,0 +1,45 @@
+"""Bearer-token authentication for every /api route but the health check and the docs."""
+
+from __future__ import annotations
+
+from flask import Flask, g, request
+
+from api.errors import ApiError
+from api.services import services
+from store.tokens import Principal, authenticate
+
+PUBLIC_PATHS = ("/api/health", "/api/openapi.json", "/api/docs")
+
+
+def install_auth(app: Flask) -> None:
+    @app.before_request
+    def require_token() -> None:
+        path = request.path
+        if not path.startswith("/api") or path.startswith(PUBLIC_PATHS) or request.method == "OPTIONS":
+            return
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _unauthorized("Send 'Authorization: Bearer <token>'; this route needs a token.")
+        with services().sessions() as session, session.begin():
+            principal = authenticate(session, token.strip())
+        if principal is None:
+            raise _unauthorized("The bearer token is not valid.")
+        g.principal = principal
+
+
+def _unauthorized(message: str) -> ApiError:
+    return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def principal() -> Principal:
+    found: Principal = g.principal
+    return found
+
+
+def owner() -> Principal:
+    """The calling owner; node tokens reach only their node's routes."""
+    found = principal()
+    if found.kind != "owner" or found.owner_id is None:
+        raise ApiError(403, "forbidden", "This route needs an owner's token, not a node token.")
+    return found

@@ -1,0 +1,133 @@
+"""Marshmallow schemas of the API's requests and responses (they become the OpenAPI doc)."""
+
+from __future__ import annotations
+
+import marshmallow as ma
+
+
+class HealthSchema(ma.Schema):
+    status = ma.fields.String()
+    database = ma.fields.String()
+
+
+class SkillFileSchema(ma.Schema):
+    path = ma.fields.String()
+    size = ma.fields.Integer()
+
+
+class SkillSchema(ma.Schema):
+    name = ma.fields.String()
+    description = ma.fields.String()
+    enabled = ma.fields.Boolean()
+    hash = ma.fields.String()
+    revision = ma.fields.Integer()
+    source = ma.fields.String(metadata={"description": "builtin, path, upload, github or copy"})
+    origin = ma.fields.String(allow_none=True)
+    author = ma.fields.String()
+    execution = ma.fields.String()
+    tier = ma.fields.String()
+    file_count = ma.fields.Integer()
+    size_bytes = ma.fields.Integer()
+    read_only = ma.fields.Boolean()
+    locked = ma.fields.Boolean()
+    created_at = ma.fields.DateTime()
+    updated_at = ma.fields.DateTime()
+
+
+class SkillDetailSchema(SkillSchema):
+    files = ma.fields.List(ma.fields.Nested(SkillFileSchema))
+
+
+class ImportedSkillSchema(ma.Schema):
+    name = ma.fields.String()
+    hash = ma.fields.String()
+    enabled = ma.fields.Boolean()
+    files = ma.fields.List(ma.fields.String())
+
+
+class SkillListQuerySchema(ma.Schema):
+    enabled = ma.fields.Boolean(metadata={"description": "Only enabled (true) or disabled"})
+
+
+class ImportQuerySchema(ma.Schema):
+    replace = ma.fields.Boolean(
+        load_default=False, metadata={"description": "Replace an owned skill of that name"}
+    )
+
+
+class GitHubImportSchema(ma.Schema):
+    github = ma.fields.String(
+        required=True,
+        metadata={"description": "https://github.com/<owner>/<repo>/tree/<ref>/<path>"},
+    )
+    enable = ma.fields.Boolean(load_default=True)
+
+
+class ZipUploadSchema(ma.Schema):
+    file = ma.fields.Raw(
+        required=True, metadata={"type": "string", "format": "binary", "description": "A zip"}
+    )
+    enable = ma.fields.Boolean(load_default=True)
+
+
+class DuplicateSchema(ma.Schema):
+    name = ma.fields.String(required=True, metadata={"description": "Name of the copy"})
+
+
+class EnabledSchema(ma.Schema):
+    enabled = ma.fields.Boolean(required=True)
+    hash = ma.fields.String(
+        load_default=None, metadata={"description": "The hash you reviewed; 409 if it moved"}
+    )
+
+
+class ToolCallSchema(ma.Schema):
+    arguments = ma.fields.Raw(load_default=None, metadata={"type": "object"})
+    chat_id = ma.fields.String(load_default=None)
+    turn_id = ma.fields.String(load_default=None)
+    job_run_id = ma.fields.String(load_default=None)
+    mode = ma.fields.String(
+        load_default="execute", validate=ma.validate.OneOf(["execute", "plan"])
+    )
+
+
+class ToolErrorSchema(ma.Schema):
+    code = ma.fields.String()
+    message = ma.fields.String()
+
+
+class ToolResultSchema(ma.Schema):
+    call_id = ma.fields.String()
+    status = ma.fields.String(
+        metadata={"description": "done, running, pending_approval, denied or failed"}
+    )
+    result = ma.fields.Raw()
+    error = ma.fields.Nested(ToolErrorSchema)
+    approval_id = ma.fields.String()
+    run_id = ma.fields.String()
+
+
+class FunctionSchema(ma.Schema):
+    name = ma.fields.String()
+    description = ma.fields.String()
+    parameters = ma.fields.Dict()
+
+
+class ToolDefinitionSchema(ma.Schema):
+    type = ma.fields.String()
+    function = ma.fields.Nested(FunctionSchema)
+
+
+class CallSchema(ma.Schema):
+    call_id = ma.fields.String(attribute="id")
+    tool = ma.fields.String()
+    tier = ma.fields.String()
+    mode = ma.fields.String()
+    status = ma.fields.String()
+    rule = ma.fields.String(allow_none=True)
+    turn_id = ma.fields.String(allow_none=True)
+    job_run_id = ma.fields.String(allow_none=True)
+    error_code = ma.fields.String(allow_none=True)
+    error_message = ma.fields.String(allow_none=True)
+    created_at = ma.fields.DateTime()
+    finished_at = ma.fields.DateTime(allow_none=True)

@@ -1,0 +1,269 @@
+"""The skill tools agents call: progressive disclosure of the store's enabled skills."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+
+from broker.context import ToolContext
+from broker.errors import InvalidCall, SkillNotEnabled, ToolNotImplemented
+from broker.registry import Tool
+from broker.tiers import Tier
+from store.limits import MAX_RESOURCE_BYTES
+from store.models import Chat, ChatActivation, Skill, utcnow
+from store.schemas import schema_for, scripts_of
+from store.skillmd import parse_skill_md
+from store.validation import validate_header
+
+SKILL_NAME = {"type": "string", "description": "The skill's name, as list_skills gives it."}
+WORD = re.compile(r"[a-z0-9]+")
+
+
+def _string_arg(arguments: dict[str, Any], key: str) -> str:
+    value = arguments.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidCall(f"'{key}' must be a non-empty string.")
+    return value
+
+
+def _enabled_skill(context: ToolContext, name: str) -> Skill:
+    skill = context.store.get(name)
+    if not skill.enabled:
+        raise SkillNotEnabled(f"HOST: the skill '{name}' is not enabled.")
+    return skill
+
+
+def list_skills(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Name and description of each enabled skill, ranked by `query` when one is given."""
+    catalog = context.store.catalog()
+    query = arguments.get("query")
+    if query is not None and not isinstance(query, str):
+        raise InvalidCall("'query' must be a string.")
+    if query and query.strip():
+        catalog = _ranked(catalog, query)
+    skills = [{"name": name, "description": description} for name, description in catalog]
+    if not query:
+        _remember_catalog(context, [name for name, _description in catalog])
+    return {"skills": skills, "count": len(skills)}
+
+
+def _ranked(catalog: list[tuple[str, str]], query: str) -> list[tuple[str, str]]:
+    words = set(WORD.findall(query.lower()))
+    scored = []
+    for name, description in catalog:
+        name_words = set(WORD.findall(name))
+        text_words = WORD.findall(description.lower())
+        score = sum(3 for w in words if w in name_words) + sum(1 for w in text_words if w in words)
+        if score:
+            scored.append((-score, name, description))
+    return [(name, description) for _score, name, description in sorted(scored)]
+
+
+def load_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The SKILL.md body, resources and scripts with their schemas; once per chat."""
+    name = _string_arg(arguments, "skill_name")
+    skill = _enabled_skill(context, name)
+    if context.chat is not None and _already_loaded(context, skill):
+        return {
+            "name": name,
+            "already_loaded": True,
+            "note": f"The skill '{name}' is already loaded in this chat; follow its "
+            "instructions from the earlier load_skill result.",
+        }
+    root = context.store.folder(skill)
+    header, body = parse_skill_md((root / "SKILL.md").read_text(encoding="utf-8"))
+    info = validate_header(header, body, name)
+    files = [entry.path for entry in context.store.files(skill) if entry.path != "SKILL.md"]
+    scripts = [{"path": path, "schema": schema_for(info, path)} for path in scripts_of(root)]
+    base_path = f"skills/{name}"
+    return {
+        "name": name,
+        "hash": skill.hash,
+        "base_path": base_path,
+        "content": _wrapped(name, body, base_path, files, scripts),
+        "resources": files,
+        "scripts": scripts,
+        "execution": skill.execution,
+        "tier": skill.tier,
+    }
+
+
+def _already_loaded(context: ToolContext, skill: Skill) -> bool:
+    """Record the activation; True when the chat already holds this exact content."""
+    assert context.chat is not None
+    with context.sessions() as session, session.begin():
+        key = {"chat_id": context.chat.id, "skill_name": skill.name}
+        row = session.get(ChatActivation, key)
+        if row is not None and row.skill_hash == skill.hash:
+            return True
+        if row is None:
+            session.add(ChatActivation(**key, skill_hash=skill.hash))
+        else:
+            row.skill_hash = skill.hash
+            row.activated_at = utcnow()
+    return False
+
+
+def _wrapped(
+    name: str, body: str, base_path: str, files: list[str], scripts: list[dict[str, Any]]
+) -> str:
+    resources = "\n".join(f"  <file>{path}</file>" for path in files)
+    available = "\n".join(
+        f'  <script path="{s["path"]}">{_compact(s["schema"])}</script>' for s in scripts
+    )
+    parts = [
+        f'<skill_content name="{name}">',
+        body.rstrip(),
+        "",
+        f"Skill directory: {base_path}",
+        "Relative paths in this skill are relative to the skill directory; read them with "
+        "read_skill_resource and run scripts with run_skill_script.",
+        "",
+        f"<skill_resources>\n{resources}\n</skill_resources>",
+    ]
+    if scripts:
+        parts.append(f"<available_scripts>\n{available}\n</available_scripts>")
+    parts.append("</skill_content>")
+    return "\n".join(parts)
+
+
+def _compact(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, separators=(",", ":"), sort_keys=True)
+
+
+def read_skill_resource(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One file of an enabled skill, confined to that skill's folder."""
+    name = _string_arg(arguments, "skill_name")
+    skill = _enabled_skill(context, name)
+    path, data = context.store.read_file(skill.name, arguments.get("path"), MAX_RESOURCE_BYTES)
+    result: dict[str, Any] = {"skill_name": name, "path": path, "size": len(data)}
+    try:
+        result["content"] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        result["content_base64"] = base64.b64encode(data).decode("ascii")
+    return result
+
+
+def refresh_skills(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The enabled skills now, and what was added or removed since this chat last looked."""
+    names = [name for name, _description in context.store.catalog()]
+    known = _remember_catalog(context, names)
+    if known is None:
+        return {"skills": names, "added": names, "removed": []}
+    return {
+        "skills": names,
+        "added": sorted(set(names) - set(known)),
+        "removed": sorted(set(known) - set(names)),
+    }
+
+
+def _remember_catalog(context: ToolContext, names: list[str]) -> list[str] | None:
+    """Store the names this chat has now seen; returns what it had seen before."""
+    if context.chat is None:
+        return None
+    with context.sessions() as session, session.begin():
+        chat = session.get(Chat, context.chat.id)
+        if chat is None:
+            return None
+        before = chat.known_skills
+        if before != names:
+            chat.known_skills = names
+    return before
+
+
+def _not_implemented(context: ToolContext, arguments: dict[str, Any]) -> Any:
+    raise ToolNotImplemented("This tool is not available in this release yet.")
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+TOOLS = (
+    Tool(
+        "list_skills",
+        Tier.READ,
+        "Lists the enabled skills by name and description. Pass `query` to rank them by "
+        "keywords. Call load_skill before following a skill.",
+        _object({"query": {"type": "string", "description": "Keywords to rank by."}}, []),
+        list_skills,
+    ),
+    Tool(
+        "load_skill",
+        Tier.READ,
+        "Loads a skill's instructions (SKILL.md body), its resource list and its scripts "
+        "with their argument schemas.",
+        _object({"skill_name": SKILL_NAME}, ["skill_name"]),
+        load_skill,
+        aliases=("activate_skill",),
+    ),
+    Tool(
+        "read_skill_resource",
+        Tier.READ,
+        "Reads one file of a skill, such as references/guide.md or scripts/run.py.",
+        _object(
+            {
+                "skill_name": SKILL_NAME,
+                "path": {"type": "string", "description": "A path relative to the skill folder."},
+            },
+            ["skill_name", "path"],
+        ),
+        read_skill_resource,
+        aliases=("load_skill_resource",),
+    ),
+    Tool(
+        "refresh_skills",
+        Tier.READ,
+        "Reloads the set of enabled skills and reports which were added or removed.",
+        _object({}, []),
+        refresh_skills,
+    ),
+    Tool(
+        "run_skill_script",
+        Tier.CHANGE,
+        "Runs one of a skill's scripts with a JSON object of arguments, on the skill's runner. "
+        "Node skills need the server's name in arguments.node.",
+        _object(
+            {
+                "skill_name": SKILL_NAME,
+                "script": {"type": "string", "description": "A script path such as scripts/x.py."},
+                "arguments": {"type": "object", "description": "The script's arguments."},
+                "node": {"type": "string", "description": "The server to run a node skill on."},
+            },
+            ["skill_name", "script"],
+        ),
+        _not_implemented,
+    ),
+    Tool(
+        "get_skill",
+        Tier.READ,
+        "Reads one skill's SKILL.md and file list, or one of its files. Never runs anything.",
+        _object(
+            {"skill_name": SKILL_NAME, "path": {"type": "string"}},
+            ["skill_name"],
+        ),
+        _not_implemented,
+    ),
+    Tool(
+        "draft_skill",
+        Tier.DRAFT,
+        "Creates a disabled draft skill for the owner to review, or updates the assistant's "
+        "own untouched draft.",
+        {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        _not_implemented,
+    ),
+    Tool(
+        "edit_skill",
+        Tier.SKILL_EDIT,
+        "Proposes a change to a skill; the owner approves the diff before it is written.",
+        {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        _not_implemented,
+    ),
+)

@@ -1,0 +1,1 @@
+"""Alembic migrations: the only source of skillfleet's schema."""

@@ -1,0 +1,86 @@
+"""The `skillfleet` command line."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from skillfleet import __version__
+from skillfleet.cli_skills import skills
+from skillfleet.settings import Settings, SettingsError
+
+
+@click.group()
+@click.version_option(__version__, prog_name="skillfleet")
+def cli() -> None:
+    """skillfleet: Agent Skills for LLM agents, run safely across a fleet of machines."""
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingsError as e:
+        raise click.ClickException(str(e)) from e
+
+
+@cli.command()
+def up() -> None:
+    """Run everything on this machine: API, embedded Redis, SQLite under ./var."""
+    from skillfleet.up import run_up
+
+    sys.exit(run_up(load_settings()))
+
+
+@cli.command()
+@click.option("--workers", default=2, show_default=True, help="gunicorn worker processes")
+def api(workers: int) -> None:
+    """Run the REST API alone (gunicorn with threaded workers)."""
+    from skillfleet.up import exec_api
+
+    exec_api(load_settings(), workers)
+
+
+@cli.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(revision: str) -> None:
+    """Apply the Alembic migrations."""
+    from store.migrate import upgrade
+
+    settings = load_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.database, revision)
+    click.echo(f"Database is at {revision}.")
+
+
+@cli.group()
+def tokens() -> None:
+    """API tokens."""
+
+
+@tokens.command("create")
+@click.option("--owner", "owner_name", required=True, help="The owner's name")
+@click.option("--label", default=None, help="What the token is for")
+def tokens_create(owner_name: str, label: str | None) -> None:
+    """Create an owner token; it is printed once, alone on the last line."""
+    from store.db import make_engine, make_sessions, transaction
+    from store.tokens import create_owner_token
+
+    settings = load_settings()
+    sessions = make_sessions(make_engine(settings.database))
+    with transaction(sessions) as session:
+        token = create_owner_token(session, owner_name, label=label)
+    click.echo(f"Token for owner '{owner_name}' (shown once, store it safely):", err=True)
+    click.echo(token)
+
+
+cli.add_command(skills)
+
+
+def main() -> None:
+    cli()

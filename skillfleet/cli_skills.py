@@ -1,0 +1,162 @@
+"""`skillfleet skills …`: the skill store through the API, and local validation."""
+
+from __future__ import annotations
+
+import io
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from skillfleet.client import Client, ClientError
+from skillfleet.settings import ClientSettings
+
+
+def _client() -> Client:
+    return Client(ClientSettings.from_env())
+
+
+def _call(method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        return _client().json(method, path, **kwargs)
+    except ClientError as e:
+        click.echo(f"Error ({e.code}): {e.message}", err=True)
+        for problem in e.errors:
+            click.echo(f"  - {problem}", err=True)
+        sys.exit(1)
+
+
+def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
+    """A plain text table with a header row; long cells are cut."""
+    cells = [[_cell(row.get(key)) for key, _title in columns] for row in rows]
+    titles = [title for _key, title in columns]
+    widths = [max([len(t)] + [len(r[i]) for r in cells]) for i, t in enumerate(titles)]
+    lines = ["  ".join(t.ljust(w) for t, w in zip(titles, widths, strict=True)).rstrip()]
+    for row in cells:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def _cell(value: Any, limit: int = 60) -> str:
+    if isinstance(value, bool):
+        text = "yes" if value else "no"
+    elif value is None:
+        text = "-"
+    else:
+        text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@click.group()
+def skills() -> None:
+    """The skill store."""
+
+
+@skills.command("list")
+def list_cmd() -> None:
+    """List installed skills."""
+    rows = _call("GET", "/api/skills")
+    for row in rows:
+        row["hash8"] = row["hash"][:8]
+    columns = [
+        ("name", "NAME"),
+        ("enabled", "ENABLED"),
+        ("source", "SOURCE"),
+        ("execution", "RUNS ON"),
+        ("tier", "TIER"),
+        ("hash8", "HASH"),
+        ("description", "DESCRIPTION"),
+    ]
+    click.echo(table(rows, columns))
+
+
+@skills.command("show")
+@click.argument("name")
+def show(name: str) -> None:
+    """Show one skill and its files."""
+    skill = _call("GET", f"/api/skills/{name}")
+    for key in ("name", "description", "enabled", "source", "origin", "author", "execution",
+                "tier", "hash", "revision", "read_only", "updated_at"):
+        click.echo(f"{key + ':':<13}{_cell(skill.get(key), 200)}")
+    click.echo()
+    click.echo(table(skill["files"], [("path", "FILE"), ("size", "BYTES")]))
+
+
+@skills.command("import")
+@click.argument("source")
+@click.option("--replace", is_flag=True, help="Replace an owned skill of the same name.")
+@click.option("--disabled", is_flag=True, help="Import without enabling it.")
+def import_cmd(source: str, replace: bool, disabled: bool) -> None:
+    """Import a skill from a folder, a .zip file or a GitHub folder URL."""
+    params = {"replace": "true"} if replace else {}
+    if source.startswith(("https://", "http://")):
+        body = {"github": source, "enable": not disabled}
+        result = _call("POST", "/api/skills", params=params, json=body)
+    else:
+        name, data = _zip_source(Path(source))
+        files = {"file": (name, data, "application/zip")}
+        form = {"enable": "false" if disabled else "true"}
+        result = _call("POST", "/api/skills", params=params, files=files, data=form)
+    state = "enabled" if result["enabled"] else "disabled"
+    click.echo(f"Imported {result['name']} ({len(result['files'])} files, {state}).")
+    click.echo(f"hash: {result['hash']}")
+
+
+def _zip_source(path: Path) -> tuple[str, bytes]:
+    if path.is_dir():
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for file in sorted(p for p in path.rglob("*") if p.is_file()):
+                archive.write(file, f"{path.resolve().name}/{file.relative_to(path).as_posix()}")
+        return f"{path.resolve().name}.zip", buffer.getvalue()
+    if path.is_file():
+        return path.name, path.read_bytes()
+    raise click.ClickException(f"{path} is neither a folder nor a file.")
+
+
+@skills.command("validate")
+@click.argument("folder", type=click.Path(path_type=Path))
+def validate(folder: Path) -> None:
+    """Check a skill folder against the specification (no server needed)."""
+    from store.errors import SkillInvalid, SkillTooLarge
+    from store.validation import validate_skill_dir
+
+    if not folder.is_dir():
+        click.echo(f"{folder} is not a folder.", err=True)
+        sys.exit(1)
+    try:
+        info = validate_skill_dir(folder.resolve())
+    except (SkillInvalid, SkillTooLarge) as e:
+        problems = e.errors or [e.message]
+        click.echo(f"{folder} is not a valid skill ({len(problems)} problem(s)):")
+        for problem in problems:
+            click.echo(f"  - {problem}")
+        sys.exit(1)
+    click.echo(f"Valid skill: {info.name}")
+
+
+@skills.command("enable")
+@click.argument("name")
+@click.option("--hash", "expected", default=None, help="Only if the skill still has this hash.")
+def enable(name: str, expected: str | None) -> None:
+    """Enable a skill."""
+    skill = _call("PUT", f"/api/skills/{name}/enabled", json={"enabled": True, "hash": expected})
+    click.echo(f"Enabled {skill['name']} ({skill['hash'][:8]}).")
+
+
+@skills.command("disable")
+@click.argument("name")
+def disable(name: str) -> None:
+    """Disable a skill."""
+    skill = _call("PUT", f"/api/skills/{name}/enabled", json={"enabled": False})
+    click.echo(f"Disabled {skill['name']}.")
+
+
+@skills.command("delete")
+@click.argument("name")
+def delete(name: str) -> None:
+    """Delete an owned skill."""
+    _call("DELETE", f"/api/skills/{name}")
+    click.echo(f"Deleted {name}.")

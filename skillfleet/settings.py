@@ -1,0 +1,141 @@
+"""The one place that reads the environment: every setting with its type and default."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8750
+DEFAULT_DATA_DIR = "var"
+DEFAULT_GITHUB_API = "https://api.github.com"
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+
+
+class SettingsError(Exception):
+    """Raised when an environment variable or the config file holds an unusable value."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of every skillfleet process, converted once."""
+
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    database_url: str | None = None
+    redis_url: str | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    bootstrap_token: str | None = None
+    config_file: Path | None = None
+    skill_paths: tuple[Path, ...] = ()
+    policy_file: Path | None = None
+    github_api_url: str = DEFAULT_GITHUB_API
+    github_token: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def skills_dir(self) -> Path:
+        return self.data_dir / "skills"
+
+    @property
+    def database(self) -> str:
+        """The SQLAlchemy URL: `DATABASE_URL`, else a SQLite file in the data dir."""
+        if self.database_url:
+            return normalise_database_url(self.database_url)
+        return f"sqlite:///{(self.data_dir / 'skillfleet.db').resolve()}"
+
+    @property
+    def embedded_redis_file(self) -> Path:
+        return self.data_dir / "redis.db"
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read `SKILLFLEET_*`, `DATABASE_URL` and `REDIS_URL`, then the YAML config file."""
+        env = os.environ if env is None else env
+        config_file = _path(env.get("SKILLFLEET_CONFIG"))
+        config = _read_config(config_file) if config_file else {}
+        return cls(
+            data_dir=Path(env.get("SKILLFLEET_DATA_DIR") or DEFAULT_DATA_DIR),
+            database_url=env.get("DATABASE_URL") or None,
+            redis_url=env.get("REDIS_URL") or None,
+            host=env.get("SKILLFLEET_HOST") or DEFAULT_HOST,
+            port=_int(env, "SKILLFLEET_PORT", DEFAULT_PORT),
+            bootstrap_token=env.get("SKILLFLEET_BOOTSTRAP_TOKEN") or None,
+            config_file=config_file,
+            skill_paths=_skill_paths(config, config_file),
+            policy_file=_path(env.get("SKILLFLEET_POLICY")),
+            github_api_url=(env.get("SKILLFLEET_GITHUB_API") or DEFAULT_GITHUB_API).rstrip("/"),
+            github_token=env.get("SKILLFLEET_GITHUB_TOKEN") or None,
+            extra=config,
+        )
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """What the CLI needs to talk to a running API."""
+
+    url: str = DEFAULT_URL
+    token: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ClientSettings:
+        env = os.environ if env is None else env
+        return cls(
+            url=(env.get("SKILLFLEET_URL") or DEFAULT_URL).rstrip("/"),
+            token=env.get("SKILLFLEET_TOKEN") or None,
+        )
+
+
+def normalise_database_url(url: str) -> str:
+    """Use psycopg 3 for plain `postgresql://` URLs."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, not {raw!r}.") from None
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SettingsError(f"The config file {path} does not exist.") from None
+    except yaml.YAMLError as e:
+        raise SettingsError(f"The config file {path} is not valid YAML: {e}") from e
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise SettingsError(f"The config file {path} must hold a mapping.")
+    return loaded
+
+
+def _skill_paths(config: Mapping[str, Any], config_file: Path | None) -> tuple[Path, ...]:
+    skills = config.get("skills") or {}
+    if not isinstance(skills, dict):
+        raise SettingsError(f"'skills' in {config_file} must be a mapping with 'paths'.")
+    paths = skills.get("paths") or []
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise SettingsError(f"'skills.paths' in {config_file} must be a list of folder paths.")
+    base = config_file.parent if config_file else Path(".")
+    return tuple((base / p) if not Path(p).is_absolute() else Path(p) for p in paths)

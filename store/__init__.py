@@ -1,0 +1,1 @@
+"""The skill store: skill folders, validation, hashes, packages and the database."""

@@ -1,0 +1,78 @@
+"""Read-only skills found on disk: the built-ins and the operator's configured paths."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from store.errors import ConfigError, SkillInvalid, SkillTooLarge
+from store.skillmd import parse_skill_md
+from store.validation import SkillInfo, validate_skill_dir
+
+SKIPPED_DIRS = {".git", "node_modules", "__pycache__"}
+
+
+def skill_folders(path: Path) -> list[Path]:
+    """`path` itself when it holds SKILL.md, else its sub-folders that do."""
+    if not path.exists():
+        raise ConfigError(f"Skill path {path} does not exist.")
+    if not path.is_dir():
+        raise ConfigError(f"Skill path {path} is not a folder.")
+    if (path / "SKILL.md").is_file():
+        return [path]
+    found = sorted(
+        child
+        for child in path.iterdir()
+        if child.is_dir() and child.name not in SKIPPED_DIRS and (child / "SKILL.md").is_file()
+    )
+    if not found:
+        raise ConfigError(f"Skill path {path} holds no SKILL.md and no skill folders.")
+    return found
+
+
+def discover(paths: Sequence[Path]) -> list[Path]:
+    """Every skill folder under the configured paths; duplicate names stop start-up."""
+    seen: dict[str, Path] = {}
+    for path in paths:
+        for folder in skill_folders(path):
+            name = _name_of(folder)
+            if name in seen:
+                raise ConfigError(
+                    f"Skill path {folder} holds a skill named '{name}', "
+                    f"which {seen[name]} already provides."
+                )
+            seen[name] = folder
+    return list(seen.values())
+
+
+def builtin_folders(root: Path) -> list[Path]:
+    return sorted(child for child in root.iterdir() if (child / "SKILL.md").is_file())
+
+
+def _name_of(folder: Path) -> str:
+    try:
+        header, _body = parse_skill_md((folder / "SKILL.md").read_text(encoding="utf-8"))
+    except (SkillInvalid, SkillTooLarge, UnicodeDecodeError) as e:
+        raise ConfigError(f"Skill path {folder} is not a valid skill: {_reason(e)}") from e
+    name = header.get("name")
+    return name if isinstance(name, str) else folder.name
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, SkillInvalid) and error.errors:
+        return " ".join(error.errors)
+    return str(error)
+
+
+def read_only_skills(builtin_root: Path, paths: Sequence[Path]) -> list[tuple[str, Path, SkillInfo]]:
+    """Validate the built-ins and the configured skills; any problem names its folder."""
+    found = [("builtin", folder) for folder in builtin_folders(builtin_root)]
+    found += [("path", folder) for folder in discover(paths)]
+    checked = []
+    for source, folder in found:
+        try:
+            info = validate_skill_dir(folder)
+        except (SkillInvalid, SkillTooLarge) as e:
+            raise ConfigError(f"Skill path {folder} is not a valid skill: {_reason(e)}") from e
+        checked.append((source, folder, info))
+    return checked

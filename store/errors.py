@@ -1,0 +1,120 @@
+"""Errors of the skill store. Each carries a stable code and the HTTP status it maps to."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Root of every error the store raises on purpose."""
+
+    code = "store_error"
+    status = 400
+
+    def __init__(self, message: str, errors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errors = errors
+
+
+class SkillInvalid(StoreError):
+    """Raised when a skill breaks the specification; `errors` lists every problem."""
+
+    code = "skill_invalid"
+    status = 422
+
+
+class SkillTooLarge(StoreError):
+    """Raised when a skill is over one of the limits; the message names the limit."""
+
+    code = "skill_too_large"
+    status = 413
+
+
+class ZipTooLarge(StoreError):
+    """Raised when an uploaded zip is larger than the upload limit."""
+
+    code = "zip_too_large"
+    status = 413
+
+
+class ArchiveUnsafe(StoreError):
+    """Raised when an archive holds an entry that could escape or trick the store."""
+
+    code = "archive_unsafe"
+    status = 422
+
+
+class SkillExists(StoreError):
+    """Raised when a skill of that name is already installed."""
+
+    code = "skill_exists"
+    status = 409
+
+
+class SkillBuiltin(StoreError):
+    """Raised when a request would change or remove a read-only skill."""
+
+    code = "skill_builtin"
+    status = 403
+
+
+class SkillNotFound(StoreError):
+    """Raised when no skill of that name is installed."""
+
+    code = "skill_not_found"
+    status = 404
+
+
+class SkillChanged(StoreError):
+    """Raised when a skill's hash is not the one the caller saw."""
+
+    code = "skill_changed"
+    status = 409
+
+
+class StoreFull(StoreError):
+    """Raised when the store already holds the maximum number of skills."""
+
+    code = "store_full"
+    status = 409
+
+
+class InvalidResourcePath(StoreError):
+    """Raised when a resource path is absolute, climbs out of the skill or is malformed."""
+
+    code = "invalid_resource_path"
+    status = 400
+
+
+class ResourceNotFound(StoreError):
+    """Raised when a skill has no file at that path."""
+
+    code = "resource_not_found"
+    status = 404
+
+
+class ResourceTooLarge(StoreError):
+    """Raised when a resource is too large to return to an agent."""
+
+    code = "resource_too_large"
+    status = 413
+
+
+class ImportFailed(StoreError):
+    """Raised when a skill could not be fetched from its source."""
+
+    code = "import_failed"
+    status = 502
+
+
+class InvalidSource(StoreError):
+    """Raised when an import source (such as a GitHub address) is not one the store accepts."""
+
+    code = "invalid_source"
+    status = 400
+
+
+class ConfigError(StoreError):
+    """Raised when configured skill paths can't be loaded; the message names the path."""
+
+    code = "config_invalid"
+    status = 500

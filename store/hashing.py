@@ -1,0 +1,42 @@
+"""The content hash of a skill and the grant key derived from it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def file_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def hash_entries(entries: Iterable[tuple[str, bytes]]) -> str:
+    """Hash (POSIX relative path, bytes) pairs: `path NUL sha256(bytes) LF` in path order."""
+    outer = hashlib.sha256()
+    for path, data in sorted(entries, key=lambda entry: entry[0]):
+        outer.update(f"{path}\0{file_digest(data)}\n".encode())
+    return outer.hexdigest()
+
+
+def regular_files(root: Path) -> list[str]:
+    """Every regular file under `root` as a sorted POSIX relative path; links are not followed."""
+    found: list[str] = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            found.append(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def content_hash(root: Path) -> str:
+    """The content hash of the skill folder at `root` (DESIGN.md section 3)."""
+    outer = hashlib.sha256()
+    for rel in regular_files(root):
+        digest = file_digest((root / rel).read_bytes())
+        outer.update(f"{rel}\0{digest}\n".encode())
+    return outer.hexdigest()
+
+
+def grant_key(name: str, skill_hash: str) -> str:
+    """The grant key of a skill's scripts: editing the skill changes it."""
+    return f"skill:{name}@{skill_hash[:8]}"

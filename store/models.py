@@ -1,0 +1,144 @@
+"""SQLAlchemy models. Alembic migrations in migrations/ are the only source of the schema."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class Owner(Base):
+    """A person who owns skills, chats, grants and approvals."""
+
+    __tablename__ = "owners"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiToken(Base):
+    """A bearer token, stored as its SHA-256; an owner's or a node agent's."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "owner" or "node"
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    node_name: Mapped[str | None] = mapped_column(String(64))
+    label: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None]
+
+    owner: Mapped[Owner | None] = relationship()
+
+
+class Skill(Base):
+    """The index entry of one skill; its files live in a folder named by the skill."""
+
+    __tablename__ = "skills"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    source: Mapped[str] = mapped_column(String(16))  # builtin, path, upload, github, copy, draft
+    origin: Mapped[str | None] = mapped_column(Text)
+    location: Mapped[str | None] = mapped_column(Text)  # folder of a read-only skill
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("owners.id", ondelete="SET NULL"))
+    author: Mapped[str] = mapped_column(String(16))  # builtin, owner, assistant, operator
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    hash: Mapped[str] = mapped_column(String(64))
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    description: Mapped[str] = mapped_column(Text)
+    execution: Mapped[str] = mapped_column(String(16))
+    tier: Mapped[str] = mapped_column(String(16))
+    file_count: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    locked: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @property
+    def read_only(self) -> bool:
+        return self.source in ("builtin", "path")
+
+
+class Chat(Base):
+    """A conversation of an owner, named by the client's chat id."""
+
+    __tablename__ = "chats"
+    __table_args__ = (UniqueConstraint("owner_id", "external_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    external_id: Mapped[str] = mapped_column(String(200))
+    declined_calls: Mapped[int] = mapped_column(Integer, default=0)
+    expired_calls: Mapped[int] = mapped_column(Integer, default=0)
+    failed_calls: Mapped[int] = mapped_column(Integer, default=0)
+    timed_out_calls: Mapped[int] = mapped_column(Integer, default=0)
+    known_skills: Mapped[list[str] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ChatActivation(Base):
+    """A skill whose instructions a chat already holds, so a repeat load returns a note."""
+
+    __tablename__ = "chat_activations"
+
+    chat_id: Mapped[int] = mapped_column(
+        ForeignKey("chats.id", ondelete="CASCADE"), primary_key=True
+    )
+    skill_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    skill_hash: Mapped[str] = mapped_column(String(64))
+    activated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ToolCall(Base):
+    """One tool call an agent made, with its outcome."""
+
+    __tablename__ = "tool_calls"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    chat_id: Mapped[int | None] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    job_run_id: Mapped[str | None] = mapped_column(String(64))
+    turn_id: Mapped[str | None] = mapped_column(String(200), index=True)
+    tool: Mapped[str] = mapped_column(String(64))
+    tier: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(16), default="execute")
+    status: Mapped[str] = mapped_column(String(24))
+    rule: Mapped[str | None] = mapped_column(String(100))
+    arguments: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    result: Mapped[Any | None] = mapped_column(JSON)
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]

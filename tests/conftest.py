@@ -1,0 +1,120 @@
+"""Shared fixtures: real SQLite and PostgreSQL databases, the real app, real tokens.
+
+With CI=true a service a test needs (PostgreSQL, Redis) fails the run instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from api import create_app
+from api.services import Services
+from skillfleet.settings import Settings, normalise_database_url
+from store.db import make_engine, transaction
+from store.migrate import upgrade
+from store.models import Base
+from store.tokens import create_owner_token
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def missing_service(what: str) -> None:
+    """Skip a test whose service is absent; in CI, fail it."""
+    if IN_CI:
+        pytest.fail(f"{what} is required in CI (CI=true) but is not reachable.")
+    pytest.skip(f"{what} is not reachable")
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated once; each test gets a copy."""
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test run, migrated once and dropped afterwards."""
+    admin_url = normalise_database_url(POSTGRES_URL)
+    name = f"skillfleet_test_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as e:  # noqa: BLE001 - any failure means "no PostgreSQL here"
+        missing_service(f"PostgreSQL at {POSTGRES_URL} ({type(e).__name__})")
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    upgrade(url)
+    yield url
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Every database test runs on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        path = tmp_path / "skillfleet.db"
+        shutil.copy(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    url = request.getfixturevalue("postgres_database")
+    yield url
+    engine = make_engine(url)
+    tables = ", ".join(f'"{t.name}"' for t in reversed(Base.metadata.sorted_tables))
+    with engine.begin() as connection:
+        connection.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    return Settings(data_dir=tmp_path / "var", database_url=database_url)
+
+
+@pytest.fixture
+def services(settings: Settings) -> Iterator[Services]:
+    built = Services.build(settings)
+    yield built
+    built.engine.dispose()
+
+
+@pytest.fixture
+def app(services: Services) -> Flask:
+    return create_app(services=services)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def token(services: Services) -> str:
+    with transaction(services.sessions) as session:
+        return create_owner_token(session, "alice")
+
+
+@pytest.fixture
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def other_auth(services: Services) -> dict[str, str]:
+    with transaction(services.sessions) as session:
+        return {"Authorization": f"Bearer {create_owner_token(session, 'bob')}"}

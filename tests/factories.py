@@ -1,0 +1,61 @@
+"""Builders of skill folders and zips for tests."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import yaml
+
+
+def skill_md(name: str, description: str | None = None, **extra: object) -> str:
+    header: dict[str, object] = {"name": name, "description": description or f"Does {name}."}
+    header.update(extra)
+    return f"---\n{yaml.safe_dump(header, sort_keys=False)}---\n\n# {name}\n\nFollow these steps.\n"
+
+
+def skill_files(name: str, **extra: object) -> dict[str, bytes]:
+    return {
+        "SKILL.md": skill_md(name, **extra).encode(),
+        "scripts/hello.py": b"import json, os\nprint('hello', os.environ.get('SKILLFLEET_ARGS'))\n",
+        "references/guide.md": b"# Guide\n\nRead me.\n",
+    }
+
+
+def write_skill(parent: Path, name: str, files: dict[str, bytes] | None = None) -> Path:
+    root = parent / name
+    for rel, data in (files or skill_files(name)).items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def zip_bytes(files: dict[str, bytes], top: str | None = None) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for rel, data in files.items():
+            archive.writestr(f"{top}/{rel}" if top else rel, data)
+    return buffer.getvalue()
+
+
+def skill_zip(name: str, top: str | None = "same", **extra: object) -> bytes:
+    return zip_bytes(skill_files(name, **extra), top=name if top == "same" else top)
+
+
+def store_snapshot(skills_dir: Path, sessions: object) -> tuple[list[str], list[tuple[object, ...]]]:
+    """Every path under the skills folder (staging included) and every index row."""
+    from sqlalchemy import select
+
+    from store.models import Skill
+
+    paths = sorted(
+        p.relative_to(skills_dir).as_posix() for p in skills_dir.rglob("*") if p.name != ".lock"
+    )
+    with sessions() as session:  # type: ignore[operator]
+        rows = [
+            (s.name, s.hash, s.enabled, s.revision, s.source)
+            for s in session.scalars(select(Skill).order_by(Skill.name))
+        ]
+    return paths, rows
