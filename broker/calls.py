@@ -14,7 +14,7 @@ from broker.context import ToolContext
 from broker.errors import InvalidCall
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
-from store.db import SessionFactory
+from store.db import SessionFactory, transaction
 from store.models import Chat, ToolCall, utcnow
 from store.skills import SkillStore
 
@@ -98,17 +98,18 @@ class ToolService:
         query = select(Chat).where(Chat.owner_id == owner_id, Chat.external_id == external_id)
         with self.sessions() as session:
             chat = session.scalar(query)
-            if chat is not None:
-                return chat
-            try:
-                with session.begin():
-                    chat = Chat(owner_id=owner_id, external_id=external_id)
-                    session.add(chat)
-                return chat
-            except IntegrityError:  # another request created it first
+        if chat is not None:
+            return chat
+        try:
+            with transaction(self.sessions) as session:
+                chat = Chat(owner_id=owner_id, external_id=external_id)
+                session.add(chat)
+            return chat
+        except IntegrityError:  # another request created it first
+            with self.sessions() as session:
                 found = session.scalar(query)
-                assert found is not None
-                return found
+            assert found is not None
+            return found
 
     def _record(
         self,

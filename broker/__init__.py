@@ -1,0 +1,1 @@
+"""The tool broker: tiers, the policy engine, argument handling and result shaping."""

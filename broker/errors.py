@@ -1,0 +1,68 @@
+"""Errors raised by the broker; each carries a stable code and the HTTP status it maps to."""
+
+
+class BrokerError(Exception):
+    """Root of every broker error."""
+
+    code: str = "broker_error"
+    status: int = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class PolicyError(BrokerError):
+    """Raised when a policy document is invalid; the message names the rule at fault."""
+
+    code = "policy_invalid"
+    status = 500
+
+
+class ArgumentError(BrokerError):
+    """Raised when a script call's arguments can't be read; the message is the HOST: text."""
+
+    code = "invalid_arguments"
+    status = 400
+
+
+class SchemaMismatch(BrokerError):
+    """Raised when arguments don't match the script's parameters schema."""
+
+    code = "arguments_schema"
+    status = 400
+
+
+class UnknownTool(BrokerError):
+    """Raised when a call names a tool the broker doesn't offer."""
+
+    code = "unknown_tool"
+    status = 404
+
+
+class TurnLimit(BrokerError):
+    """Raised when a turn makes more tool calls than it may."""
+
+    code = "turn_limit"
+    status = 429
+
+
+class ToolNotImplemented(BrokerError):
+    """Raised when a listed tool has no implementation in this release yet."""
+
+    code = "not_implemented"
+    status = 501
+
+
+class InvalidCall(BrokerError):
+    """Raised when a tool call's envelope or arguments don't fit the tool's parameters."""
+
+    code = "invalid_call"
+    status = 400
+
+
+class SkillNotEnabled(BrokerError):
+    """Raised when a call names a skill that is installed but switched off."""
+
+    code = "skill_not_enabled"
+    status = 403

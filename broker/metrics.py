@@ -1,0 +1,10 @@
+"""Prometheus metrics of the broker, registered on the default registry."""
+
+from prometheus_client import Counter
+
+ARGUMENTS_COERCED = Counter(
+    "skillfleet_skill_arguments_coerced_total",
+    "Script calls whose arguments were repaired: kind=string (JSON text parsed), "
+    "kind=node (a top-level node moved inside).",
+    ["kind"],
+)

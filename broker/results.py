@@ -1,0 +1,136 @@
+"""What a tool's result looks like to the model: JSON, credentials redacted, 48 KB at most."""
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+# The most a result may take, as compact UTF-8 JSON.
+RESULT_CAP = 48 * 1024
+REDACTED = "[redacted]"
+CUT_NOTE = "[skillfleet: the result was cut at 48 KB; ask for less, e.g. a narrower query.]"
+UNEXPECTED = ("tool_failed", "The tool failed unexpectedly.")
+# Deeper nesting is cut rather than walked: results come from scripts and may be cyclic.
+MAX_DEPTH = 64
+
+# Field names whose value is a secret, compared without case, "-" or "_"; a name ending in one
+# counts too (refresh_token, DB_PASSWORD).
+SECRET_FIELDS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "accesskey",
+    "privatekey",
+    "clientsecret",
+    "authorization",
+    "credentials",
+)
+_KEY_WORDS = r"password|passwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials"
+
+# (pattern, replacement); a group kept in the replacement keeps the label, drops the value.
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # A PEM private key, also one cut off before its END line.
+    (
+        re.compile(
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+            re.DOTALL,
+        ),
+        REDACTED,
+    ),
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9\-._~+/]{8,}=*"), rf"\1 {REDACTED}"),
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), REDACTED),
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"), REDACTED),
+    (re.compile(r"\bsf_[A-Za-z0-9_-]{16,}"), REDACTED),
+    (re.compile(r"(://[^/\s:@]{1,200}:)[^/\s@]{1,200}@"), rf"\1{REDACTED}@"),
+    # key=value and key: value, the key ending in a secret word (GITHUB_TOKEN=..., "password": ...).
+    (
+        re.compile(
+            rf"(?i)\b([\w-]{{0,40}}(?:{_KEY_WORDS})[\"']?\s*[=:]\s*[\"']?)"
+            rf"(?!\[redacted\])[^\s\"'&,;}}]+"
+        ),
+        rf"\1{REDACTED}",
+    ),
+)
+
+
+def shape_result(value: object) -> object:
+    """The result as JSON-ready data, credentials redacted, cut to RESULT_CAP with a note."""
+    shaped = _redact(value, 0)
+    if _size(shaped) <= RESULT_CAP:
+        return shaped
+    if isinstance(shaped, str):
+        return _fit(lambda n: f"{shaped[:n]}\n{CUT_NOTE}", len(shaped))
+    text = json.dumps(shaped, ensure_ascii=False, separators=(",", ":"))
+    return _fit(lambda n: {"truncated": True, "note": CUT_NOTE, "text": text[:n]}, len(text))
+
+
+def tool_failure(exc: BaseException) -> tuple[str, str]:
+    """The (code, message) a failed call reports.
+
+    Our own errors (a string `code` and `message`) pass through; anything else becomes a
+    generic tool_failed, so no stack trace, exception text or path reaches the model.
+    """
+    code = getattr(exc, "code", None)
+    message = getattr(exc, "message", None)
+    if isinstance(code, str) and code and isinstance(message, str):
+        return code, message
+    return UNEXPECTED
+
+
+def redact_text(text: str) -> str:
+    """Text with credential-looking parts replaced by [redacted]."""
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def is_secret_field(name: str) -> bool:
+    """Whether a field of this name holds a secret (case, "-" and "_" ignored)."""
+    folded = name.lower().replace("-", "").replace("_", "")
+    return folded.endswith(SECRET_FIELDS)
+
+
+def _redact(value: object, depth: int) -> object:
+    if depth > MAX_DEPTH:
+        return "[nested too deeply]"
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, bytes | bytearray):
+        return redact_text(bytes(value).decode("utf-8", "replace"))
+    if isinstance(value, Mapping):
+        return {str(key): _redact_field(str(key), item, depth) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_redact(item, depth + 1) for item in value]
+    return redact_text(str(value))
+
+
+def _redact_field(name: str, value: object, depth: int) -> object:
+    if value is not None and is_secret_field(name):
+        return REDACTED
+    return _redact(value, depth + 1)
+
+
+def _size(value: object) -> int:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _fit(build: Callable[[int], Any], length: int) -> Any:
+    """build(n) for the largest n whose result fits RESULT_CAP (binary search)."""
+    # Every character takes at least one byte, so no more than RESULT_CAP of them can fit.
+    low, high = 0, min(length, RESULT_CAP)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _size(build(middle)) <= RESULT_CAP:
+            low = middle
+        else:
+            high = middle - 1
+    return build(low)

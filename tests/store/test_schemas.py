@@ -1,0 +1,217 @@
+"""The arguments schema of each script: declared, one for all, or the mode's default."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.errors import SkillInvalid
+from store.schemas import schema_for, scripts_of
+from store.validation import SkillInfo, validate_header, validate_skill_dir
+
+NODE_PROPERTY = {"type": "string", "description": "The server to run on."}
+
+
+def info_with(execution: str = "node", schema: Any = None) -> SkillInfo:
+    metadata: dict[str, Any] = {"skillfleet.execution": execution}
+    if schema is not None:
+        metadata["parameters_schema"] = schema
+    header = {"name": "demo", "description": "Demo.", "metadata": metadata}
+    return validate_header(header, "", "demo")
+
+
+def schema_problems(schema: Any) -> list[str]:
+    with pytest.raises(SkillInvalid) as error:
+        info_with("spark", schema)
+    return error.value.errors or []
+
+
+def skill_dir(parent: Path, metadata: str, files: Sequence[str] = ()) -> Path:
+    """Write a skill "demo" whose metadata block is `metadata` (YAML indented by two)."""
+    root = parent / "demo"
+    root.mkdir()
+    header = f"name: demo\ndescription: Demo.\nmetadata:\n{metadata}"
+    (root / "SKILL.md").write_text(f"---\n{header}---\n", encoding="utf-8")
+    for path in files:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text("", encoding="utf-8")
+    return root
+
+
+def dir_problems(root: Path) -> list[str]:
+    with pytest.raises(SkillInvalid) as error:
+        validate_skill_dir(root)
+    return error.value.errors or []
+
+
+# -- parameters_schema -------------------------------------------------------------------
+
+
+def test_a_parameters_schema_in_json_text_is_parsed() -> None:
+    text = '{"type": "object", "properties": {"n": {"type": "integer"}}}'
+    info = info_with("spark", text)
+    assert info.parameters_schema == {"type": "object", "properties": {"n": {"type": "integer"}}}
+    assert info.script_schemas == {}
+
+
+def test_a_parameters_schema_that_is_not_of_type_object_is_refused() -> None:
+    assert schema_problems({"type": "array"}) == [
+        'The parameters_schema must have "type": "object", not "array".'
+    ]
+    assert schema_problems({"properties": {}}) == [
+        'The parameters_schema must have "type": "object".'
+    ]
+
+
+def test_a_parameters_schema_that_is_not_a_valid_json_schema_is_refused() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integr"}}}
+    (problem,) = schema_problems(schema)
+    assert problem.startswith(
+        "The parameters_schema is not a valid JSON Schema at properties/n/type: "
+    )
+
+
+def test_a_parameters_schema_that_is_not_json_is_refused() -> None:
+    assert schema_problems("{type: object") == [
+        "The parameters_schema is not valid JSON: Expecting property name enclosed in double "
+        "quotes (line 1, column 2)."
+    ]
+    assert schema_problems("[1, 2]") == [
+        "The parameters_schema must be a JSON Schema object or a map from script path to "
+        "schema, not a list."
+    ]
+
+
+def test_a_parameters_schema_built_from_yaml_aliases_is_refused_as_too_large(
+    tmp_path: Path,
+) -> None:
+    lines = ["  parameters_schema:", "    type: object"]
+    lines.append("    a0: &a0 [x, x, x, x, x, x, x, x, x, x]")
+    for level in range(1, 7):
+        lines.append(f"    a{level}: &a{level} [" + ", ".join([f"*a{level - 1}"] * 10) + "]")
+    root = skill_dir(tmp_path, "\n".join(lines) + "\n")
+    assert dir_problems(root) == ["The parameters_schema is too large or nested too deeply."]
+
+
+def test_a_map_of_script_schemas_is_read(tmp_path: Path) -> None:
+    metadata = (
+        "  parameters_schema: >-\n"
+        '    {"scripts/a.py": {"type": "object"}, "scripts/b.sh": {"type": "object",'
+        ' "required": ["x"]}}\n'
+    )
+    root = skill_dir(tmp_path, metadata, ["scripts/a.py", "scripts/b.sh"])
+    info = validate_skill_dir(root)
+    assert info.parameters_schema is None
+    assert info.script_schemas == {
+        "scripts/a.py": {"type": "object"},
+        "scripts/b.sh": {"type": "object", "required": ["x"]},
+    }
+
+
+def test_a_map_naming_a_missing_script_is_refused(tmp_path: Path) -> None:
+    metadata = "  parameters_schema:\n    scripts/missing.py: {type: object}\n"
+    assert dir_problems(skill_dir(tmp_path, metadata)) == [
+        'The parameters_schema names "scripts/missing.py", which the skill does not hold.'
+    ]
+
+
+def test_each_bad_schema_in_a_map_is_named_by_its_script_path() -> None:
+    schema = {
+        "scripts/a.py": {"type": "string"},
+        "scripts/b.py": "text",
+        "../escape.py": {"type": "object"},
+    }
+    assert schema_problems(schema) == [
+        'The parameters_schema for "scripts/a.py" must have "type": "object", not "string".',
+        'The parameters_schema for "scripts/b.py" must be a JSON Schema object, not a string.',
+        'The parameters_schema names "../escape.py", which is not a relative path inside the '
+        'skill such as "scripts/verify.py".',
+    ]
+
+
+# -- schema_for and scripts_of -----------------------------------------------------------
+
+
+def test_a_node_skill_without_a_schema_requires_a_node_string() -> None:
+    assert schema_for(info_with("node"), "scripts/run.py") == {
+        "type": "object",
+        "properties": {"node": NODE_PROPERTY},
+        "required": ["node"],
+    }
+
+
+def test_a_spark_skill_without_a_schema_takes_any_object() -> None:
+    assert schema_for(info_with("spark"), "scripts/run.py") == {"type": "object"}
+
+
+def test_a_sandbox_skill_without_a_schema_takes_an_optional_node() -> None:
+    assert schema_for(info_with("sandbox"), "scripts/run.py") == {
+        "type": "object",
+        "properties": {"node": NODE_PROPERTY},
+    }
+
+
+def test_a_node_skill_schema_gets_the_node_property_and_requirement_added() -> None:
+    declared = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    info = info_with("node", declared)
+    assert schema_for(info, "scripts/run.py") == {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "node": NODE_PROPERTY},
+        "required": ["n", "node"],
+    }
+    assert info.parameters_schema == declared
+
+
+def test_the_declared_schema_is_never_mutated() -> None:
+    declared = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    info = info_with("node", copy.deepcopy(declared))
+    schema_for(info, "scripts/a.py")["properties"]["x"] = {}
+    assert info.parameters_schema == declared
+    assert schema_for(info, "scripts/a.py")["required"] == ["node"]
+
+
+def test_a_spark_skill_schema_is_used_as_declared() -> None:
+    declared = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    assert schema_for(info_with("spark", declared), "scripts/a.py") == declared
+
+
+def test_a_script_map_gives_each_script_its_own_schema_and_others_the_default() -> None:
+    schemas = {
+        "scripts/a.py": {"type": "object", "properties": {"a": {"type": "string"}}},
+        "scripts/b.sh": {"type": "object", "required": ["b"]},
+    }
+    info = info_with("spark", schemas)
+    assert schema_for(info, "scripts/a.py") == schemas["scripts/a.py"]
+    assert schema_for(info, "scripts/b.sh") == {"type": "object", "required": ["b"]}
+    assert schema_for(info, "scripts/c.js") == {"type": "object"}
+
+
+def test_scripts_of_lists_runnable_files_under_scripts_in_order(tmp_path: Path) -> None:
+    for path in [
+        "scripts/b.sh",
+        "scripts/a.py",
+        "scripts/tool/c.mjs",
+        "scripts/d.js",
+        "scripts/e.cs",
+        "scripts/readme.md",
+        "references/x.py",
+        "SKILL.md",
+    ]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("", encoding="utf-8")
+    (tmp_path / "scripts" / "link.py").symlink_to(tmp_path / "scripts" / "a.py")
+    assert scripts_of(tmp_path) == [
+        "scripts/a.py",
+        "scripts/b.sh",
+        "scripts/d.js",
+        "scripts/e.cs",
+        "scripts/tool/c.mjs",
+    ]
+
+
+def test_a_skill_without_a_scripts_folder_has_no_scripts(tmp_path: Path) -> None:
+    assert scripts_of(tmp_path) == []
