@@ -15,7 +15,11 @@ def install_auth(app: Flask) -> None:
     @app.before_request
     def require_token() -> None:
         path = request.path
-        if not path.startswith("/api") or path.startswith(PUBLIC_PATHS) or request.method == "OPTIONS":
+        if (
+            not path.startswith("/api")
+            or path.startswith(PUBLIC_PATHS)
+            or request.method == "OPTIONS"
+        ):
             return
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")

@@ -84,14 +84,16 @@ class SkillfleetApi(Api):  # type: ignore[misc]
 
 def register_error_handlers(app: Flask) -> None:
     def domain_error(error: StoreError | BrokerError) -> Response:
-        return error_response(error.status, error.code, error.message, getattr(error, "errors", None))
+        return error_response(
+            error.status, error.code, error.message, getattr(error, "errors", None)
+        )
 
     def api_error(error: ApiError) -> Response:
         return error_response(error.status, error.code, error.message, error.errors, error.headers)
 
     def invalid_body(error: ma.ValidationError) -> Response:
         return error_response(
-            422, "invalid_request", "The request body is not valid.", error.normalized_messages()
+            422, "invalid_request", "The request body is not valid.", error.messages
         )
 
     app.register_error_handler(ma.ValidationError, invalid_body)

@@ -86,9 +86,7 @@ class ToolCallSchema(ma.Schema):
     chat_id = ma.fields.String(load_default=None)
     turn_id = ma.fields.String(load_default=None)
     job_run_id = ma.fields.String(load_default=None)
-    mode = ma.fields.String(
-        load_default="execute", validate=ma.validate.OneOf(["execute", "plan"])
-    )
+    mode = ma.fields.String(load_default="execute", validate=ma.validate.OneOf(["execute", "plan"]))
 
 
 class ToolErrorSchema(ma.Schema):

@@ -46,7 +46,7 @@ class Skills(MethodView):
     def get(self, query: dict[str, Any]) -> list[Skill]:
         """List every installed skill, built-ins included"""
         owner()
-        skills = services().store.list()
+        skills = services().store.installed()
         if "enabled" in query:
             skills = [s for s in skills if s.enabled == query["enabled"]]
         return skills

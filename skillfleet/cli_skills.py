@@ -77,8 +77,20 @@ def list_cmd() -> None:
 def show(name: str) -> None:
     """Show one skill and its files."""
     skill = _call("GET", f"/api/skills/{name}")
-    for key in ("name", "description", "enabled", "source", "origin", "author", "execution",
-                "tier", "hash", "revision", "read_only", "updated_at"):
+    for key in (
+        "name",
+        "description",
+        "enabled",
+        "source",
+        "origin",
+        "author",
+        "execution",
+        "tier",
+        "hash",
+        "revision",
+        "read_only",
+        "updated_at",
+    ):
         click.echo(f"{key + ':':<13}{_cell(skill.get(key), 200)}")
     click.echo()
     click.echo(table(skill["files"], [("path", "FILE"), ("size", "BYTES")]))

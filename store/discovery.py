@@ -64,7 +64,9 @@ def _reason(error: Exception) -> str:
     return str(error)
 
 
-def read_only_skills(builtin_root: Path, paths: Sequence[Path]) -> list[tuple[str, Path, SkillInfo]]:
+def read_only_skills(
+    builtin_root: Path, paths: Sequence[Path]
+) -> list[tuple[str, Path, SkillInfo]]:
     """Validate the built-ins and the configured skills; any problem names its folder."""
     found = [("builtin", folder) for folder in builtin_folders(builtin_root)]
     found += [("path", folder) for folder in discover(paths)]

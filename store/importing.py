@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from store.archive import extract_zip, read_bounded
 from store.github import fetch_github_folder, parse_github_url
@@ -14,7 +14,7 @@ from store.skills import Origin, SkillStore
 
 def import_zip(
     store: SkillStore,
-    stream: BinaryIO,
+    stream: IO[bytes],
     *,
     owner_id: int | None,
     enable: bool = True,

@@ -59,7 +59,7 @@ class SkillStore:
             raise SkillNotFound(f"No skill is named '{name}'.")
         return skill
 
-    def list(self, *, enabled_only: bool = False) -> list[Skill]:
+    def installed(self, *, enabled_only: bool = False) -> list[Skill]:
         query = select(Skill).order_by(Skill.name)
         if enabled_only:
             query = query.where(Skill.enabled.is_(True))

@@ -81,6 +81,4 @@ def authenticate(session: Session, token: str) -> Principal | None:
     if row.kind == "node":
         return Principal(kind="node", node_name=row.node_name)
     owner = row.owner
-    return Principal(
-        kind="owner", owner_id=row.owner_id, owner_name=owner.name if owner else None
-    )
+    return Principal(kind="owner", owner_id=row.owner_id, owner_name=owner.name if owner else None)

@@ -44,7 +44,9 @@ def skill_zip(name: str, top: str | None = "same", **extra: object) -> bytes:
     return zip_bytes(skill_files(name, **extra), top=name if top == "same" else top)
 
 
-def store_snapshot(skills_dir: Path, sessions: object) -> tuple[list[str], list[tuple[object, ...]]]:
+def store_snapshot(
+    skills_dir: Path, sessions: object
+) -> tuple[list[str], list[tuple[object, ...]]]:
     """Every path under the skills folder (staging included) and every index row."""
     from sqlalchemy import select
 

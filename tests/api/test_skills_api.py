@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
+from factories import skill_files, skill_zip, zip_bytes
 from flask.testing import FlaskClient
-from factories import skill_zip, zip_bytes, skill_files
 
 from api.services import Services
 from store.hashing import content_hash, grant_key
@@ -13,8 +13,9 @@ from store.hashing import content_hash, grant_key
 
 def upload(client: FlaskClient, auth: dict[str, str], data: bytes, query: str = "", **form: str):
     body = {"file": (io.BytesIO(data), "skill.zip"), **form}
-    return client.post(f"/api/skills{query}", headers=auth, data=body,
-                       content_type="multipart/form-data")
+    return client.post(
+        f"/api/skills{query}", headers=auth, data=body, content_type="multipart/form-data"
+    )
 
 
 def test_importing_a_zip_with_a_top_folder_installs_and_enables_the_skill(client, auth, services):
@@ -56,7 +57,9 @@ def test_showing_a_skill_lists_its_files_with_sizes(client, auth):
     upload(client, auth, skill_zip("disk-report"))
     detail = client.get("/api/skills/disk-report", headers=auth).json
     assert [f["path"] for f in detail["files"]] == [
-        "SKILL.md", "references/guide.md", "scripts/hello.py"
+        "SKILL.md",
+        "references/guide.md",
+        "scripts/hello.py",
     ]
     assert all(f["size"] > 0 for f in detail["files"])
 
@@ -72,7 +75,9 @@ def test_a_missing_skill_answers_404_with_its_code(client, auth):
     response = client.get("/api/skills/nope", headers=auth)
     assert response.status_code == 404
     assert response.json == {
-        "code": "skill_not_found", "status": 404, "message": "No skill is named 'nope'."
+        "code": "skill_not_found",
+        "status": 404,
+        "message": "No skill is named 'nope'.",
     }
 
 

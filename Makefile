@@ -1,0 +1,37 @@
+# skillfleet: `make up` runs the whole system on this machine, `make test` runs every test.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: up test lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+up: $(STAMP)
+	$(BIN)/skillfleet db upgrade
+	$(BIN)/skillfleet up
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(STAMP)
+	$(BIN)/python bench/store.py
+	$(BIN)/python bench/policy.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

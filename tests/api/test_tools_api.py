@@ -1,0 +1,214 @@
+"""The read-only skill tools over POST /api/tools/<tool>, with the envelope of DESIGN.md §4."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from factories import skill_files, skill_zip, zip_bytes
+
+
+def install(client, auth, name: str, files: dict[str, bytes] | None = None, **form: str) -> None:
+    data = zip_bytes(files, top=name) if files else skill_zip(name)
+    response = client.post(
+        "/api/skills",
+        headers=auth,
+        data={"file": (io.BytesIO(data), "s.zip"), **form},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 201, response.json
+
+
+def call(client, auth, tool: str, arguments=None, **envelope):
+    body = {"arguments": arguments, **envelope}
+    response = client.post(f"/api/tools/{tool}", headers=auth, json=body)
+    assert response.status_code == 200, response.json
+    return response.json
+
+
+def test_tool_list_is_openai_style_function_definitions(client, auth):
+    definitions = client.get("/api/tools", headers=auth).json
+    names = [d["function"]["name"] for d in definitions]
+    for expected in (
+        "list_skills",
+        "load_skill",
+        "activate_skill",
+        "read_skill_resource",
+        "load_skill_resource",
+        "refresh_skills",
+        "run_skill_script",
+        "get_skill",
+        "draft_skill",
+        "edit_skill",
+    ):
+        assert expected in names
+    for definition in definitions:
+        assert definition["type"] == "function"
+        assert definition["function"]["parameters"]["type"] == "object"
+        assert definition["function"]["description"]
+
+
+def test_list_skills_gives_name_and_description_of_enabled_skills_only(client, auth):
+    install(client, auth, "disk-report")
+    install(client, auth, "quiet-one", enable="false")
+    envelope = call(client, auth, "list_skills", {})
+    assert envelope["status"] == "done"
+    assert envelope["call_id"]
+    skills = envelope["result"]["skills"]
+    names = [s["name"] for s in skills]
+    assert "disk-report" in names and "skill-authoring" in names
+    assert "quiet-one" not in names
+    assert set(skills[0]) == {"name", "description"}
+
+
+def test_list_skills_query_ranks_by_keywords(client, auth):
+    install(
+        client, auth, "disk-report", skill_files("disk-report", description="Reports disk usage.")
+    )
+    install(
+        client, auth, "log-reader", skill_files("log-reader", description="Reads service logs.")
+    )
+    result = call(client, auth, "list_skills", {"query": "disk usage"})["result"]
+    assert [s["name"] for s in result["skills"]][0] == "disk-report"
+    assert "log-reader" not in [s["name"] for s in result["skills"]]
+
+
+def test_load_skill_returns_body_resources_and_scripts_with_schemas(client, auth):
+    install(client, auth, "disk-report")
+    result = call(client, auth, "load_skill", {"skill_name": "disk-report"})["result"]
+    assert "Follow these steps." in result["content"]
+    assert "---" not in result["content"].split("\n")[1]  # the front matter is stripped
+    assert result["base_path"] == "skills/disk-report"
+    assert result["resources"] == ["references/guide.md", "scripts/hello.py"]
+    [script] = result["scripts"]
+    assert script["path"] == "scripts/hello.py"
+    assert script["schema"]["required"] == ["node"]  # node skills need the server's name
+    assert "<available_scripts>" in result["content"]
+
+
+def test_a_repeat_load_in_the_same_chat_returns_a_short_note(client, auth):
+    install(client, auth, "disk-report")
+    first = call(client, auth, "load_skill", {"skill_name": "disk-report"}, chat_id="c1")
+    assert "content" in first["result"]
+    again = call(client, auth, "activate_skill", {"skill_name": "disk-report"}, chat_id="c1")
+    assert again["result"]["already_loaded"] is True
+    assert "content" not in again["result"]
+    other_chat = call(client, auth, "load_skill", {"skill_name": "disk-report"}, chat_id="c2")
+    assert "content" in other_chat["result"]
+
+
+def test_chats_of_two_owners_with_the_same_id_are_separate(client, auth, other_auth):
+    install(client, auth, "disk-report")
+    call(client, auth, "load_skill", {"skill_name": "disk-report"}, chat_id="same")
+    theirs = call(client, other_auth, "load_skill", {"skill_name": "disk-report"}, chat_id="same")
+    assert "content" in theirs["result"]
+
+
+def test_read_skill_resource_returns_a_file_of_the_skill(client, auth):
+    install(client, auth, "disk-report")
+    result = call(
+        client,
+        auth,
+        "read_skill_resource",
+        {"skill_name": "disk-report", "path": "scripts/hello.py"},
+    )["result"]
+    assert result["path"] == "scripts/hello.py"
+    assert result["content"].startswith("import json")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../existing/SKILL.md",
+        "references/../../x",
+        "/etc/passwd",
+        "%2e%2e/%2e%2e/etc/passwd",
+        "..%2fSKILL.md",
+        "%252e%252e%252fetc",
+        "references/guide.md\x00.txt",
+        "..\\..\\x",
+        "",
+    ],
+)
+def test_traversal_attempts_are_refused_as_invalid_resource_path(client, auth, path):
+    install(client, auth, "disk-report")
+    envelope = call(
+        client, auth, "load_skill_resource", {"skill_name": "disk-report", "path": path}
+    )
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "invalid_resource_path"
+
+
+def test_a_missing_resource_is_resource_not_found(client, auth):
+    install(client, auth, "disk-report")
+    envelope = call(
+        client, auth, "read_skill_resource", {"skill_name": "disk-report", "path": "nope.md"}
+    )
+    assert envelope["error"]["code"] == "resource_not_found"
+
+
+def test_a_resource_over_256_kib_is_refused_with_a_size_error(client, auth):
+    files = skill_files("big-docs")
+    files["references/huge.md"] = b"x" * (256 * 1024 + 1)
+    install(client, auth, "big-docs", files)
+    envelope = call(
+        client,
+        auth,
+        "read_skill_resource",
+        {"skill_name": "big-docs", "path": "references/huge.md"},
+    )
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "resource_too_large"
+    assert "256 KiB" in envelope["error"]["message"]
+
+
+def test_resources_of_disabled_skills_are_not_served(client, auth):
+    install(client, auth, "quiet-one", enable="false")
+    envelope = call(client, auth, "load_skill", {"skill_name": "quiet-one"})
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "skill_not_enabled"
+
+
+def test_refresh_skills_reports_added_and_removed_since_the_chat_last_looked(client, auth):
+    install(client, auth, "disk-report")
+    first = call(client, auth, "refresh_skills", {}, chat_id="c1")["result"]
+    assert "disk-report" in first["added"]
+    install(client, auth, "log-reader")
+    client.put("/api/skills/disk-report/enabled", headers=auth, json={"enabled": False})
+    second = call(client, auth, "refresh_skills", {}, chat_id="c1")["result"]
+    assert second["added"] == ["log-reader"]
+    assert second["removed"] == ["disk-report"]
+
+
+def test_unimplemented_tools_answer_not_implemented(client, auth):
+    envelope = call(client, auth, "draft_skill", {"name": "x"})
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "not_implemented"
+
+
+def test_an_unknown_tool_is_404_unknown_tool(client, auth):
+    response = client.post("/api/tools/rm_rf", headers=auth, json={"arguments": {}})
+    assert response.status_code == 404
+    assert response.json["code"] == "unknown_tool"
+
+
+def test_arguments_that_are_not_an_object_are_refused(client, auth):
+    response = client.post("/api/tools/list_skills", headers=auth, json={"arguments": [1, 2]})
+    assert response.status_code == 400
+    assert response.json["code"] == "invalid_call"
+
+
+def test_an_unknown_mode_is_refused(client, auth):
+    response = client.post("/api/tools/list_skills", headers=auth, json={"mode": "yolo"})
+    assert response.status_code == 422
+    assert response.json["code"] == "invalid_request"
+
+
+def test_each_call_is_recorded_and_visible_to_its_owner_only(client, auth, other_auth):
+    envelope = call(client, auth, "list_skills", {}, turn_id="t1")
+    mine = client.get(f"/api/calls/{envelope['call_id']}", headers=auth)
+    assert mine.status_code == 200
+    assert mine.json["tool"] == "list_skills" and mine.json["status"] == "done"
+    assert mine.json["turn_id"] == "t1"
+    theirs = client.get(f"/api/calls/{envelope['call_id']}", headers=other_auth)
+    assert theirs.status_code == 404
