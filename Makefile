@@ -30,7 +30,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 bench: $(STAMP)
-	$(BIN)/python bench/store.py
+	$(BIN)/python bench/skills.py
 	$(BIN)/python bench/policy.py
 
 clean:

@@ -57,8 +57,27 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+# Every pattern above needs one of these (lowercased) to match, and most strings a tool returns
+# hold none of them: substring tests are far cheaper than running the patterns.
+_MARKERS = (
+    "-----begin", "bearer", "basic", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
+    "akia", "asia", "eyj", "sf_", "://",
+    "password", "passwd", "secret", "token", "api_key", "api-key", "apikey", "access_key",
+    "access-key", "accesskey", "private_key", "private-key", "privatekey", "credentials",
+    "authoriz", "authoris",
+)  # fmt: skip
+
+
+def _might_hold_secret(text: str) -> bool:
+    lowered = text.lower()
+    return any(marker in lowered for marker in _MARKERS)
+
+
 def shape_result(value: object) -> object:
     """The result as JSON-ready data, credentials redacted, cut to RESULT_CAP with a note."""
+    clean = _clean_json(value)
+    if clean is not None:
+        return value  # plain JSON, small enough, and nothing in it looks like a secret
     shaped = _redact(value, 0)
     if _size(shaped) <= RESULT_CAP:
         return shaped
@@ -66,6 +85,17 @@ def shape_result(value: object) -> object:
         return _fit(lambda n: f"{shaped[:n]}\n{CUT_NOTE}", len(shaped))
     text = json.dumps(shaped, ensure_ascii=False, separators=(",", ":"))
     return _fit(lambda n: {"truncated": True, "note": CUT_NOTE, "text": text[:n]}, len(text))
+
+
+def _clean_json(value: object) -> str | None:
+    """The compact JSON of `value` when it needs no redaction and no cut, else None."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    if len(text) > RESULT_CAP // 4 and len(text.encode("utf-8", "surrogatepass")) > RESULT_CAP:
+        return None
+    return None if _might_hold_secret(text) else text
 
 
 def tool_failure(exc: BaseException) -> tuple[str, str]:
@@ -83,6 +113,8 @@ def tool_failure(exc: BaseException) -> tuple[str, str]:
 
 def redact_text(text: str) -> str:
     """Text with credential-looking parts replaced by [redacted]."""
+    if not _might_hold_secret(text):
+        return text
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text

@@ -108,7 +108,7 @@ def is_junk(parts: Parts) -> bool:
 
 
 def _fold(parts: Parts) -> str:
-    # NFC + casefold: names that only differ in case or Unicode form collide on macOS/Windows.
+    # NFC + casefold: names that differ only in case or Unicode form collide on macOS/Windows.
     return "/".join(unicodedata.normalize("NFC", part).casefold() for part in parts)
 
 
@@ -168,7 +168,7 @@ class Staging:
         known_is_dir, known_parts = known
         if known_parts != parts:
             first, second = "/".join(known_parts), "/".join(parts)
-            raise ArchiveUnsafe(f"{first} and {second} differ only in case or Unicode form; both are refused.")
+            raise ArchiveUnsafe(f"{first} and {second} differ only in case; both are refused.")
         if known_is_dir != is_dir:
             raise ArchiveUnsafe(f"{'/'.join(parts)} is both a file and a folder.")
 

@@ -70,11 +70,16 @@ def read_only_skills(
     """Validate the built-ins and the configured skills; any problem names its folder."""
     found = [("builtin", folder) for folder in builtin_folders(builtin_root)]
     found += [("path", folder) for folder in discover(paths)]
-    checked = []
+    checked: dict[str, tuple[str, Path, SkillInfo]] = {}
     for source, folder in found:
         try:
             info = validate_skill_dir(folder)
         except (SkillInvalid, SkillTooLarge) as e:
             raise ConfigError(f"Skill path {folder} is not a valid skill: {_reason(e)}") from e
-        checked.append((source, folder, info))
-    return checked
+        if info.name in checked:
+            raise ConfigError(
+                f"Skill path {folder} holds a skill named '{info.name}', "
+                f"which {checked[info.name][1]} already provides."
+            )
+        checked[info.name] = (source, folder, info)
+    return list(checked.values())

@@ -50,14 +50,25 @@ def parse_github_url(url: str) -> GitHubFolder:
     if parts.scheme != "https" or parts.netloc.lower() != "github.com" or "?" in url or "#" in url:
         raise InvalidSource(_URL_MESSAGE)
     segments = [_decode_segment(segment) for segment in parts.path.removesuffix("/").split("/")]
+    # A decoded "/" (%2F) would shift the owner/repo/ref/path positions.
+    if any("/" in segment for segment in segments):
+        raise InvalidSource(_URL_MESSAGE)
     if len(segments) < 5 or segments[0] != "" or segments[3] != "tree":
         raise InvalidSource(_URL_MESSAGE)
-    owner, repo, ref, path = segments[1], segments[2], segments[4], segments[5:]
-    if not _OWNER.fullmatch(owner) or not _REPO.fullmatch(repo) or repo in (".", ".."):
+    folder = GitHubFolder(
+        owner=segments[1], repo=segments[2], ref=segments[4], path="/".join(segments[5:])
+    )
+    _check_folder(folder)
+    return folder
+
+
+def _check_folder(folder: GitHubFolder) -> None:
+    if not _OWNER.fullmatch(folder.owner) or not _REPO.fullmatch(folder.repo):
         raise InvalidSource(_URL_MESSAGE)
-    if not _is_valid_ref(ref) or any(not _is_valid_part(part) for part in path):
+    if folder.repo in (".", "..") or not _is_valid_ref(folder.ref):
         raise InvalidSource(_URL_MESSAGE)
-    return GitHubFolder(owner=owner, repo=repo, ref=ref, path="/".join(path))
+    if folder.path and any(not _is_valid_part(part) for part in folder.path.split("/")):
+        raise InvalidSource(_URL_MESSAGE)
 
 
 def _decode_segment(segment: str) -> str:
@@ -102,6 +113,7 @@ def fetch_github_folder(
     The listing is checked against the import limits before any file is downloaded, and every
     download is checked against its listed size. Nothing is written unless all of it passed.
     """
+    _check_folder(folder)  # a hand-made GitHubFolder gets the same checks as a parsed address
     target = dest / (folder.path.rsplit("/", 1)[-1] if folder.path else folder.repo)
     api = _Api(folder, api_base.rstrip("/"), token, client)
     with api:

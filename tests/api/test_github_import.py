@@ -1,0 +1,71 @@
+"""Importing through `{"github": url}` against a local stand-in for GitHub's API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from factories import store_snapshot
+from github_standin import StandIn, serve
+
+from api import create_app
+from api.services import Services
+from store.db import transaction
+from store.tokens import create_owner_token
+
+
+@pytest.fixture
+def github() -> Iterator[StandIn]:
+    with serve() as server:
+        yield server
+
+
+@pytest.fixture
+def gh_services(settings, github) -> Iterator[Services]:
+    built = Services.build(settings.with_overrides(github_api_url=github.base_url))
+    yield built
+    built.engine.dispose()
+
+
+@pytest.fixture
+def gh_client(gh_services):
+    return create_app(services=gh_services).test_client()
+
+
+@pytest.fixture
+def gh_auth(gh_services) -> dict[str, str]:
+    with transaction(gh_services.sessions) as session:
+        return {"Authorization": f"Bearer {create_owner_token(session, 'alice')}"}
+
+
+def test_a_github_folder_is_imported_through_the_api(gh_client, gh_auth, github):
+    url = "https://github.com/octo/skills/tree/main/skills/demo"
+    response = gh_client.post("/api/skills", headers=gh_auth, json={"github": url})
+    assert response.status_code == 201, response.json
+    assert response.json["name"] == "demo"
+    assert "scripts/run.py" in response.json["files"]
+    listed = {s["name"]: s for s in gh_client.get("/api/skills", headers=gh_auth).json}
+    assert listed["demo"]["source"] == "github"
+    assert listed["demo"]["origin"] == url
+    assert all(seen.path.startswith("/repos/octo/skills/contents") for seen in github.requests)
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "code"),
+    [
+        ("https://github.com/octo/skills/blob/main/skills/demo/SKILL.md", 400, "invalid_source"),
+        ("https://gitlab.com/octo/skills/tree/main/skills/demo", 400, "invalid_source"),
+        ("https://github.com/octo/skills/tree/main/skills/linked", 422, "archive_unsafe"),
+        ("https://github.com/octo/skills/tree/main/skills/huge", 413, "skill_too_large"),
+        ("https://github.com/octo/skills/tree/main/skills/nothing-here", 502, "import_failed"),
+        ("https://github.com/octo/limited/tree/main/x", 502, "import_failed"),
+    ],
+)
+def test_refused_github_imports_leave_the_store_unchanged(
+    gh_client, gh_auth, gh_services, url, status, code
+):
+    before = store_snapshot(gh_services.settings.skills_dir, gh_services.sessions)
+    response = gh_client.post("/api/skills", headers=gh_auth, json={"github": url})
+    assert response.status_code == status, response.json
+    assert response.json["code"] == code
+    assert store_snapshot(gh_services.settings.skills_dir, gh_services.sessions) == before

@@ -1,0 +1,333 @@
+"""`skillfleet up` for real: the API on SQLite with an embedded Redis, started and stopped.
+
+Each test starts the installed console script as its own process group, so a SIGINT sent to
+the group is what Ctrl-C in a terminal does.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from factories import skill_md, write_skill
+
+SKILLFLEET = str(Path(sys.executable).parent / "skillfleet")
+HOST = "127.0.0.1"
+START_LIMIT = 60.0
+STOP_LIMIT = 20.0
+TOKEN_LINE = re.compile(r"^\s*owner token: (\S+)\s*$")
+# Variables of the developer's shell that would point a test at another database or server.
+CLEARED = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "SKILLFLEET_BOOTSTRAP_TOKEN",
+    "SKILLFLEET_CONFIG",
+    "SKILLFLEET_HOST",
+    "SKILLFLEET_POLICY",
+    "SKILLFLEET_TOKEN",
+    "SKILLFLEET_URL",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def clean_env(**values: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in CLEARED}
+    env.update(values)
+    return env
+
+
+def up_env(data_dir: Path, port: int, **values: str) -> dict[str, str]:
+    return clean_env(SKILLFLEET_DATA_DIR=str(data_dir), SKILLFLEET_PORT=str(port), **values)
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex((HOST, port)) == 0
+
+
+def processes_mentioning(*needles: str) -> list[str]:
+    """Live processes (zombies have no command line) whose command line holds a needle."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # it ended while we looked
+        if any(needle in command for needle in needles):
+            found.append(f"{entry.name}: {command}")
+    return found
+
+
+class Running:
+    """A `skillfleet up` process whose stdout is read line by line by a thread."""
+
+    def __init__(self, data_dir: Path, port: int, env: dict[str, str], log: Path) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.url = f"http://{HOST}:{port}"
+        self.log = log
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._stderr = log.open("w")
+        self.process = subprocess.Popen(
+            [SKILLFLEET, "up"],
+            env=env,
+            cwd=data_dir.parent,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def read_until(self, pattern: re.Pattern[str], limit: float = START_LIMIT) -> re.Match[str]:
+        """Read stdout until a line matches; fail with everything printed when it never does."""
+        deadline = time.monotonic() + limit
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.lines.append(line)
+            if found := pattern.search(line):
+                return found
+        pytest.fail(f"`skillfleet up` never printed {pattern.pattern!r}.\n{self.transcript()}")
+
+    def rest_of_output(self) -> list[str]:
+        """Every line still to come; call once the process has ended."""
+        rest = []
+        while (line := self._queue.get(timeout=STOP_LIMIT)) is not None:
+            rest.append(line)
+        self.lines += rest
+        return rest
+
+    def transcript(self) -> str:
+        stdout = "\n".join(self.lines)
+        return f"stdout:\n{stdout}\nstderr:\n{self.log.read_text()}"
+
+    def ctrl_c(self) -> int:
+        """Send SIGINT to the whole process group, as a terminal does; the exit status."""
+        return self.signal_group(signal.SIGINT)
+
+    def signal_group(self, signum: int) -> int:
+        os.killpg(self.process.pid, signum)
+        return self.wait()
+
+    def wait(self) -> int:
+        try:
+            return self.process.wait(timeout=STOP_LIMIT)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`skillfleet up` did not stop within {STOP_LIMIT:.0f} s.")
+
+    def leftovers(self) -> list[str]:
+        return processes_mentioning(str(self.data_dir.resolve()), f"{HOST}:{self.port}")
+
+    def close(self) -> None:
+        """Make sure nothing outlives the test, whatever it asserted."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self._stderr.close()
+
+
+def start_up(tmp_path: Path, **values: str) -> Running:
+    data_dir = tmp_path / "var"
+    port = free_port()
+    return Running(data_dir, port, up_env(data_dir, port, **values), tmp_path / "stderr.log")
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Running]:
+    running = start_up(tmp_path)
+    yield running
+    running.close()
+
+
+def run_up_to_failure(tmp_path: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    """Run `skillfleet up` with `config`, expecting it to stop by itself."""
+    port = free_port()
+    env = up_env(tmp_path / "var", port, SKILLFLEET_CONFIG=str(config))
+    result = subprocess.run(
+        [SKILLFLEET, "up"], env=env, capture_output=True, text=True, timeout=STOP_LIMIT
+    )
+    assert not listening(port)
+    assert processes_mentioning(str((tmp_path / "var").resolve()), f"{HOST}:{port}") == []
+    return result
+
+
+def write_config(path: Path, *skill_paths: Path) -> Path:
+    lines = ["skills:", "  paths:"] + [f"    - {p}" for p in skill_paths]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_up_prints_the_url_docs_and_token_and_serves_the_api_with_embedded_redis(
+    up: Running,
+) -> None:
+    token = up.read_until(TOKEN_LINE).group(1)
+    assert f"skillfleet is starting on {up.url}" in up.lines
+    assert f"  API docs:    {up.url}/api/docs" in up.lines
+    assert token.startswith("sf_")
+
+    health = httpx.get(f"{up.url}/api/health", timeout=10)
+    assert health.status_code == 200
+    assert health.json() == {"status": "ok", "database": "sqlite"}
+    assert httpx.get(f"{up.url}/api/docs", timeout=10).status_code == 200
+
+    anonymous = httpx.get(f"{up.url}/api/skills", timeout=10)
+    assert anonymous.status_code == 401
+    assert anonymous.json()["code"] == "unauthorized"
+    listed = httpx.get(f"{up.url}/api/skills", headers=bearer(token), timeout=10)
+    assert listed.status_code == 200
+    assert "skill-authoring" in [skill["name"] for skill in listed.json()]
+
+    assert (up.data_dir / "skillfleet.db").is_file()
+    assert stat.S_ISSOCK((up.data_dir / "redis.socket").stat().st_mode)
+
+
+def test_ctrl_c_stops_the_api_and_the_embedded_redis_and_exits_0(up: Running) -> None:
+    up.read_until(TOKEN_LINE)
+    assert up.leftovers(), "the API and Redis should be running before Ctrl-C"
+
+    assert up.ctrl_c() == 0
+
+    assert up.rest_of_output()[-2:] == ["Stopping skillfleet…", "Stopped."]
+    assert up.leftovers() == []
+    assert not listening(up.port)
+    assert not (up.data_dir / "redis.socket").exists()
+
+
+def test_sigterm_to_skillfleet_alone_also_stops_its_children(up: Running) -> None:
+    up.read_until(TOKEN_LINE)
+
+    up.process.send_signal(signal.SIGTERM)
+
+    assert up.wait() == 0
+    assert "Stopped." in up.rest_of_output()
+    assert up.leftovers() == []
+    assert not listening(up.port)
+
+
+def test_a_restart_on_the_same_data_dir_prints_the_same_owner_token(tmp_path: Path) -> None:
+    first = start_up(tmp_path)
+    try:
+        token = first.read_until(TOKEN_LINE).group(1)
+        assert first.ctrl_c() == 0
+    finally:
+        first.close()
+
+    again = start_up(tmp_path)
+    try:
+        assert again.read_until(TOKEN_LINE).group(1) == token
+        assert (
+            httpx.get(f"{again.url}/api/skills", headers=bearer(token), timeout=10).status_code
+            == 200
+        )
+        assert again.ctrl_c() == 0
+    finally:
+        again.close()
+
+
+def test_the_bootstrap_token_from_the_environment_is_printed_and_works(tmp_path: Path) -> None:
+    chosen = "sf_test_bootstrap_token_for_up"
+    up = start_up(tmp_path, SKILLFLEET_BOOTSTRAP_TOKEN=chosen)
+    try:
+        assert up.read_until(TOKEN_LINE).group(1) == chosen
+        listed = httpx.get(f"{up.url}/api/skills", headers=bearer(chosen), timeout=10)
+        assert listed.status_code == 200
+        assert up.ctrl_c() == 0
+    finally:
+        up.close()
+    assert not (up.data_dir / "owner-token").exists()
+
+
+def test_a_configured_folder_of_two_skills_is_served_read_only(tmp_path: Path) -> None:
+    shelf = tmp_path / "shelf"
+    write_skill(shelf, "disk-report")
+    write_skill(shelf, "log-tail")
+    config = write_config(tmp_path / "skillfleet.yaml", shelf)
+    up = start_up(tmp_path, SKILLFLEET_CONFIG=str(config))
+    try:
+        token = up.read_until(TOKEN_LINE).group(1)
+        listed = httpx.get(f"{up.url}/api/skills", headers=bearer(token), timeout=10).json()
+        assert up.ctrl_c() == 0
+    finally:
+        up.close()
+    configured = {s["name"]: s for s in listed if s["source"] == "path"}
+    assert sorted(configured) == ["disk-report", "log-tail"]
+    assert all(skill["read_only"] is True for skill in configured.values())
+
+
+def test_a_missing_configured_path_stops_start_up_naming_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-folder"
+    config = write_config(tmp_path / "skillfleet.yaml", missing)
+
+    started = time.monotonic()
+    result = run_up_to_failure(tmp_path, config)
+
+    assert result.returncode != 0
+    assert time.monotonic() - started < STOP_LIMIT
+    assert f"Skill path {missing} does not exist." in result.stderr
+    assert "owner token" not in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_an_invalid_configured_skill_stops_start_up_naming_the_path_and_problem(
+    tmp_path: Path,
+) -> None:
+    shelf = tmp_path / "shelf"
+    broken = write_skill(shelf, "broken", {"SKILL.md": skill_md("not-broken").encode()})
+    config = write_config(tmp_path / "skillfleet.yaml", shelf)
+
+    result = run_up_to_failure(tmp_path, config)
+
+    assert result.returncode != 0
+    assert f"Skill path {broken} is not a valid skill" in result.stderr
+    assert 'The name "not-broken" must equal the skill\'s folder name "broken".' in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_two_configured_paths_with_the_same_skill_name_stop_start_up(tmp_path: Path) -> None:
+    first = write_skill(tmp_path / "team-a", "disk-report")
+    second = write_skill(tmp_path / "team-b", "disk-report")
+    config = write_config(tmp_path / "skillfleet.yaml", first.parent, second.parent)
+
+    result = run_up_to_failure(tmp_path, config)
+
+    assert result.returncode != 0
+    assert (
+        f"Skill path {second} holds a skill named 'disk-report', which {first} already provides."
+    ) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
