@@ -118,6 +118,12 @@ class ToolDefinitionSchema(ma.Schema):
 
 class CallSchema(ma.Schema):
     call_id = ma.fields.String(attribute="id")
+    approval_id = ma.fields.String(allow_none=True)
+    run_id = ma.fields.String(allow_none=True)
+    skill_name = ma.fields.String(allow_none=True)
+    skill_hash = ma.fields.String(allow_none=True)
+    node = ma.fields.String(allow_none=True)
+    result = ma.fields.Raw(allow_none=True)
     tool = ma.fields.String()
     tier = ma.fields.String()
     mode = ma.fields.String()
@@ -129,3 +135,70 @@ class CallSchema(ma.Schema):
     error_message = ma.fields.String(allow_none=True)
     created_at = ma.fields.DateTime()
     finished_at = ma.fields.DateTime(allow_none=True)
+
+
+class WaitSchema(ma.Schema):
+    wait = ma.fields.Float(
+        load_default=0,
+        validate=ma.validate.Range(min=0, max=60),
+        metadata={"description": "Seconds to wait for an end state (long poll, at most 60)"},
+    )
+
+
+class ApprovalSchema(ma.Schema):
+    id = ma.fields.String()
+    call_id = ma.fields.String()
+    status = ma.fields.String(
+        metadata={"description": "pending, approved, approved_for_chat, denied, expired or void"}
+    )
+    tool = ma.fields.String()
+    tier = ma.fields.String()
+    arguments = ma.fields.Raw()
+    skill_name = ma.fields.String(allow_none=True)
+    skill_hash = ma.fields.String(allow_none=True)
+    node = ma.fields.String(allow_none=True)
+    grant_key = ma.fields.String(allow_none=True)
+    rule = ma.fields.String(allow_none=True)
+    warning = ma.fields.String()
+    offers_chat_grant = ma.fields.Boolean()
+    created_at = ma.fields.DateTime()
+    expires_at = ma.fields.DateTime()
+    answered_at = ma.fields.DateTime(allow_none=True)
+
+
+class ApprovalQuerySchema(ma.Schema):
+    status = ma.fields.String(
+        validate=ma.validate.OneOf(
+            ["pending", "approved", "approved_for_chat", "denied", "expired", "void"]
+        )
+    )
+
+
+class DecisionSchema(ma.Schema):
+    decision = ma.fields.String(
+        required=True, validate=ma.validate.OneOf(["approve", "approve_for_chat", "deny"])
+    )
+
+
+class ChatSchema(ma.Schema):
+    chat_id = ma.fields.String(attribute="external_id")
+    declined_calls = ma.fields.Integer()
+    expired_calls = ma.fields.Integer()
+    failed_calls = ma.fields.Integer()
+    timed_out_calls = ma.fields.Integer()
+    created_at = ma.fields.DateTime()
+
+
+class GrantSchema(ma.Schema):
+    scope = ma.fields.String()
+    subject = ma.fields.String()
+    key = ma.fields.String()
+    created_at = ma.fields.DateTime()
+
+
+class SettingsSchema(ma.Schema):
+    auto_tools = ma.fields.List(
+        ma.fields.String(),
+        required=True,
+        metadata={"description": "Change tools (or skill grant keys) that run without asking"},
+    )

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from flask import current_app
 from sqlalchemy import Engine
 
-from broker.calls import ToolService
+from broker.broker import Broker
+from broker.policy import Policy, load_builtin_policy
 from broker.toolset import build_registry
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
@@ -21,7 +22,7 @@ class Services:
     engine: Engine
     sessions: SessionFactory
     store: SkillStore
-    tools: ToolService
+    broker: Broker
 
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
@@ -30,8 +31,16 @@ class Services:
         sessions = make_sessions(engine)
         store = SkillStore(sessions, settings.skills_dir)
         store.sync_read_only(read_only_skills(BUILTIN_DIR, settings.skill_paths))
-        tools = ToolService(build_registry(), store, sessions)
-        return cls(settings, engine, sessions, store, tools)
+        policy = load_policy(settings)
+        broker = Broker(build_registry(), policy, store, sessions)
+        return cls(settings, engine, sessions, store, broker)
+
+
+def load_policy(settings: Settings) -> Policy:
+    """The operator's policy file when SKILLFLEET_POLICY names one, else the built-in policy."""
+    if settings.policy_file is not None:
+        return Policy.from_file(settings.policy_file)
+    return load_builtin_policy()
 
 
 def services() -> Services:

@@ -8,9 +8,9 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from api.auth import owner
-from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema
+from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services
-from broker.calls import CallRequest
+from broker.calls import OPEN_STATES, CallOutcome, CallRequest
 from broker.errors import InvalidCall
 
 blp = Blueprint("tools", __name__, url_prefix="/api/tools", description="Tools for agents")
@@ -22,13 +22,14 @@ class ToolList(MethodView):
     def get(self) -> list[dict[str, Any]]:
         """List every tool as an OpenAI-style function definition"""
         owner()
-        return services().tools.registry.definitions()
+        return services().broker.registry.definitions()
 
 
 @blp.route("/<tool>", methods=["POST"])
+@blp.arguments(WaitSchema, location="query")
 @blp.arguments(ToolCallSchema)
 @blp.response(200, ToolResultSchema)
-def call_tool(body: dict[str, Any], tool: str) -> dict[str, Any]:
+def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[str, Any]:
     """Call one tool; the envelope says done, failed, denied, running or pending_approval"""
     caller = owner()
     arguments = body["arguments"]
@@ -45,4 +46,9 @@ def call_tool(body: dict[str, Any], tool: str) -> dict[str, Any]:
         mode=body["mode"],
     )
     assert caller.owner_id is not None
-    return services().tools.call(caller.owner_id, request).envelope()
+    broker = services().broker
+    outcome = broker.call(caller.owner_id, request)
+    if query["wait"] > 0 and outcome.status in OPEN_STATES:
+        call = broker.get_call(caller.owner_id, outcome.call_id, wait=query["wait"])
+        outcome = CallOutcome.of(call)
+    return outcome.envelope()

@@ -66,3 +66,52 @@ class SkillNotEnabled(BrokerError):
 
     code = "skill_not_enabled"
     status = 403
+
+
+class ApprovalNotFound(BrokerError):
+    """Raised when the caller has no approval with that id."""
+
+    code = "approval_not_found"
+    status = 404
+
+
+class ApprovalAnswered(BrokerError):
+    """Raised when an approval was already answered, expired or voided."""
+
+    code = "approval_answered"
+    status = 409
+
+
+class ApprovalVoid(BrokerError):
+    """Raised when the skill changed after the owner was asked, so the approval no longer fits."""
+
+    code = "approval_void"
+    status = 409
+
+
+class GrantNotOffered(BrokerError):
+    """Raised when "approve for this chat" is asked of a call that never offers it."""
+
+    code = "grant_not_offered"
+    status = 400
+
+
+class CallNotFound(BrokerError):
+    """Raised when the caller has no tool call with that id."""
+
+    code = "call_not_found"
+    status = 404
+
+
+class ChatNotFound(BrokerError):
+    """Raised when the caller has no chat with that id."""
+
+    code = "chat_not_found"
+    status = 404
+
+
+class ScriptNotFound(BrokerError):
+    """Raised when a call names a script the skill doesn't have."""
+
+    code = "script_not_found"
+    status = 404

@@ -11,11 +11,10 @@ from broker.context import ToolContext
 from broker.errors import InvalidCall, SkillNotEnabled, ToolNotImplemented
 from broker.registry import Tool
 from broker.tiers import Tier
+from store.errors import SkillNotFound
 from store.limits import MAX_RESOURCE_BYTES
 from store.models import Chat, ChatActivation, Skill, utcnow
-from store.schemas import schema_for, scripts_of
-from store.skillmd import parse_skill_md
-from store.validation import validate_header
+from store.schemas import schema_for
 
 SKILL_NAME = {"type": "string", "description": "The skill's name, as list_skills gives it."}
 WORD = re.compile(r"[a-z0-9]+")
@@ -72,11 +71,10 @@ def load_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any
             "note": f"The skill '{name}' is already loaded in this chat; follow its "
             "instructions from the earlier load_skill result.",
         }
-    root = context.store.folder(skill)
-    header, body = parse_skill_md((root / "SKILL.md").read_text(encoding="utf-8"))
-    info = validate_header(header, body, name)
+    info = context.store.info(skill)
+    body = info.body
     files = [entry.path for entry in context.store.files(skill) if entry.path != "SKILL.md"]
-    scripts = [{"path": path, "schema": schema_for(info, path)} for path in scripts_of(root)]
+    scripts = [{"path": p, "schema": schema_for(info, p)} for p in context.store.scripts(skill)]
     base_path = f"skills/{name}"
     return {
         "name": name,
@@ -173,6 +171,17 @@ def _remember_catalog(context: ToolContext, names: list[str]) -> list[str] | Non
     return before
 
 
+def run_skill_script(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Hand the planned script run to the dispatcher; the plan was checked before the policy."""
+    plan = context.plan
+    if plan.skill is None:
+        name = arguments.get("skill_name")
+        raise SkillNotFound(f"HOST: there is no skill named {name!r}; call list_skills.")
+    if not plan.skill.enabled:
+        raise SkillNotEnabled(f"HOST: the skill '{plan.skill.name}' is not enabled.")
+    return context.dispatcher.dispatch(context)
+
+
 def _not_implemented(context: ToolContext, arguments: dict[str, Any]) -> Any:
     raise ToolNotImplemented("This tool is not available in this release yet.")
 
@@ -239,7 +248,7 @@ TOOLS = (
             },
             ["skill_name", "script"],
         ),
-        _not_implemented,
+        run_skill_script,
     ),
     Tool(
         "get_skill",

@@ -7,6 +7,8 @@ import sys
 import click
 
 from skillfleet import __version__
+from skillfleet.cli_approvals import approvals
+from skillfleet.cli_policy import policy
 from skillfleet.cli_skills import skills
 from skillfleet.settings import Settings, SettingsError
 
@@ -68,18 +70,28 @@ def tokens() -> None:
 @click.option("--label", default=None, help="What the token is for")
 def tokens_create(owner_name: str, label: str | None) -> None:
     """Create an owner token; it is printed once, alone on the last line."""
+    from sqlalchemy.exc import DBAPIError
+
     from store.db import make_engine, make_sessions, transaction
     from store.tokens import create_owner_token
 
     settings = load_settings()
     sessions = make_sessions(make_engine(settings.database))
-    with transaction(sessions) as session:
-        token = create_owner_token(session, owner_name, label=label)
+    try:
+        with transaction(sessions) as session:
+            token = create_owner_token(session, owner_name, label=label)
+    except DBAPIError as e:
+        raise click.ClickException(
+            f"Can't store the token in the database ({e.orig}); "
+            "run `skillfleet db upgrade` (or `make up`) first."
+        ) from e
     click.echo(f"Token for owner '{owner_name}' (shown once, store it safely):", err=True)
     click.echo(token)
 
 
 cli.add_command(skills)
+cli.add_command(policy)
+cli.add_command(approvals)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ def _client() -> Client:
     return Client(ClientSettings.from_env())
 
 
-def _call(method: str, path: str, **kwargs: Any) -> Any:
+def call_api(method: str, path: str, **kwargs: Any) -> Any:
     try:
         return _client().json(method, path, **kwargs)
     except ClientError as e:
@@ -57,7 +57,7 @@ def skills() -> None:
 @skills.command("list")
 def list_cmd() -> None:
     """List installed skills."""
-    rows = _call("GET", "/api/skills")
+    rows = call_api("GET", "/api/skills")
     for row in rows:
         row["hash8"] = row["hash"][:8]
     columns = [
@@ -76,7 +76,7 @@ def list_cmd() -> None:
 @click.argument("name")
 def show(name: str) -> None:
     """Show one skill and its files."""
-    skill = _call("GET", f"/api/skills/{name}")
+    skill = call_api("GET", f"/api/skills/{name}")
     for key in (
         "name",
         "description",
@@ -105,12 +105,12 @@ def import_cmd(source: str, replace: bool, disabled: bool) -> None:
     params = {"replace": "true"} if replace else {}
     if source.startswith(("https://", "http://")):
         body = {"github": source, "enable": not disabled}
-        result = _call("POST", "/api/skills", params=params, json=body)
+        result = call_api("POST", "/api/skills", params=params, json=body)
     else:
         name, data = _zip_source(Path(source))
         files = {"file": (name, data, "application/zip")}
         form = {"enable": "false" if disabled else "true"}
-        result = _call("POST", "/api/skills", params=params, files=files, data=form)
+        result = call_api("POST", "/api/skills", params=params, files=files, data=form)
     state = "enabled" if result["enabled"] else "disabled"
     click.echo(f"Imported {result['name']} ({len(result['files'])} files, {state}).")
     click.echo(f"hash: {result['hash']}")
@@ -118,14 +118,29 @@ def import_cmd(source: str, replace: bool, disabled: bool) -> None:
 
 def _zip_source(path: Path) -> tuple[str, bytes]:
     if path.is_dir():
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-            for file in sorted(p for p in path.rglob("*") if p.is_file()):
-                archive.write(file, f"{path.resolve().name}/{file.relative_to(path).as_posix()}")
-        return f"{path.resolve().name}.zip", buffer.getvalue()
+        return f"{path.resolve().name}.zip", _zip_folder(path)
     if path.is_file():
         return path.name, path.read_bytes()
     raise click.ClickException(f"{path} is neither a folder nor a file.")
+
+
+def _zip_folder(folder: Path) -> bytes:
+    """The folder as a zip under its own name; links are refused, never followed."""
+    # Following a link would upload whatever it points at (a key file, say), unnoticed:
+    # the store would then see a regular file where the folder holds a link.
+    top = folder.resolve().name
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(folder.rglob("*")):
+            relative = path.relative_to(folder).as_posix()
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise click.ClickException(
+                    f"{folder} holds {relative}, which is not a regular file or folder "
+                    "(skills may hold regular files only); nothing was uploaded."
+                )
+            if path.is_file():
+                archive.write(path, f"{top}/{relative}")
+    return buffer.getvalue()
 
 
 @skills.command("validate")
@@ -154,7 +169,7 @@ def validate(folder: Path) -> None:
 @click.option("--hash", "expected", default=None, help="Only if the skill still has this hash.")
 def enable(name: str, expected: str | None) -> None:
     """Enable a skill."""
-    skill = _call("PUT", f"/api/skills/{name}/enabled", json={"enabled": True, "hash": expected})
+    skill = call_api("PUT", f"/api/skills/{name}/enabled", json={"enabled": True, "hash": expected})
     click.echo(f"Enabled {skill['name']} ({skill['hash'][:8]}).")
 
 
@@ -162,7 +177,7 @@ def enable(name: str, expected: str | None) -> None:
 @click.argument("name")
 def disable(name: str) -> None:
     """Disable a skill."""
-    skill = _call("PUT", f"/api/skills/{name}/enabled", json={"enabled": False})
+    skill = call_api("PUT", f"/api/skills/{name}/enabled", json={"enabled": False})
     click.echo(f"Disabled {skill['name']}.")
 
 
@@ -170,5 +185,5 @@ def disable(name: str) -> None:
 @click.argument("name")
 def delete(name: str) -> None:
     """Delete an owned skill."""
-    _call("DELETE", f"/api/skills/{name}")
+    call_api("DELETE", f"/api/skills/{name}")
     click.echo(f"Deleted {name}.")

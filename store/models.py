@@ -140,5 +140,56 @@ class ToolCall(Base):
     result: Mapped[Any | None] = mapped_column(JSON)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
+    skill_name: Mapped[str | None] = mapped_column(String(64))
+    skill_hash: Mapped[str | None] = mapped_column(String(64))
+    grant_key: Mapped[str | None] = mapped_column(String(200))
+    node: Mapped[str | None] = mapped_column(String(64))
+    approval_id: Mapped[str | None] = mapped_column(String(36))
+    run_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
+
+
+class Grant(Base):
+    """A grant key that lets matching calls run without asking, in one scope.
+
+    Scopes: `chat` (subject: the chat's row id), `job` (subject: the job id) and `owner`
+    (the owner's settings: change tools that always run).
+    """
+
+    __tablename__ = "grants"
+    __table_args__ = (UniqueConstraint("owner_id", "scope", "subject", "key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    scope: Mapped[str] = mapped_column(String(8))
+    subject: Mapped[str] = mapped_column(String(200))
+    chat_id: Mapped[int | None] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Approval(Base):
+    """The owner's answer to exactly one call: tool, arguments, skill hash and node."""
+
+    __tablename__ = "approvals"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    call_id: Mapped[str] = mapped_column(ForeignKey("tool_calls.id", ondelete="CASCADE"))
+    chat_id: Mapped[int | None] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    job_run_id: Mapped[str | None] = mapped_column(String(64))
+    tool: Mapped[str] = mapped_column(String(64))
+    tier: Mapped[str] = mapped_column(String(16))
+    arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
+    skill_name: Mapped[str | None] = mapped_column(String(64))
+    skill_hash: Mapped[str | None] = mapped_column(String(64))
+    node: Mapped[str | None] = mapped_column(String(64))
+    grant_key: Mapped[str | None] = mapped_column(String(200))
+    rule: Mapped[str | None] = mapped_column(String(100))
+    warning: Mapped[str] = mapped_column(Text)
+    offers_chat_grant: Mapped[bool] = mapped_column(Boolean, default=True)
+    status: Mapped[str] = mapped_column(String(24), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    answered_at: Mapped[datetime | None]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
@@ -19,7 +20,9 @@ from store.hashing import content_hash, regular_files
 from store.limits import MAX_SKILLS
 from store.models import Skill, utcnow
 from store.resources import read_resource
-from store.validation import SkillInfo, validate_skill_dir
+from store.schemas import scripts_of
+from store.skillmd import read_skill_md
+from store.validation import SkillInfo, validate_header, validate_skill_dir
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 READ_ONLY_SOURCES = ("builtin", "path")
@@ -78,6 +81,13 @@ class SkillStore:
 
     def folder(self, skill: Skill) -> Path:
         return Path(skill.location) if skill.location else self.skills_dir / skill.name
+
+    def info(self, skill: Skill) -> SkillInfo:
+        """The parsed header of a skill, cached per content hash."""
+        return _header_info(str(self.folder(skill)), skill.name, skill.hash)
+
+    def scripts(self, skill: Skill) -> list[str]:
+        return list(_scripts(str(self.folder(skill)), skill.hash))
 
     def files(self, skill: Skill) -> list[FileEntry]:
         root = self.folder(skill)
@@ -215,6 +225,17 @@ class SkillStore:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@functools.lru_cache(maxsize=512)
+def _header_info(folder: str, name: str, skill_hash: str) -> SkillInfo:
+    header, body = read_skill_md((Path(folder) / "SKILL.md").read_bytes())
+    return validate_header(header, body, name)
+
+
+@functools.lru_cache(maxsize=512)
+def _scripts(folder: str, skill_hash: str) -> tuple[str, ...]:
+    return tuple(scripts_of(Path(folder)))
 
 
 def _fill(

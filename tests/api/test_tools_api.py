@@ -165,8 +165,9 @@ def test_a_resource_over_256_kib_is_refused_with_a_size_error(client, auth):
 def test_resources_of_disabled_skills_are_not_served(client, auth):
     install(client, auth, "quiet-one", enable="false")
     envelope = call(client, auth, "load_skill", {"skill_name": "quiet-one"})
-    assert envelope["status"] == "failed"
-    assert envelope["error"]["code"] == "skill_not_enabled"
+    assert envelope["status"] == "denied"
+    assert envelope["error"]["code"] == "policy_denied"
+    assert "disabled-skills-never-run" in envelope["error"]["message"]
 
 
 def test_refresh_skills_reports_added_and_removed_since_the_chat_last_looked(client, auth):
@@ -181,7 +182,7 @@ def test_refresh_skills_reports_added_and_removed_since_the_chat_last_looked(cli
 
 
 def test_unimplemented_tools_answer_not_implemented(client, auth):
-    envelope = call(client, auth, "draft_skill", {"name": "x"})
+    envelope = call(client, auth, "get_skill", {"skill_name": "skill-authoring"})
     assert envelope["status"] == "failed"
     assert envelope["error"]["code"] == "not_implemented"
 

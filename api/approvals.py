@@ -1,0 +1,59 @@
+"""Approvals: the owner answers calls the policy would not run on its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask_smorest import Blueprint
+from sqlalchemy import select
+
+from api.auth import owner
+from api.schemas import ApprovalQuerySchema, ApprovalSchema, DecisionSchema
+from api.services import services
+from broker.approvals import expire_due
+from broker.errors import ApprovalNotFound
+from store.db import transaction
+from store.models import Approval
+
+blp = Blueprint("approvals", __name__, url_prefix="/api/approvals", description="Approvals")
+
+
+@blp.route("")
+@blp.arguments(ApprovalQuerySchema, location="query")
+@blp.response(200, ApprovalSchema(many=True))
+def list_approvals(query: dict[str, Any]) -> list[Approval]:
+    """List your approvals, newest first; `?status=pending` for the open ones"""
+    owner_id = _owner_id()
+    statement = select(Approval).where(Approval.owner_id == owner_id)
+    if "status" in query:
+        statement = statement.where(Approval.status == query["status"])
+    with transaction(services().sessions) as session:
+        expire_due(session, owner_id)
+        return list(session.scalars(statement.order_by(Approval.created_at.desc())))
+
+
+@blp.route("/<approval_id>")
+@blp.response(200, ApprovalSchema)
+def get_approval(approval_id: str) -> Approval:
+    """Show one approval"""
+    owner_id = _owner_id()
+    with transaction(services().sessions) as session:
+        expire_due(session, owner_id)
+        approval = session.get(Approval, approval_id)
+    if approval is None or approval.owner_id != owner_id:
+        raise ApprovalNotFound(f"You have no approval '{approval_id}'.")
+    return approval
+
+
+@blp.route("/<approval_id>", methods=["POST"])
+@blp.arguments(DecisionSchema)
+@blp.response(200, ApprovalSchema)
+def answer_approval(body: dict[str, Any], approval_id: str) -> Approval:
+    """Answer an approval: approve, approve_for_chat or deny; an approved call then runs"""
+    return services().broker.answer(_owner_id(), approval_id, body["decision"])
+
+
+def _owner_id() -> int:
+    caller = owner()
+    assert caller.owner_id is not None
+    return caller.owner_id

@@ -1,0 +1,69 @@
+"""Chats: their issue counts, their grants, and forgetting them."""
+
+from __future__ import annotations
+
+from flask_smorest import Blueprint
+from sqlalchemy import delete, select
+
+from api.auth import owner
+from api.schemas import ChatSchema, GrantSchema
+from api.services import services
+from broker.errors import ChatNotFound
+from broker.grants import CHAT
+from store.db import transaction
+from store.models import Chat, Grant
+
+blp = Blueprint("chats", __name__, url_prefix="/api/chats", description="Chats")
+
+
+def _owner_id() -> int:
+    caller = owner()
+    assert caller.owner_id is not None
+    return caller.owner_id
+
+
+def _chat(owner_id: int, chat_id: str) -> Chat:
+    with services().sessions() as session:
+        chat = session.scalar(
+            select(Chat).where(Chat.owner_id == owner_id, Chat.external_id == chat_id)
+        )
+    if chat is None:
+        raise ChatNotFound(f"You have no chat '{chat_id}'.")
+    return chat
+
+
+@blp.route("")
+@blp.response(200, ChatSchema(many=True))
+def list_chats() -> list[Chat]:
+    """List your chats with their declined, expired, failed and timed-out call counts"""
+    owner_id = _owner_id()
+    with services().sessions() as session:
+        query = select(Chat).where(Chat.owner_id == owner_id).order_by(Chat.created_at.desc())
+        return list(session.scalars(query))
+
+
+@blp.route("/<chat_id>")
+@blp.response(200, ChatSchema)
+def get_chat(chat_id: str) -> Chat:
+    """Show one chat's call counts"""
+    return _chat(_owner_id(), chat_id)
+
+
+@blp.route("/<chat_id>", methods=["DELETE"])
+@blp.response(204)
+def delete_chat(chat_id: str) -> None:
+    """Delete a chat; its grants, activations, calls and approvals go with it"""
+    chat = _chat(_owner_id(), chat_id)
+    with transaction(services().sessions) as session:
+        session.execute(delete(Grant).where(Grant.chat_id == chat.id))
+        session.execute(delete(Chat).where(Chat.id == chat.id))
+
+
+@blp.route("/<chat_id>/grants")
+@blp.response(200, GrantSchema(many=True))
+def chat_grants(chat_id: str) -> list[Grant]:
+    """List the grant keys the owner gave this chat ("approve for this chat")"""
+    chat = _chat(_owner_id(), chat_id)
+    with services().sessions() as session:
+        query = select(Grant).where(Grant.scope == CHAT, Grant.chat_id == chat.id)
+        return list(session.scalars(query.order_by(Grant.key)))

@@ -1,0 +1,64 @@
+"""The owner's settings: which change tools (or skill versions) run without asking."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask_smorest import Blueprint
+
+from api.auth import owner
+from api.errors import ApiError
+from api.schemas import SettingsSchema
+from api.services import services
+from broker.errors import UnknownTool
+from broker.grants import owner_keys, set_owner_keys, tool_key
+from broker.tiers import Tier
+from store.db import transaction
+
+blp = Blueprint("settings", __name__, url_prefix="/api/settings", description="Owner settings")
+SKILL_KEY = re.compile(r"skill:[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?@[0-9a-f]{8}")
+
+
+def _owner_id() -> int:
+    caller = owner()
+    assert caller.owner_id is not None
+    return caller.owner_id
+
+
+@blp.route("")
+@blp.response(200, SettingsSchema)
+def get_settings() -> dict[str, Any]:
+    """Show the change tools and skill versions that run without asking"""
+    with services().sessions() as session:
+        keys = owner_keys(session, _owner_id())
+    return {"auto_tools": [key.removeprefix("tool:") for key in keys]}
+
+
+@blp.route("", methods=["PUT"])
+@blp.arguments(SettingsSchema)
+@blp.response(200, SettingsSchema)
+def put_settings(body: dict[str, Any]) -> dict[str, Any]:
+    """Replace the list: change-tier tool names, or skill keys like skill:name@1a2b3c4d"""
+    keys = [_key(entry) for entry in body["auto_tools"]]
+    with transaction(services().sessions) as session:
+        set_owner_keys(session, _owner_id(), keys)
+    return {"auto_tools": sorted(key.removeprefix("tool:") for key in set(keys))}
+
+
+def _key(entry: str) -> str:
+    if entry.startswith("skill:"):
+        if not SKILL_KEY.fullmatch(entry):
+            raise ApiError(422, "invalid_setting", f"'{entry}' is not a skill:<name>@<hash8> key.")
+        return entry
+    try:
+        tool = services().broker.registry.get(entry)
+    except UnknownTool:
+        raise ApiError(422, "invalid_setting", f"There is no tool named '{entry}'.") from None
+    if tool.tier != Tier.CHANGE:
+        raise ApiError(
+            422,
+            "invalid_setting",
+            f"'{entry}' is a {tool.tier} tool; only change tools can run without asking.",
+        )
+    return tool_key(tool.name)

@@ -1,0 +1,126 @@
+"""Approvals: the owner's answer to exactly one call, which expires after 30 minutes."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from broker.classify import CallPlan
+from broker.errors import ApprovalAnswered, ApprovalNotFound
+from broker.warnings import warning_for
+from store.models import Approval, Chat, ToolCall, utcnow
+
+APPROVAL_LIFE = timedelta(minutes=30)
+PENDING = "pending"
+ANSWERING = "answering"
+DECISIONS = ("approve", "approve_for_chat", "deny")
+ANSWERED = {"approve": "approved", "approve_for_chat": "approved_for_chat", "deny": "denied"}
+
+
+def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str | None) -> Approval:
+    """A pending approval bound to this call's tool, arguments, skill hash and node."""
+    now = utcnow()
+    approval = Approval(
+        id=str(uuid.uuid4()),
+        owner_id=call.owner_id,
+        call_id=call.id,
+        chat_id=call.chat_id,
+        job_run_id=call.job_run_id,
+        tool=plan.tool.name,
+        tier=plan.tier,
+        arguments=plan.arguments,
+        skill_name=plan.skill.name if plan.skill else None,
+        skill_hash=plan.skill.hash if plan.skill else None,
+        node=plan.node,
+        grant_key=plan.grant_key,
+        rule=rule,
+        warning=warning_for(plan),
+        offers_chat_grant=plan.grant_key is not None,
+        status=PENDING,
+        created_at=now,
+        expires_at=now + APPROVAL_LIFE,
+    )
+    session.add(approval)
+    return approval
+
+
+def aware(moment: datetime) -> datetime:
+    """SQLite returns naive datetimes; every time here is UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def expire_due(session: Session, owner_id: int | None = None) -> int:
+    """Mark pending approvals past their time `expired`, and their calls too."""
+    now = utcnow()
+    query = select(Approval).where(Approval.status == PENDING, Approval.expires_at <= now)
+    if owner_id is not None:
+        query = query.where(Approval.owner_id == owner_id)
+    expired = list(session.scalars(query.with_for_update(skip_locked=True)))
+    for approval in expired:
+        approval.status = "expired"
+        approval.answered_at = now
+        _finish_call(
+            session,
+            approval.call_id,
+            "expired",
+            "approval_expired",
+            "Nobody answered the approval within 30 minutes.",
+        )
+        if approval.chat_id is not None:
+            session.execute(
+                update(Chat)
+                .where(Chat.id == approval.chat_id)
+                .values(expired_calls=Chat.expired_calls + 1)
+            )
+    return len(expired)
+
+
+def _finish_call(session: Session, call_id: str, status: str, code: str, message: str) -> None:
+    session.execute(
+        update(ToolCall)
+        .where(ToolCall.id == call_id)
+        .values(status=status, error_code=code, error_message=message, finished_at=utcnow())
+    )
+
+
+def claim_for_answer(session: Session, owner_id: int, approval_id: str) -> Approval:
+    """The owner's pending approval, locked for answering; 404 for others', 409 if answered."""
+    expire_due(session, owner_id)
+    approval = session.scalar(select(Approval).where(Approval.id == approval_id).with_for_update())
+    if approval is None or approval.owner_id != owner_id:
+        raise ApprovalNotFound(f"You have no approval '{approval_id}'.")
+    if approval.status != PENDING:
+        raise ApprovalAnswered(f"This approval was already answered: it is {approval.status}.")
+    # The conditional update is the claim: of two answers racing, exactly one changes the row.
+    claimed = session.execute(
+        update(Approval)
+        .where(Approval.id == approval_id, Approval.status == PENDING)
+        .values(status=ANSWERING)
+    )
+    if claimed.rowcount != 1:  # type: ignore[attr-defined]
+        raise ApprovalAnswered("This approval was answered by another request just now.")
+    session.refresh(approval)
+    return approval
+
+
+def deny(session: Session, approval: Approval) -> None:
+    approval.status = "denied"
+    approval.answered_at = utcnow()
+    _finish_call(
+        session, approval.call_id, "denied", "owner_denied", "The owner declined this call."
+    )
+    if approval.chat_id is not None:
+        session.execute(
+            update(Chat)
+            .where(Chat.id == approval.chat_id)
+            .values(declined_calls=Chat.declined_calls + 1)
+        )
+
+
+def void(session: Session, approval: Approval, reason: str) -> None:
+    approval.status = "void"
+    approval.answered_at = utcnow()
+    _finish_call(session, approval.call_id, "failed", "skill_changed", reason)

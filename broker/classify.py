@@ -1,0 +1,116 @@
+"""Classifying a call before the policy sees it: tier, grant key, skill facts, arguments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from broker.arguments import MISSING, normalize
+from broker.errors import InvalidCall, SchemaMismatch, ScriptNotFound
+from broker.grants import tool_key
+from broker.registry import Tool
+from broker.tiers import Tier
+from store.errors import SkillNotFound
+from store.hashing import grant_key
+from store.models import Skill
+from store.schemas import schema_for
+from store.skills import SkillStore
+from store.validation import is_valid_name
+
+SKILL_TOOLS = frozenset(
+    {"load_skill", "read_skill_resource", "run_skill_script", "get_skill", "draft_skill",
+     "edit_skill"}
+)  # fmt: skip
+RUN = "run_skill_script"
+NEVER_GRANTED = frozenset({"edit_skill"})
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """Everything the broker decided about a call before asking the policy."""
+
+    tool: Tool
+    tier: str
+    arguments: dict[str, Any]
+    grant_key: str | None
+    skill: Skill | None = None
+    skill_enabled: bool = True
+    skill_locked: bool = False
+    target_is_draft: bool = False
+    script: str | None = None
+    script_arguments: dict[str, Any] = field(default_factory=dict)
+    node: str | None = None
+
+
+def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallPlan:
+    """Classify a call; for run_skill_script also read and check its script arguments once."""
+    if tool.name == RUN:
+        return _plan_run(tool, arguments, store)
+    skill = _named_skill(arguments, store) if tool.name in SKILL_TOOLS else None
+    key = None if tool.name in NEVER_GRANTED else tool_key(tool.name)
+    locked = skill is not None and (skill.locked or skill.read_only or skill.author != "assistant")
+    return CallPlan(
+        tool=tool,
+        tier=str(tool.tier),
+        arguments=arguments,
+        grant_key=key,
+        skill=skill,
+        skill_enabled=skill.enabled if skill is not None else True,
+        skill_locked=locked,
+        target_is_draft=skill is not None and skill.author == "assistant" and not skill.locked,
+    )
+
+
+def _named_skill(arguments: dict[str, Any], store: SkillStore) -> Skill | None:
+    name = arguments.get("skill_name", arguments.get("skillName", arguments.get("name")))
+    if not isinstance(name, str) or not is_valid_name(name):
+        return None
+    try:
+        return store.get(name)
+    except SkillNotFound:
+        return None
+
+
+def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallPlan:
+    skill = _named_skill(arguments, store)
+    if skill is None:
+        # A call naming no valid skill is a change with no grant: the broker asks (seed 000).
+        return CallPlan(tool=tool, tier=str(Tier.CHANGE), arguments=arguments, grant_key=None)
+    script = arguments.get("script")
+    if not isinstance(script, str) or not script:
+        raise InvalidCall(
+            "HOST: 'script' must name one of the skill's scripts, such as 'scripts/x.py'."
+        )
+    scripts = store.scripts(skill)
+    if script not in scripts:
+        listed = ", ".join(scripts) or "none"
+        raise ScriptNotFound(
+            f"HOST: the skill '{skill.name}' has no script '{script}'; it has: {listed}."
+        )
+    normalised = normalize(
+        arguments.get("arguments"),
+        arguments.get("node", MISSING),
+        execution=skill.execution,
+        skill=skill.name,
+        script=script,
+    )
+    schema = schema_for(store.info(skill), script)
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema).iter_errors(normalised.arguments)
+    )
+    if error is not None:
+        raise SchemaMismatch(f"HOST: arguments don't match {script}'s parameters: {error.message}.")
+    node = normalised.arguments.get("node")
+    return CallPlan(
+        tool=tool,
+        tier=skill.tier,
+        arguments={"skill_name": skill.name, "script": script, "arguments": normalised.arguments},
+        grant_key=grant_key(skill.name, skill.hash),
+        skill=skill,
+        skill_enabled=skill.enabled,
+        script=script,
+        script_arguments=normalised.arguments,
+        node=node if isinstance(node, str) else None,
+    )

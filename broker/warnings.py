@@ -1,0 +1,36 @@
+"""The impact line an owner reads on an approval: what the call puts at risk."""
+
+from __future__ import annotations
+
+from broker.classify import CallPlan
+
+
+def warning_for(plan: CallPlan) -> str:
+    """A sentence naming what this exact call can change."""
+    if plan.tool.name == "run_skill_script":
+        return _script_warning(plan)
+    if plan.tool.name == "edit_skill":
+        return "This changes a skill's files; its scripts then run with the new content."
+    if plan.tier == "destructive":
+        return f"{plan.tool.name} can delete, interrupt or expose data. Check the arguments."
+    return f"{plan.tool.name} changes state. Check the arguments before approving."
+
+
+def _script_warning(plan: CallPlan) -> str:
+    if plan.skill is None:
+        return "This call names no installed skill; approving it will fail."
+    where = {
+        "node": f"as a process on the server {plan.node or '(no node named)'}",
+        "spark": "in a throwaway container on the Spark",
+        "sandbox": "in a micro-VM on a KVM host",
+    }.get(plan.skill.execution, "on its runner")
+    impact = {
+        "destructive": "The skill says this script can delete, restart or run arbitrary "
+        "commands; it can change anything it can reach there.",
+        "change": "The script can change state wherever it runs.",
+        "read": "The skill says this script only reads.",
+    }.get(plan.tier, "")
+    return (
+        f"This runs {plan.script} of the skill {plan.skill.name} "
+        f"(hash {plan.skill.hash[:8]}) {where}. {impact}"
+    ).strip()

@@ -1,0 +1,52 @@
+"""`skillfleet approvals …`: list and answer the calls waiting for the owner."""
+
+from __future__ import annotations
+
+import click
+
+from skillfleet.cli_skills import call_api, table
+
+
+@click.group()
+def approvals() -> None:
+    """Calls waiting for the owner's answer."""
+
+
+@approvals.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Include answered and expired ones.")
+def list_cmd(show_all: bool) -> None:
+    """List pending approvals (or all with --all)."""
+    params = {} if show_all else {"status": "pending"}
+    rows = call_api("GET", "/api/approvals", params=params)
+    for row in rows:
+        row["skill"] = f"{row['skill_name']}@{row['skill_hash'][:8]}" if row["skill_name"] else "-"
+    columns = [
+        ("id", "ID"),
+        ("status", "STATUS"),
+        ("tool", "TOOL"),
+        ("tier", "TIER"),
+        ("skill", "SKILL"),
+        ("node", "NODE"),
+        ("warning", "WARNING"),
+    ]
+    click.echo(table(rows, columns))
+
+
+def _answer(approval_id: str, decision: str) -> None:
+    result = call_api("POST", f"/api/approvals/{approval_id}", json={"decision": decision})
+    click.echo(f"{result['id']}: {result['status']}")
+
+
+@approvals.command("approve")
+@click.argument("approval_id")
+@click.option("--for-chat", is_flag=True, help="Also allow this exact grant for the whole chat.")
+def approve(approval_id: str, for_chat: bool) -> None:
+    """Approve one call (and, with --for-chat, its grant for the chat)."""
+    _answer(approval_id, "approve_for_chat" if for_chat else "approve")
+
+
+@approvals.command("deny")
+@click.argument("approval_id")
+def deny(approval_id: str) -> None:
+    """Decline one call."""
+    _answer(approval_id, "deny")

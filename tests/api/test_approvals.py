@@ -1,0 +1,287 @@
+"""Broker decisions end to end: approvals, grants, plan mode, expiry, turn limits, chat counts."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import pytest
+from factories import skill_files, zip_bytes
+from sqlalchemy import update
+
+from store.db import transaction
+from store.models import Approval, utcnow
+
+WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
+
+
+def install(client, auth, name: str, metadata: dict[str, str], query: str = "", extra=None):
+    files = skill_files(name, metadata=metadata)
+    files["scripts/wipe.sh"] = b'#!/bin/bash\necho wiping "$SKILLFLEET_ARGS"\n'
+    files.update(extra or {})
+    response = client.post(
+        f"/api/skills{query}",
+        headers=auth,
+        data={"file": (io.BytesIO(zip_bytes(files, top=name)), "s.zip")},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 201, response.json
+    return response.json
+
+
+def run(client, auth, name="wiper", chat="chat-1", mode="execute", arguments=None, **extra):
+    body = {
+        "arguments": {
+            "skill_name": name,
+            "script": "scripts/wipe.sh",
+            "arguments": arguments
+            if arguments is not None
+            else {"node": "web01", "path": "/tmp/x"},
+            **extra,
+        },
+        "chat_id": chat,
+        "mode": mode,
+    }
+    response = client.post("/api/tools/run_skill_script", headers=auth, json=body)
+    assert response.status_code == 200, response.json
+    return response.json
+
+
+def answer(client, auth, approval_id: str, decision: str):
+    return client.post(f"/api/approvals/{approval_id}", headers=auth, json={"decision": decision})
+
+
+@pytest.fixture
+def wiper(client, auth):
+    return install(client, auth, "wiper", WIPE)
+
+
+def test_a_destructive_script_waits_for_approval_with_the_exact_call(client, auth, wiper):
+    envelope = run(client, auth)
+    assert envelope["status"] == "pending_approval"
+    pending = client.get("/api/approvals?status=pending", headers=auth).json
+    [approval] = pending
+    assert approval["id"] == envelope["approval_id"]
+    assert approval["call_id"] == envelope["call_id"]
+    assert approval["tool"] == "run_skill_script"
+    assert approval["skill_hash"] == wiper["hash"]
+    assert approval["node"] == "web01"
+    assert approval["arguments"]["arguments"] == {"node": "web01", "path": "/tmp/x"}
+    assert approval["grant_key"] == f"skill:wiper@{wiper['hash'][:8]}"
+    assert approval["rule"] == "destructive-always-asks"
+    assert "scripts/wipe.sh" in approval["warning"] and "web01" in approval["warning"]
+    call = client.get(f"/api/calls/{envelope['call_id']}", headers=auth).json
+    assert call["status"] == "pending_approval"
+
+
+def test_approve_for_chat_runs_the_call_and_the_next_one_passes_without_asking(client, auth, wiper):
+    first = run(client, auth)
+    approved = answer(client, auth, first["approval_id"], "approve_for_chat")
+    assert approved.status_code == 200 and approved.json["status"] == "approved_for_chat"
+    done = client.get(f"/api/calls/{first['call_id']}", headers=auth).json
+    assert done["status"] == "done"
+    assert done["result"]["would_dispatch"]["arguments"] == {"node": "web01", "path": "/tmp/x"}
+    again = run(client, auth)
+    assert again["status"] == "done"
+    assert "approval_id" not in again
+    other_chat = run(client, auth, chat="chat-2")
+    assert other_chat["status"] == "pending_approval"
+
+
+def test_plan_mode_refuses_with_the_rule_name(client, auth, wiper):
+    envelope = run(client, auth, mode="plan")
+    assert envelope["status"] == "denied"
+    assert envelope["error"]["code"] == "policy_denied"
+    assert "plan-mode-changes-nothing" in envelope["error"]["message"]
+
+
+def test_approve_once_runs_once_and_the_next_call_asks_again(client, auth, wiper):
+    first = run(client, auth)
+    assert answer(client, auth, first["approval_id"], "approve").json["status"] == "approved"
+    assert run(client, auth)["status"] == "pending_approval"
+
+
+def test_answering_twice_is_409_and_another_owners_approval_is_404(client, auth, other_auth, wiper):
+    envelope = run(client, auth)
+    theirs = answer(client, other_auth, envelope["approval_id"], "approve")
+    assert theirs.status_code == 404
+    assert theirs.json["code"] == "approval_not_found"
+    assert answer(client, auth, envelope["approval_id"], "deny").status_code == 200
+    twice = answer(client, auth, envelope["approval_id"], "approve")
+    assert twice.status_code == 409
+    assert twice.json["code"] == "approval_answered"
+
+
+def test_a_denied_call_is_declined_and_counted_on_the_chat(client, auth, wiper):
+    envelope = run(client, auth)
+    answer(client, auth, envelope["approval_id"], "deny")
+    call = client.get(f"/api/calls/{envelope['call_id']}", headers=auth).json
+    assert call["status"] == "denied"
+    assert call["error_code"] == "owner_denied"
+    run(client, auth, mode="plan")
+    chat = client.get("/api/chats/chat-1", headers=auth).json
+    assert chat["declined_calls"] == 2
+
+
+def test_editing_the_skill_before_the_answer_voids_the_approval(client, auth, wiper):
+    envelope = run(client, auth)
+    install(client, auth, "wiper", WIPE, "?replace=true", {"references/guide.md": b"changed"})
+    response = answer(client, auth, envelope["approval_id"], "approve")
+    assert response.status_code == 409
+    assert response.json["code"] == "approval_void"
+    call = client.get(f"/api/calls/{envelope['call_id']}", headers=auth).json
+    assert call["status"] == "failed" and call["error_code"] == "skill_changed"
+    approval = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
+    assert approval["status"] == "void"
+
+
+def test_editing_a_skill_makes_its_old_chat_grant_stop_matching(client, auth, wiper):
+    first = run(client, auth)
+    answer(client, auth, first["approval_id"], "approve_for_chat")
+    assert run(client, auth)["status"] == "done"
+    install(client, auth, "wiper", WIPE, "?replace=true", {"references/guide.md": b"v2"})
+    assert run(client, auth)["status"] == "pending_approval"
+
+
+def test_deleting_a_chat_forgets_its_grants(client, auth, wiper):
+    first = run(client, auth)
+    answer(client, auth, first["approval_id"], "approve_for_chat")
+    grants = client.get("/api/chats/chat-1/grants", headers=auth).json
+    assert [g["key"] for g in grants] == [f"skill:wiper@{wiper['hash'][:8]}"]
+    assert client.delete("/api/chats/chat-1", headers=auth).status_code == 204
+    assert client.get("/api/chats/chat-1", headers=auth).status_code == 404
+    assert run(client, auth)["status"] == "pending_approval"
+
+
+def test_an_approval_expires_after_thirty_minutes(client, auth, services, wiper):
+    envelope = run(client, auth)
+    approval = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
+    made = approval["created_at"].replace("Z", "+00:00")
+    expires = approval["expires_at"].replace("Z", "+00:00")
+    from datetime import datetime
+
+    assert datetime.fromisoformat(expires) - datetime.fromisoformat(made) == timedelta(minutes=30)
+    with transaction(services.sessions) as session:
+        session.execute(
+            update(Approval)
+            .where(Approval.id == envelope["approval_id"])
+            .values(expires_at=utcnow() - timedelta(seconds=1))
+        )
+    assert client.get("/api/approvals?status=pending", headers=auth).json == []
+    expired = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
+    assert expired["status"] == "expired"
+    late = answer(client, auth, envelope["approval_id"], "approve")
+    assert late.status_code == 409
+    call = client.get(f"/api/calls/{envelope['call_id']}", headers=auth).json
+    assert call["status"] == "expired"
+    assert client.get("/api/chats/chat-1", headers=auth).json["expired_calls"] == 1
+
+
+def test_a_change_skill_asks_unless_the_owner_allowed_it_in_settings(client, auth):
+    changer = install(client, auth, "changer", {"skillfleet.tier": "change"})
+    assert run(client, auth, name="changer")["status"] == "pending_approval"
+    key = f"skill:changer@{changer['hash'][:8]}"
+    settings = client.put("/api/settings", headers=auth, json={"auto_tools": [key]})
+    assert settings.status_code == 200, settings.json
+    assert run(client, auth, name="changer")["status"] == "done"
+
+
+def test_settings_refuse_tools_that_are_not_change_tools(client, auth):
+    for entry in ("list_skills", "edit_skill", "no_such_tool", "skill:Bad@zz"):
+        response = client.put("/api/settings", headers=auth, json={"auto_tools": [entry]})
+        assert response.status_code == 422, entry
+        assert response.json["code"] == "invalid_setting"
+
+
+def test_a_read_skill_runs_without_asking(client, auth):
+    install(client, auth, "reader", {"skillfleet.tier": "read"})
+    assert run(client, auth, name="reader")["status"] == "done"
+
+
+def test_a_call_naming_no_skill_is_a_change_and_asks(client, auth):
+    envelope = run(client, auth, name="ghost")
+    assert envelope["status"] == "pending_approval"
+    approval = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
+    assert approval["tier"] == "change"
+    assert approval["grant_key"] is None
+    assert approval["offers_chat_grant"] is False
+
+
+def test_a_disabled_skill_never_runs(client, auth, wiper):
+    client.put("/api/skills/wiper/enabled", headers=auth, json={"enabled": False})
+    envelope = run(client, auth)
+    assert envelope["status"] == "denied"
+    assert "disabled-skills-never-run" in envelope["error"]["message"]
+
+
+def test_edit_skill_always_asks_and_is_never_offered_for_the_chat(client, auth, wiper):
+    response = client.post(
+        "/api/tools/edit_skill", headers=auth, json={"arguments": {"name": "wiper"}, "chat_id": "c"}
+    )
+    envelope = response.json
+    assert envelope["status"] == "pending_approval"
+    approval = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
+    assert approval["offers_chat_grant"] is False
+    refused = answer(client, auth, envelope["approval_id"], "approve_for_chat")
+    assert refused.status_code == 400
+    assert refused.json["code"] == "grant_not_offered"
+
+
+def test_edit_skill_is_refused_in_plan_mode_and_in_jobs(client, auth, wiper):
+    body = {"arguments": {"name": "wiper"}, "mode": "plan"}
+    plan = client.post("/api/tools/edit_skill", headers=auth, json=body).json
+    assert "skill-edit-plan-mode" in plan["error"]["message"]
+    body = {"arguments": {"name": "wiper"}, "job_run_id": "job-7"}
+    job = client.post("/api/tools/edit_skill", headers=auth, json=body).json
+    assert "skill-edit-chats-only" in job["error"]["message"]
+
+
+def test_a_job_approval_for_chat_saves_the_grant_to_the_job(client, auth, wiper):
+    body = {
+        "arguments": {
+            "skill_name": "wiper",
+            "script": "scripts/wipe.sh",
+            "arguments": {"node": "web01"},
+        },
+        "job_run_id": "job-7",
+    }
+    first = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+    assert first["status"] == "pending_approval"
+    answer(client, auth, first["approval_id"], "approve_for_chat")
+    again = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+    assert again["status"] == "done"
+    call = client.get(f"/api/calls/{again['call_id']}", headers=auth).json
+    assert call["rule"] == "job-granted"
+
+
+def test_more_than_fifty_calls_in_one_turn_are_refused(client, auth):
+    body = {"arguments": {}, "turn_id": "busy"}
+    for _ in range(50):
+        assert (
+            client.post("/api/tools/list_skills", headers=auth, json=body).json["status"] == "done"
+        )
+    refused = client.post("/api/tools/list_skills", headers=auth, json=body).json
+    assert refused["status"] == "denied"
+    assert "50 tool calls" in refused["error"]["message"]
+    other_turn = client.post(
+        "/api/tools/list_skills", headers=auth, json={"arguments": {}, "turn_id": "fresh"}
+    )
+    assert other_turn.json["status"] == "done"
+
+
+def test_wait_long_polls_until_the_owner_answers(client, auth, wiper, app):
+    import threading
+    import time
+
+    envelope = run(client, auth)
+    other = app.test_client()
+
+    def answer_soon() -> None:
+        time.sleep(0.3)
+        answer(other, auth, envelope["approval_id"], "approve")
+
+    thread = threading.Thread(target=answer_soon)
+    thread.start()
+    waited = client.get(f"/api/calls/{envelope['call_id']}?wait=10", headers=auth).json
+    thread.join()
+    assert waited["status"] == "done"

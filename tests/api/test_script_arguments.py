@@ -1,0 +1,173 @@
+"""run_skill_script arguments: read once by the seed's rules, checked against the schema."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from factories import skill_files, zip_bytes
+from prometheus_client import REGISTRY
+
+READER = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
+
+
+def install(client, auth, name: str, metadata: dict[str, object], extra=None):
+    files = skill_files(name, metadata=metadata)
+    files.update(extra or {})
+    data = {"file": (io.BytesIO(zip_bytes(files, top=name)), "s.zip")}
+    response = client.post(
+        "/api/skills", headers=auth, data=data, content_type="multipart/form-data"
+    )
+    assert response.status_code == 201, response.json
+
+
+def run(client, auth, arguments, name="reader", **top):
+    body = {
+        "arguments": {
+            "skill_name": name,
+            "script": "scripts/hello.py",
+            "arguments": arguments,
+            **top,
+        }
+    }
+    response = client.post("/api/tools/run_skill_script", headers=auth, json=body)
+    assert response.status_code == 200, response.json
+    return response.json
+
+
+@pytest.fixture
+def reader(client, auth):
+    install(client, auth, "reader", READER)
+
+
+def coerced(kind: str) -> float:
+    value = REGISTRY.get_sample_value("skillfleet_skill_arguments_coerced_total", {"kind": kind})
+    return value or 0.0
+
+
+def dispatched(envelope):
+    assert envelope["status"] == "done", envelope
+    return envelope["result"]["would_dispatch"]["arguments"]
+
+
+def test_an_object_with_node_runs_unchanged(client, auth, reader):
+    assert dispatched(run(client, auth, {"node": "web01", "n": 1})) == {"node": "web01", "n": 1}
+
+
+def test_text_holding_an_object_runs_and_is_counted(client, auth, reader):
+    before = coerced("string")
+    args = dispatched(run(client, auth, json.dumps({"node": "web01"})))
+    assert args == {"node": "web01"}
+    assert coerced("string") == before + 1
+
+
+def test_a_top_level_node_is_moved_inside_and_counted(client, auth, reader):
+    before = coerced("node")
+    assert dispatched(run(client, auth, {"n": 2}, node="web02")) == {"n": 2, "node": "web02"}
+    assert coerced("node") == before + 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "top", "message"),
+    [
+        ([1, 2], {}, 'HOST: arguments was an array; send an object with a "node" key.'),
+        ("[1]", {}, 'HOST: arguments was an array; send an object with a "node" key.'),
+        (7, {}, "HOST: arguments was a number; send a JSON object."),
+        (
+            "not json",
+            {},
+            "HOST: arguments was a string that isn't valid JSON; send a JSON object, "
+            "not a quoted string.",
+        ),
+        (
+            {"node": "a"},
+            {"node": "b"},
+            'HOST: arguments.node ("a") and node ("b") disagree; name the server once, '
+            "inside arguments.",
+        ),
+        (
+            {"node": 5},
+            {},
+            'HOST: arguments.node must be the server\'s name as a string, such as "lucialab01".',
+        ),
+        (
+            None,
+            {},
+            'HOST: arguments has no "node" key; add the server to run on, such as '
+            '{"node": "lucialab01", ...}.',
+        ),
+    ],
+)
+def test_unreadable_arguments_fail_with_the_exact_host_message(
+    client, auth, reader, arguments, top, message
+):
+    envelope = run(client, auth, arguments, **top)
+    assert envelope["status"] == "failed"
+    assert envelope["error"] == {"code": "invalid_arguments", "message": message}
+
+
+def test_arguments_are_checked_against_the_declared_schema_before_dispatch(client, auth):
+    schema = {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}
+    install(client, auth, "counter", {**READER, "parameters_schema": json.dumps(schema)})
+    envelope = run(client, auth, {"node": "web01", "count": "many"}, name="counter")
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "arguments_schema"
+    assert "'many' is not of type 'integer'" in envelope["error"]["message"]
+    assert dispatched(run(client, auth, {"node": "web01", "count": 3}, name="counter")) == {
+        "node": "web01",
+        "count": 3,
+    }
+
+
+def test_a_script_the_skill_does_not_have_is_refused(client, auth, reader):
+    body = {"arguments": {"skill_name": "reader", "script": "scripts/nope.py", "arguments": {}}}
+    envelope = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+    assert envelope["error"]["code"] == "script_not_found"
+    assert "scripts/hello.py" in envelope["error"]["message"]
+
+
+def test_text_over_32_kib_is_refused(client, auth, reader):
+    text = json.dumps({"node": "web01", "pad": "x" * (33 * 1024)})
+    envelope = run(client, auth, text)
+    assert envelope["error"]["code"] == "invalid_arguments"
+    assert "32 KiB" in envelope["error"]["message"]
+
+
+def test_the_coerced_counter_is_exposed_at_metrics(client, auth, reader):
+    run(client, auth, json.dumps({"node": "web01"}))
+    metrics = client.get("/metrics").data.decode()
+    assert 'skillfleet_skill_arguments_coerced_total{kind="string"}' in metrics
+
+
+def test_results_are_redacted(client, auth):
+    secret = "ghp_" + "a" * 36
+    install(
+        client,
+        auth,
+        "leaky",
+        READER,
+        {"references/creds.md": f"token: {secret}\npassword=hunter2\n".encode()},
+    )
+    body = {"arguments": {"skill_name": "leaky", "path": "references/creds.md"}}
+    envelope = client.post("/api/tools/read_skill_resource", headers=auth, json=body).json
+    content = envelope["result"]["content"]
+    assert secret not in content and "hunter2" not in content
+    assert "[redacted]" in content
+
+
+def test_results_over_48_kb_are_cut_with_a_note(client, auth):
+    install(client, auth, "wordy", READER, {"references/long.md": b"word " * 30_000})
+    body = {"arguments": {"skill_name": "wordy", "path": "references/long.md"}}
+    envelope = client.post("/api/tools/read_skill_resource", headers=auth, json=body).json
+    assert len(json.dumps(envelope["result"]).encode()) <= 49 * 1024
+    assert "cut at 48 KB" in json.dumps(envelope["result"])
+
+
+def test_an_unexpected_failure_is_tool_failed_without_a_path(client, auth, services):
+    install(client, auth, "fragile", READER)
+    (services.settings.skills_dir / "fragile" / "SKILL.md").unlink()
+    body = {"arguments": {"skill_name": "fragile"}}
+    envelope = client.post("/api/tools/load_skill", headers=auth, json=body).json
+    assert envelope["status"] == "failed"
+    assert envelope["error"] == {"code": "tool_failed", "message": "The tool failed unexpectedly."}
