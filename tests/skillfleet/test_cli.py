@@ -1,0 +1,273 @@
+"""The `skillfleet` command line against one real `skillfleet up`, run as a user would run it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from factories import write_skill
+from test_up import SKILLFLEET, Running, clean_env, free_port, up_env
+
+CLI_LIMIT = 60.0
+TOKEN = re.compile(r"sf_[A-Za-z0-9_-]+")
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    home = tmp_path_factory.mktemp("up")
+    data_dir = home / "var"
+    port = free_port()
+    running = Running(data_dir, port, up_env(data_dir, port), home / "stderr.log")
+    try:
+        running.wait_for_token()
+        yield running
+        assert running.ctrl_c() == 0
+        assert running.leftovers() == {}
+    finally:
+        running.close()
+
+
+@pytest.fixture
+def skills_dir(tmp_path: Path) -> Path:
+    return tmp_path / "skills"
+
+
+def skillfleet(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SKILLFLEET, *args], env=env, capture_output=True, text=True, timeout=CLI_LIMIT
+    )
+
+
+def cli(*args: str, url: str, token: str | None, **values: str) -> subprocess.CompletedProcess[str]:
+    env = clean_env(SKILLFLEET_URL=url, **values)
+    if token is not None:
+        env["SKILLFLEET_TOKEN"] = token
+    return skillfleet(*args, env=env)
+
+
+def as_owner(up: Running, *args: str) -> subprocess.CompletedProcess[str]:
+    return cli(*args, url=up.url, token=up.token)
+
+
+def table_row(output: str, name: str) -> list[str]:
+    """The cells of the table row that starts with `name` (cells are 2+ spaces apart)."""
+    for line in output.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[0] == name:
+            return cells
+    raise AssertionError(f"no row for {name!r} in:\n{output}")
+
+
+def test_tokens_create_prints_the_token_alone_on_the_last_line_and_it_works(
+    up: Running,
+) -> None:
+    data_dir = str(up.data_dir)
+    result = cli(
+        "tokens", "create", "--owner", "bob", url=up.url, token=None, SKILLFLEET_DATA_DIR=data_dir
+    )
+
+    assert result.returncode == 0, result.stderr
+    last_line = result.stdout.splitlines()[-1]
+    assert TOKEN.fullmatch(last_line)
+    assert "Token for owner 'bob'" in result.stderr
+    assert last_line != up.token
+    answer = httpx.get(
+        f"{up.url}/api/skills", headers={"Authorization": f"Bearer {last_line}"}, timeout=10
+    )
+    assert answer.status_code == 200
+    assert cli("skills", "list", url=up.url, token=last_line).returncode == 0
+
+
+def test_tokens_create_on_an_unmigrated_data_dir_says_to_run_db_upgrade(tmp_path: Path) -> None:
+    empty = tmp_path / "var"
+    empty.mkdir()
+
+    result = skillfleet(
+        "tokens", "create", "--owner", "bob", env=clean_env(SKILLFLEET_DATA_DIR=str(empty))
+    )
+
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "run `skillfleet db upgrade` (or `make up`) first." in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_skills_validate_accepts_a_valid_folder_and_exits_0(skills_dir: Path) -> None:
+    folder = write_skill(skills_dir, "pdf-tools")
+
+    result = skillfleet("skills", "validate", str(folder), env=clean_env())
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == "Valid skill: pdf-tools\n"
+
+
+def test_skills_validate_prints_each_of_three_problems_and_exits_1(skills_dir: Path) -> None:
+    header = "---\nname: other-name\ncolour: blue\n---\n\n# Broken\n"
+    folder = write_skill(skills_dir, "broken-skill", {"SKILL.md": header.encode()})
+
+    result = skillfleet("skills", "validate", str(folder), env=clean_env())
+
+    assert result.returncode == 1
+    problems = [line for line in result.stdout.splitlines() if line.startswith("  - ")]
+    assert problems == [
+        '  - The name "other-name" must equal the skill\'s folder name "broken-skill".',
+        "  - The header has no description; add one that says what the skill does and when "
+        "to use it.",
+        '  - Unknown header key "colour"; put your own keys under metadata.',
+    ]
+    assert f"{folder} is not a valid skill (3 problem(s)):" in result.stdout
+
+
+def test_skills_import_then_list_shows_the_skill_in_a_table_with_a_header_row(
+    up: Running, skills_dir: Path
+) -> None:
+    imported = as_owner(up, "skills", "import", str(write_skill(skills_dir, "csv-report")))
+
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines()[0] == "Imported csv-report (3 files, enabled)."
+    listed = as_owner(up, "skills", "list")
+    assert listed.returncode == 0, listed.stderr
+    header = re.split(r"\s{2,}", listed.stdout.splitlines()[0])
+    assert header == ["NAME", "ENABLED", "SOURCE", "RUNS ON", "TIER", "HASH", "DESCRIPTION"]
+    assert table_row(listed.stdout, "csv-report")[1:5] == ["yes", "upload", "node", "change"]
+    assert table_row(listed.stdout, "skill-authoring")[2] == "builtin"
+
+
+def test_skills_show_prints_the_skill_and_its_files(up: Running, skills_dir: Path) -> None:
+    folder = write_skill(skills_dir, "disk-usage")
+    as_owner(up, "skills", "import", str(folder))
+
+    shown = as_owner(up, "skills", "show", "disk-usage")
+
+    assert shown.returncode == 0, shown.stderr
+    assert "name:        disk-usage" in shown.stdout.splitlines()
+    assert "source:      upload" in shown.stdout.splitlines()
+    assert re.split(r"\s{2,}", shown.stdout.split("\n\n")[1].splitlines()[0]) == ["FILE", "BYTES"]
+    for rel in ("SKILL.md", "references/guide.md", "scripts/hello.py"):
+        size = (folder / rel).stat().st_size
+        assert table_row(shown.stdout, rel) == [rel, str(size)]
+
+
+def test_skills_disable_and_enable_change_the_state_that_list_shows(
+    up: Running, skills_dir: Path
+) -> None:
+    as_owner(up, "skills", "import", str(write_skill(skills_dir, "port-scan")))
+
+    disabled = as_owner(up, "skills", "disable", "port-scan")
+    assert disabled.returncode == 0, disabled.stderr
+    assert disabled.stdout == "Disabled port-scan.\n"
+    assert table_row(as_owner(up, "skills", "list").stdout, "port-scan")[1] == "no"
+
+    enabled = as_owner(up, "skills", "enable", "port-scan")
+    assert enabled.returncode == 0, enabled.stderr
+    assert enabled.stdout.startswith("Enabled port-scan (")
+    assert table_row(as_owner(up, "skills", "list").stdout, "port-scan")[1] == "yes"
+
+
+def test_importing_the_same_folder_again_exits_1_with_the_skill_exists_message(
+    up: Running, skills_dir: Path
+) -> None:
+    folder = write_skill(skills_dir, "twice-told")
+    assert as_owner(up, "skills", "import", str(folder)).returncode == 0
+
+    again = as_owner(up, "skills", "import", str(folder))
+
+    assert again.returncode == 1
+    assert again.stderr.startswith(
+        "Error (skill_exists): A skill named 'twice-told' is already installed"
+    )
+
+
+def test_skills_import_refuses_a_folder_holding_a_link_and_uploads_nothing(
+    up: Running, skills_dir: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("PRIVATE KEY\n")
+    folder = write_skill(skills_dir, "linked-notes")
+    (folder / "notes.txt").symlink_to(secret)
+
+    result = as_owner(up, "skills", "import", str(folder))
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"Error: {folder} holds notes.txt, which is not a regular file or folder "
+        "(skills may hold regular files only); nothing was uploaded.\n"
+    )
+    assert as_owner(up, "skills", "show", "linked-notes").returncode == 1
+
+
+def test_skills_delete_removes_the_skill(up: Running, skills_dir: Path) -> None:
+    as_owner(up, "skills", "import", str(write_skill(skills_dir, "short-lived")))
+
+    deleted = as_owner(up, "skills", "delete", "short-lived")
+
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout == "Deleted short-lived.\n"
+    assert "short-lived" not in as_owner(up, "skills", "list").stdout
+    shown = as_owner(up, "skills", "show", "short-lived")
+    assert shown.returncode == 1
+    assert shown.stderr == "Error (skill_not_found): No skill is named 'short-lived'.\n"
+
+
+def test_deleting_the_builtin_skill_exits_1_with_the_read_only_message(up: Running) -> None:
+    result = as_owner(up, "skills", "delete", "skill-authoring")
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error (skill_builtin): 'skill-authoring' is a read-only builtin skill.\n"
+    )
+    assert "skill-authoring" in as_owner(up, "skills", "list").stdout
+
+
+API_COMMANDS = [
+    ["skills", "list"],
+    ["skills", "show", "skill-authoring"],
+    ["skills", "import", "FOLDER"],
+    ["skills", "enable", "skill-authoring"],
+    ["skills", "disable", "skill-authoring"],
+    ["skills", "delete", "skill-authoring"],
+]
+
+
+def with_folder(command: list[str], folder: Path) -> list[str]:
+    return [str(folder) if arg == "FOLDER" else arg for arg in command]
+
+
+@pytest.mark.parametrize("command", API_COMMANDS, ids=" ".join)
+def test_every_command_with_a_wrong_token_exits_1_saying_the_token_is_not_valid(
+    up: Running, skills_dir: Path, command: list[str]
+) -> None:
+    folder = write_skill(skills_dir, "never-imported")
+
+    result = cli(*with_folder(command, folder), url=up.url, token="sf_not_a_real_token")
+
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == "Error (unauthorized): The bearer token is not valid.\n"
+
+
+def test_a_command_without_a_token_exits_1_saying_a_token_is_needed(up: Running) -> None:
+    result = cli("skills", "list", url=up.url, token=None)
+
+    assert result.returncode == 1
+    assert "Error (unauthorized):" in result.stderr
+    assert "this route needs a token" in result.stderr
+
+
+@pytest.mark.parametrize("command", API_COMMANDS, ids=" ".join)
+def test_with_no_server_listening_every_command_says_it_cannot_reach_skillfleet(
+    skills_dir: Path, command: list[str]
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    folder = write_skill(skills_dir, "never-imported")
+
+    result = cli(*with_folder(command, folder), url=url, token="sf_any")
+
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"Error (unreachable): Can't reach skillfleet at {url}")
+    assert "Is `skillfleet up` running?" in result.stderr
+    assert "Traceback" not in result.stderr
