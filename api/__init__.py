@@ -61,9 +61,9 @@ def _spec_kwargs() -> dict[str, Any]:
 
 
 def _register_blueprints(api: SkillfleetApi) -> None:
-    from api import approvals, calls, chats, health, metrics, settings, skills, tools
+    from api import approvals, calls, chats, health, metrics, runs, settings, skills, tools
 
-    for module in (health, skills, tools, calls, approvals, chats, settings, metrics):
+    for module in (health, skills, tools, calls, approvals, chats, settings, runs, metrics):
         api.register_blueprint(module.blp)
 
 

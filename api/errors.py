@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import kombu.exceptions
 import marshmallow as ma
+import redis
 from flask import Flask, Response, jsonify
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
 
 from broker.errors import BrokerError
 from store.errors import StoreError
+from workers.errors import RunError
 
 
 class ErrorSchema(ma.Schema):
@@ -83,7 +86,7 @@ class SkillfleetApi(Api):  # type: ignore[misc]
 
 
 def register_error_handlers(app: Flask) -> None:
-    def domain_error(error: StoreError | BrokerError) -> Response:
+    def domain_error(error: StoreError | BrokerError | RunError) -> Response:
         return error_response(
             error.status, error.code, error.message, getattr(error, "errors", None)
         )
@@ -96,6 +99,17 @@ def register_error_handlers(app: Flask) -> None:
             422, "invalid_request", "The request body is not valid.", error.messages
         )
 
+    def redis_down(error: redis.RedisError) -> Response:
+        return error_response(
+            503,
+            "redis_unavailable",
+            "The queue and output streams (Redis) can't be reached; try again shortly.",
+        )
+
+    app.register_error_handler(redis.ConnectionError, redis_down)
+    app.register_error_handler(redis.TimeoutError, redis_down)
+    app.register_error_handler(kombu.exceptions.OperationalError, redis_down)
+    app.register_error_handler(RunError, domain_error)
     app.register_error_handler(ma.ValidationError, invalid_body)
     app.register_error_handler(StoreError, domain_error)
     app.register_error_handler(BrokerError, domain_error)

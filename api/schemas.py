@@ -202,3 +202,29 @@ class SettingsSchema(ma.Schema):
         required=True,
         metadata={"description": "Change tools (or skill grant keys) that run without asking"},
     )
+
+
+class RunSchema(ma.Schema):
+    run_id = ma.fields.String(attribute="id")
+    call_id = ma.fields.String(allow_none=True)
+    status = ma.fields.String(
+        metadata={
+            "description": "queued, running, succeeded, failed, timed_out, cancelled or interrupted"
+        }
+    )
+    skill_name = ma.fields.String()
+    skill_hash = ma.fields.String()
+    script = ma.fields.String()
+    execution = ma.fields.String()
+    queue = ma.fields.String()
+    node = ma.fields.String(allow_none=True)
+    isolation = ma.fields.String(allow_none=True)
+    exit_code = ma.fields.Integer(allow_none=True)
+    stdout = ma.fields.String()
+    stderr = ma.fields.String()
+    error = ma.fields.String(allow_none=True)
+    worker = ma.fields.String(allow_none=True)
+    timeout_seconds = ma.fields.Integer()
+    created_at = ma.fields.DateTime()
+    started_at = ma.fields.DateTime(allow_none=True)
+    finished_at = ma.fields.DateTime(allow_none=True)

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import redis
+from celery import Celery
 from flask import current_app
 from sqlalchemy import Engine
 
 from broker.broker import Broker
+from broker.context import Dispatcher, RecordingDispatcher
 from broker.policy import Policy, load_builtin_policy
 from broker.toolset import build_registry
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
 from store.discovery import read_only_skills
 from store.skills import BUILTIN_DIR, SkillStore
+from workers.app import create_celery
+from workers.dispatch import CeleryDispatcher
+from workers.streams import wait_for_end
 
 
 @dataclass
@@ -23,6 +29,8 @@ class Services:
     sessions: SessionFactory
     store: SkillStore
     broker: Broker
+    redis: redis.Redis
+    celery: Celery
 
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
@@ -32,8 +40,20 @@ class Services:
         store = SkillStore(sessions, settings.skills_dir)
         store.sync_read_only(read_only_skills(BUILTIN_DIR, settings.skill_paths))
         policy = load_policy(settings)
-        broker = Broker(build_registry(), policy, store, sessions)
-        return cls(settings, engine, sessions, store, broker)
+        client = redis.Redis.from_url(settings.redis, socket_connect_timeout=2)
+        celery = create_celery(settings)
+        dispatcher: Dispatcher = CeleryDispatcher(sessions, client, celery, settings.run_timeout)
+        if settings.dry_run:
+            dispatcher = RecordingDispatcher()  # records what would run; runs nothing
+        broker = Broker(
+            build_registry(),
+            policy,
+            store,
+            sessions,
+            dispatcher=dispatcher,
+            run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
+        )
+        return cls(settings, engine, sessions, store, broker, client, celery)
 
 
 def load_policy(settings: Settings) -> Policy:

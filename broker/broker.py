@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -14,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from broker import approvals
 from broker.calls import OPEN_STATES, CallOutcome, CallRequest
 from broker.classify import CallPlan, plan_call
-from broker.context import Dispatcher, RecordingDispatcher, ToolContext
+from broker.context import Dispatcher, RecordingDispatcher, RunStarted, ToolContext
 from broker.errors import (
     ApprovalVoid,
     CallNotFound,
@@ -32,6 +33,7 @@ from store.skills import SkillStore
 
 log = structlog.get_logger(__name__)
 
+UNAVAILABLE = 503
 MAX_CALLS_PER_TURN = 50
 TURN_LIMIT_RULE = "turn-call-limit"
 MAX_WAIT_SECONDS = 60.0
@@ -46,7 +48,9 @@ class Broker:
     policy: Policy
     store: SkillStore
     sessions: SessionFactory
-    dispatcher: Dispatcher = RecordingDispatcher()
+    dispatcher: Dispatcher = field(default_factory=RecordingDispatcher)
+    # Blocks until a run ends or the time runs out (Redis streams); None polls the database.
+    run_waiter: Callable[[str, float], object] | None = None
 
     # -- a call -------------------------------------------------------------------
 
@@ -158,9 +162,16 @@ class Broker:
         try:
             result = plan.tool.handler(context, plan.arguments) if plan.tool.handler else None
         except Exception as e:  # every failure becomes an envelope; ours keep their message
-            return self._finish(call, chat, plan, error=e)
+            outcome = self._finish(call, chat, plan, error=e)
+            if getattr(e, "status", None) == UNAVAILABLE:
+                raise  # the service is down, not the call wrong: the API answers 503
+            return outcome
         finally:
             structlog.contextvars.unbind_contextvars("call_id")
+        if isinstance(result, RunStarted):
+            call.status = "running"
+            call.run_id = result.run_id
+            return self._save(call, chat)
         call.status = "done"
         call.result = shape_result(result)
         return self._save(call, chat)
@@ -286,8 +297,13 @@ class Broker:
                 call = session.get(ToolCall, call_id)
             if call is None or call.owner_id != owner_id:
                 raise CallNotFound(f"You have no tool call '{call_id}'.")
-            if call.status not in OPEN_STATES or time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if call.status not in OPEN_STATES or left <= 0:
                 return call
+            if call.status == "running" and call.run_id and self.run_waiter is not None:
+                self.run_waiter(call.run_id, left)
+                deadline = min(deadline, time.monotonic() + 0.5)  # one more look, then answer
+                continue
             time.sleep(POLL_SECONDS)
 
 

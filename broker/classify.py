@@ -42,6 +42,7 @@ class CallPlan:
     script: str | None = None
     script_arguments: dict[str, Any] = field(default_factory=dict)
     node: str | None = None
+    network: str = "none"
 
 
 def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallPlan:
@@ -96,7 +97,8 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallP
         skill=skill.name,
         script=script,
     )
-    schema = schema_for(store.info(skill), script)
+    info = store.info(skill)
+    schema = schema_for(info, script)
     error = jsonschema.exceptions.best_match(
         jsonschema.Draft202012Validator(schema).iter_errors(normalised.arguments)
     )
@@ -113,4 +115,14 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallP
         script=script,
         script_arguments=normalised.arguments,
         node=node if isinstance(node, str) else None,
+        network=_network(info.execution, info.network, info.allowed_domains),
     )
+
+
+def _network(execution: str, network: str, domains: tuple[str, ...]) -> str:
+    """Spark scripts get the network they ask for; sandbox scripts only with allowed domains."""
+    if execution == "spark":
+        return network
+    if execution == "sandbox" and domains:
+        return "bridge"
+    return "none"

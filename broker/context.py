@@ -13,10 +13,17 @@ if TYPE_CHECKING:
     from broker.classify import CallPlan
 
 
+@dataclass(frozen=True)
+class RunStarted:
+    """A handler's answer when it started a run: the call stays `running` until it ends."""
+
+    run_id: str
+
+
 class Dispatcher(Protocol):
     """Turns an allowed run_skill_script call into work for a runner."""
 
-    def dispatch(self, context: ToolContext) -> dict[str, Any]: ...
+    def dispatch(self, context: ToolContext) -> dict[str, Any] | RunStarted: ...
 
 
 @dataclass(frozen=True)
@@ -34,14 +41,17 @@ class ToolContext:
 
 
 class RecordingDispatcher:
-    """Records what a run would dispatch, for deployments without runners."""
+    """Dry-run mode (SKILLFLEET_DRY_RUN): records what a run would dispatch, runs nothing.
+
+    Lets an operator try a policy against real agents before any runner is connected.
+    """
 
     def dispatch(self, context: ToolContext) -> dict[str, Any]:
         plan = context.plan
         assert plan.skill is not None
         return {
             "dispatched": False,
-            "note": "No runner is configured, so the script was not run; this is what would run.",
+            "note": "Dry-run mode: the script was not run; this is what would run.",
             "would_dispatch": {
                 "skill": plan.skill.name,
                 "hash": plan.skill.hash,

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from broker.context import ToolContext
+from broker.context import RunStarted, ToolContext
 from broker.errors import InvalidCall, SkillNotEnabled, ToolNotImplemented
 from broker.registry import Tool
 from broker.tiers import Tier
@@ -171,7 +171,9 @@ def _remember_catalog(context: ToolContext, names: list[str]) -> list[str] | Non
     return before
 
 
-def run_skill_script(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
+def run_skill_script(
+    context: ToolContext, arguments: dict[str, Any]
+) -> dict[str, Any] | RunStarted:
     """Hand the planned script run to the dispatcher; the plan was checked before the policy."""
     plan = context.plan
     if plan.skill is None:

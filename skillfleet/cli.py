@@ -9,7 +9,9 @@ import click
 from skillfleet import __version__
 from skillfleet.cli_approvals import approvals
 from skillfleet.cli_policy import policy
+from skillfleet.cli_run import run
 from skillfleet.cli_skills import skills
+from skillfleet.cli_workers import beat_command, worker
 from skillfleet.settings import Settings, SettingsError
 
 
@@ -92,6 +94,9 @@ def tokens_create(owner_name: str, label: str | None) -> None:
 cli.add_command(skills)
 cli.add_command(policy)
 cli.add_command(approvals)
+cli.add_command(worker)
+cli.add_command(run)
+cli.add_command(beat_command())
 
 
 def main() -> None:

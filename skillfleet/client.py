@@ -20,7 +20,7 @@ class ClientError(Exception):
 
 
 class Client:
-    def __init__(self, settings: ClientSettings, timeout: float = 60.0) -> None:
+    def __init__(self, settings: ClientSettings, timeout: float | None = 60.0) -> None:
         headers = {"User-Agent": "skillfleet-cli"}
         if settings.token:
             headers["Authorization"] = f"Bearer {settings.token}"

@@ -15,6 +15,10 @@ DEFAULT_PORT = 8750
 DEFAULT_DATA_DIR = "var"
 DEFAULT_GITHUB_API = "https://api.github.com"
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+DEFAULT_RUNNER_IMAGE = "skillfleet/runner:latest"
+DEFAULT_RUN_TIMEOUT = 300
+# A message nobody acknowledged comes back after this long (Celery's default is an hour).
+DEFAULT_VISIBILITY_TIMEOUT = 60
 
 
 class SettingsError(Exception):
@@ -36,6 +40,14 @@ class Settings:
     policy_file: Path | None = None
     github_api_url: str = DEFAULT_GITHUB_API
     github_token: str | None = None
+    runner_image: str = DEFAULT_RUNNER_IMAGE
+    run_timeout: int = DEFAULT_RUN_TIMEOUT
+    api_url: str = DEFAULT_URL
+    node_token: str | None = None
+    manifest_public_key: str | None = None
+    sandbox_isolation: str = "hyperlight"
+    dry_run: bool = False
+    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -52,6 +64,22 @@ class Settings:
     @property
     def embedded_redis_file(self) -> Path:
         return self.data_dir / "redis.db"
+
+    @property
+    def cache_dir(self) -> Path:
+        """Where a node agent keeps the skill packages it installed."""
+        return self.data_dir / "cache"
+
+    @property
+    def keys_dir(self) -> Path:
+        return self.data_dir / "keys"
+
+    @property
+    def redis(self) -> str:
+        """`REDIS_URL`, else the embedded Redis socket `skillfleet up` starts."""
+        if self.redis_url:
+            return self.redis_url
+        return f"unix://{(self.data_dir / 'redis.socket').resolve()}"
 
     def with_overrides(self, **changes: Any) -> Settings:
         return replace(self, **changes)
@@ -74,6 +102,18 @@ class Settings:
             policy_file=_path(env.get("SKILLFLEET_POLICY")),
             github_api_url=(env.get("SKILLFLEET_GITHUB_API") or DEFAULT_GITHUB_API).rstrip("/"),
             github_token=env.get("SKILLFLEET_GITHUB_TOKEN") or None,
+            runner_image=env.get("SKILLFLEET_RUNNER_IMAGE") or DEFAULT_RUNNER_IMAGE,
+            run_timeout=_int(env, "SKILLFLEET_RUN_TIMEOUT", DEFAULT_RUN_TIMEOUT),
+            api_url=(env.get("SKILLFLEET_URL") or DEFAULT_URL).rstrip("/"),
+            node_token=env.get("SKILLFLEET_NODE_TOKEN") or None,
+            manifest_public_key=env.get("SKILLFLEET_MANIFEST_KEY") or None,
+            sandbox_isolation=_choice(
+                env, "SKILLFLEET_SANDBOX_ISOLATION", ("hyperlight", "container"), "hyperlight"
+            ),
+            dry_run=_bool(env, "SKILLFLEET_DRY_RUN"),
+            visibility_timeout=_int(
+                env, "SKILLFLEET_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT
+            ),
             extra=config,
         )
 
@@ -114,6 +154,22 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise SettingsError(f"{name} must be a whole number, not {raw!r}.") from None
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{name} must be true or false, not {raw!r}.")
+
+
+def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
+    raw = env.get(name) or default
+    if raw not in allowed:
+        raise SettingsError(f"{name} must be one of {', '.join(allowed)}, not {raw!r}.")
+    return raw
 
 
 def _read_config(path: Path) -> dict[str, Any]:

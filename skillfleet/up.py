@@ -19,6 +19,7 @@ import click
 from skillfleet.settings import Settings
 
 TOKEN_FILE = "owner-token"
+LOCAL_NODE = "local"
 BOOTSTRAP_OWNER = "owner"
 REDIS_SOCKET = "redis.socket"
 # A unix socket's path must fit in sun_path (108 bytes on Linux); longer ones stay in /tmp.
@@ -66,6 +67,8 @@ def _wait_until_up(
 def exec_api(settings: Settings, workers: int = 2) -> None:
     """Replace this process with gunicorn serving the API."""
     check_start_up(settings)
+    if settings.bootstrap_token:
+        owner_token(settings)  # registers SKILLFLEET_BOOTSTRAP_TOKEN for the owner
     os.execvp(sys.executable, _gunicorn_command(settings, workers))
 
 
@@ -87,8 +90,6 @@ def _gunicorn_command(settings: Settings, workers: int) -> list[str]:
         "120",
         "--graceful-timeout",
         "5",
-        "--access-logfile",
-        "-",
         "--log-level",
         "warning",
     ]
@@ -166,7 +167,7 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def run_up(settings: Settings) -> int:
-    """Migrate, check the skill paths, start Redis and the API; run until Ctrl-C or the API ends."""
+    """Migrate, check the skill paths, start Redis, the API and the workers; run until Ctrl-C."""
     from store.migrate import upgrade
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -174,6 +175,7 @@ def run_up(settings: Settings) -> int:
     check_start_up(settings)
     token = owner_token(settings)
     env = dict(os.environ, SKILLFLEET_DATA_DIR=str(settings.data_dir))
+    env["SKILLFLEET_URL"] = f"http://{settings.host}:{settings.port}"
     stopping = False
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -188,13 +190,91 @@ def run_up(settings: Settings) -> int:
             env["REDIS_URL"] = running.enter_context(embedded_redis(settings))
         api = subprocess.Popen(_gunicorn_command(settings, workers=2), env=env)
         running.callback(_stop_child, api)
+        children = [api]
         if _wait_until_up(settings, api, lambda: stopping):
+            children += _start_workers(settings, env, running)
             _announce(settings, token)
-        while not stopping and api.poll() is None:
+        while not stopping and all(child.poll() is None for child in children):
             time.sleep(0.2)
         click.echo("\nStopping skillfleet…")
     click.echo("Stopped.")
     return 0 if stopping else (api.returncode or 1)
+
+
+def _start_workers(
+    settings: Settings, env: dict[str, str], running: ExitStack
+) -> list[subprocess.Popen[bytes]]:
+    """The control worker, beat, the `local` node worker and, when Docker answers, the Spark."""
+    from store.signing import load_or_create_key, public_key_text
+
+    logs = settings.data_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    env = dict(env, SKILLFLEET_MANIFEST_KEY=public_key_text(load_or_create_key(settings.keys_dir)))
+    commands = {
+        "control": ["worker", "control"],
+        "beat": ["beat"],
+        LOCAL_NODE: ["worker", "node", "--name", LOCAL_NODE],
+    }
+    spark_note = _spark_status(settings)
+    if spark_note is None:
+        commands["spark"] = ["worker", "spark"]
+    else:
+        click.echo(spark_note)
+    started = []
+    for label, arguments in commands.items():
+        child_env = dict(env)
+        if label in (LOCAL_NODE, "spark"):
+            child_env["SKILLFLEET_NODE_TOKEN"] = node_token(settings, label)
+        with open(logs / f"{label}.log", "ab") as log_file:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "skillfleet", *arguments],
+                env=child_env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+        running.callback(_stop_child, child)
+        started.append(child)
+    return started
+
+
+def _spark_status(settings: Settings) -> str | None:
+    """None when the Spark worker can start here, else a line telling the user why not."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=2)
+        client.ping()
+    except Exception:  # noqa: BLE001 - any failure means "no engine here"
+        return "  spark:       off (no Docker engine answers; spark skills can't run)"
+    try:
+        client.images.get(settings.runner_image)
+    except Exception:  # noqa: BLE001 - missing image or engine error
+        return (
+            f"  spark:       off (Docker answers but the image {settings.runner_image} is missing;"
+            " build it with `bash workers/runner/build-offline.sh`, then restart)"
+        )
+    return None
+
+
+def node_token(settings: Settings, node: str) -> str:
+    """The token of a node run by `skillfleet up`, kept under the data dir (0600)."""
+    from sqlalchemy import select
+
+    from store.db import make_engine, make_sessions, transaction
+    from store.models import Node
+    from store.tokens import authenticate, create_node_token
+
+    path = settings.data_dir / f"node-token-{node}"
+    engine = make_engine(settings.database)
+    with transaction(make_sessions(engine)) as session:
+        if session.scalar(select(Node).where(Node.name == node)) is None:
+            session.add(Node(name=node))
+        token = path.read_text().strip() if path.exists() else ""
+        if not token or authenticate(session, token) is None:
+            token = create_node_token(session, node)
+            _write_private(path, token)
+    engine.dispose()
+    return token
 
 
 def _stop_child(child: subprocess.Popen[bytes]) -> None:
@@ -209,10 +289,12 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
 
 def _announce(settings: Settings, token: str) -> None:
     url = f"http://{settings.host}:{settings.port}"
-    click.echo(f"skillfleet is starting on {url}")
+    click.echo(f"skillfleet is running on {url}")
     click.echo(f"  API docs:    {url}/api/docs")
     click.echo(f"  database:    {settings.database.split('://')[0]}")
-    click.echo(f"  data:        {settings.data_dir}")
+    click.echo(
+        f"  data:        {settings.data_dir}   (worker logs in {settings.data_dir / 'logs'})"
+    )
     click.echo("  Press Ctrl-C to stop.")
     click.echo(f"  owner token: {token}")
     click.echo(f"  export SKILLFLEET_URL={url} SKILLFLEET_TOKEN={token}")

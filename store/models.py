@@ -193,3 +193,41 @@ class Approval(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     answered_at: Mapped[datetime | None]
+
+
+class Run(Base):
+    """One dispatched script: where it ran, how it ended and its capped output."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    call_id: Mapped[str | None] = mapped_column(String(36), index=True)
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("owners.id", ondelete="SET NULL"))
+    skill_name: Mapped[str] = mapped_column(String(64))
+    skill_hash: Mapped[str] = mapped_column(String(64))
+    script: Mapped[str] = mapped_column(String(1024))
+    arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
+    execution: Mapped[str] = mapped_column(String(16))
+    queue: Mapped[str] = mapped_column(String(80))
+    node: Mapped[str | None] = mapped_column(String(64))
+    network: Mapped[str] = mapped_column(String(16), default="none")
+    isolation: Mapped[str | None] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    stdout: Mapped[str] = mapped_column(Text, default="")
+    stderr: Mapped[str] = mapped_column(Text, default="")
+    error: Mapped[str | None] = mapped_column(Text)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    timeout_seconds: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class Node(Base):
+    """A managed server registered with `skillfleet nodes add`."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -83,7 +83,10 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 @pytest.fixture
 def settings(tmp_path: Path, database_url: str) -> Settings:
-    return Settings(data_dir=tmp_path / "var", database_url=database_url)
+    """Dry-run settings: broker decisions are real, runs are recorded instead of queued."""
+    return Settings(
+        data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL, dry_run=True
+    )
 
 
 @pytest.fixture

@@ -222,7 +222,7 @@ def test_up_prints_the_url_docs_and_token_and_serves_the_api_with_embedded_redis
     up: Running,
 ) -> None:
     token = up.wait_for_token()
-    assert f"skillfleet is starting on {up.url}" in up.lines
+    assert f"skillfleet is running on {up.url}" in up.lines
     assert f"  API docs:    {up.url}/api/docs" in up.lines
     assert token.startswith("sf_")
 

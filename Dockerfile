@@ -1,0 +1,17 @@
+# The skillfleet application image: API, control worker, beat, node agent and Spark worker.
+FROM python:3.11-slim
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY skillfleet ./skillfleet
+COPY api ./api
+COPY broker ./broker
+COPY store ./store
+COPY workers ./workers
+COPY migrations ./migrations
+RUN pip install . flower && useradd --system --uid 10001 skillfleet \
+    && mkdir -p /data && chown skillfleet /data
+USER skillfleet
+ENV SKILLFLEET_DATA_DIR=/data
+EXPOSE 8750
+CMD ["skillfleet", "api"]

@@ -1,0 +1,216 @@
+"""`skillfleet worker node|spark|sandbox|control` and `skillfleet beat`."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import click
+
+from skillfleet.settings import Settings
+from workers import naming
+
+WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--loglevel", "INFO"]
+
+
+def _settings() -> Settings:
+    from skillfleet.cli import load_settings
+
+    return load_settings()
+
+
+@click.group()
+def worker() -> None:
+    """Celery workers."""
+
+
+@worker.command("node")
+@click.option("--name", required=True, help="This server's node name (skillfleet nodes add NAME)")
+@click.option("--concurrency", default=8, show_default=True, help="Scripts run at once")
+def node(name: str, concurrency: int) -> None:
+    """The node agent: syncs verified skill packages and runs node scripts on this server."""
+    if not naming.NODE_NAME.fullmatch(name):
+        raise click.ClickException("A node name is 1-64 characters of a-z, 0-9 and hyphens.")
+    from workers.agent import SyncLoop
+    from workers.runners.node import NodeRunner
+
+    settings = _settings()
+    cache = _package_cache(settings, name)
+    loop_holder: dict[str, Any] = {}
+
+    def before(client: Any) -> None:
+        loop_holder["loop"] = SyncLoop(cache, client, name)
+        loop_holder["loop"].start()
+
+    _serve(
+        settings,
+        role="node",
+        queue=naming.node_queue(name),
+        name=name,
+        runner=NodeRunner(),
+        packages=cache,
+        features=_node_features(),
+        concurrency=concurrency,
+        before=before,
+    )
+
+
+@worker.command("spark")
+@click.option("--concurrency", default=4, show_default=True)
+def spark(concurrency: int) -> None:
+    """The Spark runner: scripts in throwaway hardened Docker containers."""
+    from workers.errors import RunnerUnavailable
+    from workers.runners.spark import SparkRunner
+
+    settings = _settings()
+    runner = SparkRunner(settings.runner_image)
+    try:
+        runner.start()
+    except RunnerUnavailable as e:
+        raise click.ClickException(e.message) from e
+    _serve(
+        settings,
+        role="spark",
+        queue=naming.SPARK,
+        name=naming.SPARK,
+        runner=runner,
+        packages=_package_cache(settings, naming.SPARK),
+        features=["skills", "docker"],
+        concurrency=concurrency,
+    )
+
+
+@worker.command("sandbox")
+@click.option("--concurrency", default=4, show_default=True)
+def sandbox(concurrency: int) -> None:
+    """The KVM host runner: Python and JavaScript in Hyperlight micro-VMs."""
+    from workers.runners.sandbox import build_sandbox_runner
+
+    settings = _settings()
+    runner, reason = build_sandbox_runner(settings)
+    packages = _package_cache(settings, naming.SANDBOX)
+    features = ["skills", "kvm"] if runner is not None else ["skills"]
+    _serve(
+        settings,
+        role="sandbox",
+        queue=naming.SANDBOX,
+        name=naming.SANDBOX,
+        runner=runner,
+        packages=packages,
+        features=features,
+        concurrency=concurrency,
+        reason=reason,
+    )
+
+
+@worker.command("control")
+@click.option("--concurrency", default=2, show_default=True)
+def control(concurrency: int) -> None:
+    """API-side background work: reaping lost runs, expiring approvals."""
+    _serve(_settings(), role="control", queue=naming.CONTROL, name=None, runner=None,
+           packages=None, features=[], concurrency=concurrency)  # fmt: skip
+
+
+def beat_command() -> click.Command:
+    @click.command("beat")
+    def beat() -> None:
+        """celery beat: the reaper every 5 s, approval expiry every 30 s."""
+        from workers.app import create_celery
+
+        settings = _settings()
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        schedule = settings.data_dir / "celerybeat-schedule"
+        app = create_celery(settings)
+        app.start(["beat", "--loglevel", "INFO", "--schedule", str(schedule)])
+
+    return beat
+
+
+def _package_cache(settings: Settings, node: str) -> Any:
+    from workers.packages import PackageCache
+
+    if not settings.node_token or not settings.manifest_public_key:
+        raise click.ClickException(
+            "Set SKILLFLEET_NODE_TOKEN (from `skillfleet nodes add NAME`) and "
+            "SKILLFLEET_MANIFEST_KEY (from `skillfleet keys show`) for this worker."
+        )
+    return PackageCache(
+        settings.cache_dir / node,
+        settings.api_url,
+        node,
+        settings.node_token,
+        settings.manifest_public_key,
+    )
+
+
+def _node_features() -> list[str]:
+    features = ["skills"]
+    if _docker_answers():
+        features.append("docker")
+        if Path("/dev/kvm").exists() and platform.machine() == "x86_64":
+            features.append("kvm")
+    return features
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "no engine here"
+        return False
+
+
+def _serve(
+    settings: Settings,
+    *,
+    role: str,
+    queue: str,
+    name: str | None,
+    runner: Any,
+    packages: Any,
+    features: list[str],
+    concurrency: int,
+    reason: str | None = None,
+    before: Any = None,
+) -> None:
+    """Beat for `queue` and consume it; a worker that can't serve it beats but stays off it."""
+    import time
+
+    from store.db import make_engine, make_sessions
+    from workers.app import create_celery
+    from workers.context import redis_client
+    from workers.execute import WorkerContext
+    from workers.heartbeat import Beater, Instance
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app = create_celery(settings)
+    client = redis_client(settings)
+    instance = Instance(role=role, queue=queue, name=name, features=features, reason=reason)
+    serving = reason is None
+    if runner is not None:
+        sessions = make_sessions(make_engine(settings.database))
+        app.skillfleet_worker = WorkerContext(sessions, client, instance, runner, packages)
+
+    def refresh(current: Instance) -> None:
+        if packages is not None:
+            current.hashes = packages.held()
+
+    beater = Beater(client, instance, serving, refresh)
+    if before is not None:
+        before(client)
+    beater.start()
+    try:
+        if not serving:
+            click.echo(f"Not consuming '{queue}': {reason}", err=True)
+            while True:
+                time.sleep(3600)
+        app.worker_main(
+            ["worker", "-Q", queue, "--pool", "threads", "--concurrency", str(concurrency),
+             "--hostname", f"{role}-{name or role}-{os.getpid()}@%h", *WORKER_FLAGS]
+        )  # fmt: skip
+    finally:
+        beater.stop()

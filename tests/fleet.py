@@ -1,0 +1,158 @@
+"""A real fleet for tests: the API over HTTP, real Redis, real Celery worker processes."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+from factories import skill_files, zip_bytes
+from werkzeug.serving import make_server
+
+from api import create_app
+from api.services import Services
+from skillfleet.settings import Settings
+from store.db import transaction
+from store.models import Node
+from store.signing import load_or_create_key, public_key_text
+from store.tokens import create_node_token, create_owner_token
+from workers import heartbeat, naming
+
+PYTHON = sys.executable
+START_LIMIT = 30.0
+
+
+def wait_until(check: Callable[[], Any], limit: float, what: str, every: float = 0.05) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` after `limit` s."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {limit} s waiting for {what}")
+
+
+@dataclass
+class Fleet:
+    settings: Settings
+    services: Services
+    url: str
+    owner_token: str
+    env: dict[str, str]
+    logs: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def redis(self) -> redis.Redis:
+        return self.services.redis
+
+    def http(self, timeout: float | None = 60) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.owner_token}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def node_env(self, node: str) -> dict[str, str]:
+        with transaction(self.services.sessions) as session:
+            if session.get(Node, node) is None:
+                session.add(Node(name=node))
+            token = create_node_token(session, node)
+        return dict(self.env, SKILLFLEET_NODE_TOKEN=token)
+
+    def start(
+        self, label: str, *arguments: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"{label}.log", "ab")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(
+            [PYTHON, "-m", "skillfleet", *arguments],
+            env=env or self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes[label] = process
+        return process
+
+    def start_node(
+        self, node: str, label: str | None = None, concurrency: int = 8
+    ) -> subprocess.Popen[bytes]:
+        process = self.start(
+            label or node, "worker", "node", "--name", node, "--concurrency", str(concurrency),
+            env=self.node_env(node),
+        )  # fmt: skip
+        self.wait_for_queue(naming.node_queue(node))
+        return process
+
+    def wait_for_queue(self, queue: str, limit: float = START_LIMIT) -> None:
+        wait_until(lambda: heartbeat.live_workers(self.redis, queue), limit, f"a worker on {queue}")
+
+    def kill(self, label: str, sig: int = signal.SIGTERM) -> None:
+        process = self.processes.pop(label)
+        if process.poll() is None:
+            os.killpg(process.pid, sig)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    def import_skill(
+        self, name: str, metadata: dict[str, Any], scripts: dict[str, str]
+    ) -> dict[str, Any]:
+        files = skill_files(name, metadata=metadata)
+        files.update({path: text.encode() for path, text in scripts.items()})
+        with self.http() as client:
+            data = zip_bytes(files, top=name)
+            response = client.post("/api/skills", files={"file": ("s.zip", io.BytesIO(data))})
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    def log_text(self, label: str) -> str:
+        path = self.logs / f"{label}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+@contextmanager
+def fleet(settings: Settings) -> Iterator[Fleet]:
+    """The API served over real HTTP on a free loopback port, plus what workers need."""
+    services = Services.build(settings)
+    app = create_app(services=services)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    with transaction(services.sessions) as session:
+        owner = create_owner_token(session, f"owner-{uuid.uuid4().hex[:6]}")
+    key = public_key_text(load_or_create_key(settings.keys_dir))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SKILLFLEET_")},
+        "DATABASE_URL": settings.database,
+        "REDIS_URL": settings.redis,
+        "SKILLFLEET_DATA_DIR": str(settings.data_dir),
+        "SKILLFLEET_URL": url,
+        "SKILLFLEET_MANIFEST_KEY": key,
+        "SKILLFLEET_RUN_TIMEOUT": str(settings.run_timeout),
+        "SKILLFLEET_VISIBILITY_TIMEOUT": str(settings.visibility_timeout),
+    }
+    logs = settings.data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    running = Fleet(settings, services, url, owner, env, logs)
+    try:
+        yield running
+    finally:
+        for label in list(running.processes):
+            running.kill(label)
+        server.shutdown()
+        thread.join(timeout=10)
+        services.engine.dispose()

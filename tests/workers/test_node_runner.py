@@ -1,0 +1,159 @@
+"""The node runner: real processes, real Redis streams, timeouts, cancel, interpreters."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from conftest import REDIS_URL, missing_service
+
+from workers import naming
+from workers.runners.base import Job, command_for
+from workers.runners.node import NodeRunner
+from workers.streams import RunStream, read_events
+
+
+@pytest.fixture
+def client() -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(REDIS_URL)
+    try:
+        connection.ping()
+    except redis.RedisError:
+        missing_service(f"Redis at {REDIS_URL}")
+    yield connection
+    connection.close()
+
+
+def skill(tmp_path: Path, name: str, text: str) -> Path:
+    folder = tmp_path / "skill"
+    (folder / "scripts").mkdir(parents=True, exist_ok=True)
+    (folder / "scripts" / name).write_text(text)
+    return folder
+
+
+def job(script: str, timeout: int = 30, **arguments: object) -> Job:
+    return Job(str(uuid.uuid4()), "demo", "0" * 64, script, dict(arguments), timeout)
+
+
+def never() -> bool:
+    return False
+
+
+def test_a_python_script_gets_its_arguments_and_its_output_is_streamed(tmp_path, client):
+    folder = skill(
+        tmp_path,
+        "echo.py",
+        "import json, os, sys\n"
+        "print(json.loads(os.environ['SKILLFLEET_ARGS'])['word'])\n"
+        "print(os.environ['LUCIA_SKILL_ARGS'] == os.environ['SKILLFLEET_ARGS'], file=sys.stderr)\n"
+        "print(os.getcwd())\n",
+    )
+    the_job = job("scripts/echo.py", word="hello")
+    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    assert outcome.status == "succeeded" and outcome.exit_code == 0
+    assert outcome.stdout == f"hello\n{folder}\n"
+    assert outcome.stderr == "True\n"
+    kinds = [e.kind for e in read_events(client, the_job.run_id)]
+    assert kinds[0] == "status" and "stdout" in kinds and "stderr" in kinds
+
+
+def test_a_failing_script_fails_with_its_exit_code(tmp_path, client):
+    folder = skill(tmp_path, "fail.sh", "echo oops >&2\nexit 3\n")
+    the_job = job("scripts/fail.sh")
+    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    assert (outcome.status, outcome.exit_code, outcome.stderr) == ("failed", 3, "oops\n")
+
+
+def test_a_script_past_its_timeout_is_killed_with_its_children(tmp_path, client):
+    marker = tmp_path / "child-alive"
+    folder = skill(tmp_path, "slow.sh", f"(sleep 3; touch {marker}) &\necho started\nsleep 30\n")
+    the_job = job("scripts/slow.sh", timeout=1)
+    started = time.monotonic()
+    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    assert outcome.status == "timed_out"
+    assert time.monotonic() - started < 10
+    assert outcome.stdout == "started\n"
+    time.sleep(3.5)  # the background child would have touched the marker by now
+    assert not marker.exists()
+
+
+def test_cancel_stops_the_process_group(tmp_path, client):
+    folder = skill(
+        tmp_path,
+        "loop.py",
+        "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.1)\n",
+    )
+    the_job = job("scripts/loop.py")
+    client.set(naming.run_cancel(the_job.run_id), "1", ex=60)
+    outcome = NodeRunner().run(
+        the_job, folder, RunStream(client, the_job.run_id),
+        lambda: bool(client.exists(naming.run_cancel(the_job.run_id))),
+    )  # fmt: skip
+    assert outcome.status == "cancelled"
+
+
+def test_output_lines_arrive_while_the_script_runs(tmp_path, client):
+    folder = skill(
+        tmp_path,
+        "ticks.py",
+        "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.5)\n",
+    )
+    the_job = job("scripts/ticks.py")
+    stream = RunStream(client, the_job.run_id)
+    import threading
+
+    seen: list[float] = []
+
+    def watch() -> None:
+        after = "0-0"
+        while len(seen) < 3:
+            for event in read_events(client, the_job.run_id, after, block_ms=5000):
+                after = event.id
+                if event.kind == "stdout":
+                    seen.append(time.monotonic())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    NodeRunner().run(the_job, folder, stream, never)
+    watcher.join(timeout=10)
+    assert len(seen) == 3
+    assert seen[2] - seen[0] > 0.8  # each line arrived as printed, not all at the end
+
+
+def test_interpreters_are_chosen_by_extension():
+    assert command_for("scripts/a.py") == ["python3", "scripts/a.py"]
+    assert command_for("scripts/a.sh") == ["bash", "scripts/a.sh"]
+    assert command_for("scripts/a.js") == ["node", "scripts/a.js"]
+    assert command_for("scripts/a.mjs") == ["node", "scripts/a.mjs"]
+    assert command_for("scripts/a.cs") == [
+        "dotnet",
+        "run",
+        "scripts/a.cs",
+        "-p:PublishAot=false",
+        "-p:NuGetAudit=false",
+    ]
+
+
+def test_a_missing_interpreter_fails_the_run_clearly(tmp_path, client):
+    folder = skill(tmp_path, "a.cs", "// no dotnet here\n")
+    the_job = job("scripts/a.cs")
+    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    if outcome.status == "failed" and outcome.exit_code is None:
+        assert "could not start" in outcome.stderr
+    else:  # a machine with dotnet runs it
+        assert outcome.status in ("succeeded", "failed")
+
+
+def test_json_round_trip_of_unicode_arguments(tmp_path, client):
+    folder = skill(
+        tmp_path, "u.py", "import json, os\nprint(json.loads(os.environ['SKILLFLEET_ARGS'])['t'])\n"
+    )
+    the_job = job("scripts/u.py", t="héllo ✓")
+    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    assert outcome.stdout == "héllo ✓\n"
+    assert json.loads(json.dumps(the_job.arguments)) == {"t": "héllo ✓"}

@@ -1,0 +1,228 @@
+"""Runs end to end: API → broker → Celery → node worker → subprocess → Redis stream → result."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import REDIS_URL
+from fleet import Fleet, fleet, wait_until
+
+from skillfleet.settings import Settings
+from workers.dispatch import EXECUTE_TASK, NO_SANDBOX
+
+READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
+TICKER = (
+    "import json, os, sys, time\n"
+    "args = json.loads(os.environ['SKILLFLEET_ARGS'])\n"
+    "for i in range(args.get('count', 3)):\n"
+    "    print(f'line {i}', flush=True)\n"
+    "    time.sleep(args.get('every', 0))\n"
+    "print('done', file=sys.stderr)\n"
+    "sys.exit(args.get('code', 0))\n"
+)
+
+
+@pytest.fixture
+def fleet_settings(tmp_path: Path, database_url: str) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL, run_timeout=20
+    )
+
+
+@pytest.fixture
+def running(fleet_settings: Settings) -> Iterator[Fleet]:
+    with fleet(fleet_settings) as started:
+        yield started
+
+
+@pytest.fixture
+def node(running: Fleet) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    running.start_node(name)
+    running.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICKER})
+    return name
+
+
+def call_run(client: httpx.Client, node: str, wait: float = 0, **arguments: object) -> dict:
+    body = {
+        "arguments": {
+            "skill_name": "ticker",
+            "script": "scripts/tick.py",
+            "arguments": {"node": node, **arguments},
+        },
+        "chat_id": "runs",
+    }
+    response = client.post("/api/tools/run_skill_script", params={"wait": wait}, json=body)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def sse(
+    client: httpx.Client, run_id: str, last_id: str | None = None
+) -> list[tuple[str, str, dict]]:
+    headers = {"Last-Event-ID": last_id} if last_id else {}
+    events = []
+    with client.stream("GET", f"/api/runs/{run_id}/events", headers=headers) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event_id = kind = ""
+        for line in response.iter_lines():
+            if line.startswith("id: "):
+                event_id = line[4:]
+            elif line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                events.append((event_id, kind, json.loads(line[6:])))
+                if kind == "exit":
+                    break
+    return events
+
+
+def test_a_node_run_returns_exit_code_and_output_with_wait(running: Fleet, node: str):
+    with running.http() as client:
+        envelope = call_run(client, node, wait=30)
+        assert envelope["status"] == "done", envelope
+        result = envelope["result"]
+        assert result["exit_code"] == 0
+        assert result["stdout"] == "line 0\nline 1\nline 2\n"
+        assert result["stderr"] == "done\n"
+        run = client.get(f"/api/runs/{envelope['run_id']}").json()
+    assert run["status"] == "succeeded"
+    assert run["node"] == node
+    assert run["isolation"] == "process"
+    assert run["skill_hash"] and run["queue"] == f"node.{node}"
+    assert run["worker"].startswith(f"{node}@")
+
+
+def test_a_failing_script_fails_the_call_with_its_output(running: Fleet, node: str):
+    with running.http() as client:
+        envelope = call_run(client, node, wait=30, code=4, count=1)
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "script_failed"
+    assert envelope["result"]["exit_code"] == 4
+    assert envelope["result"]["stdout"] == "line 0\n"
+
+
+def test_events_replay_from_last_event_id_and_after_the_end(running: Fleet, node: str):
+    with running.http() as client:
+        envelope = call_run(client, node, wait=30, count=4)
+        events = sse(client, envelope["run_id"])
+        kinds = [kind for _id, kind, _data in events]
+        assert kinds[-1] == "exit" and events[-1][2]["exit_code"] == 0
+        stdout = [data["text"] for _id, kind, data in events if kind == "stdout"]
+        assert "".join(stdout) == "line 0\nline 1\nline 2\nline 3\n"
+        middle = events[len(events) // 2][0]
+        replay = sse(client, envelope["run_id"], last_id=middle)
+        assert [e[0] for e in replay] == [e[0] for e in events if e[0] > middle]
+
+
+def test_lines_arrive_live_while_the_script_runs(running: Fleet, node: str):
+    with running.http() as client:
+        envelope = call_run(client, node, count=3, every=0.6)
+        assert envelope["status"] == "running"
+        arrivals = []
+        with client.stream("GET", f"/api/runs/{envelope['run_id']}/events") as response:
+            for line in response.iter_lines():
+                if line == "event: stdout":
+                    arrivals.append(time.monotonic())
+                if line == "event: exit":
+                    break
+    assert len(arrivals) >= 3
+    assert arrivals[-1] - arrivals[0] > 1.0  # spread out as printed, not delivered at the end
+
+
+def test_cancelling_a_run_half_way_kills_it(running: Fleet, node: str):
+    with running.http() as client:
+        envelope = call_run(client, node, count=50, every=0.2)
+        run_id = envelope["run_id"]
+        wait_until(lambda: client.get(f"/api/runs/{run_id}").json()["stdout"], 20, "first output")
+        response = client.post(f"/api/runs/{run_id}/cancel")
+        assert response.status_code == 202
+        run = wait_until(
+            lambda: (r := client.get(f"/api/runs/{run_id}").json())["status"] == "cancelled" and r,
+            15,
+            "the run to be cancelled",
+        )
+        assert "line 0" in run["stdout"] and "line 49" not in run["stdout"]
+        again = client.post(f"/api/runs/{run_id}/cancel")
+        assert again.status_code == 409 and again.json()["code"] == "run_finished"
+
+
+def test_a_run_past_its_timeout_is_timed_out_and_counted(tmp_path: Path, database_url: str):
+    settings = Settings(
+        data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL, run_timeout=2
+    )
+    with fleet(settings) as short:
+        name = f"t-{uuid.uuid4().hex[:8]}"
+        short.start_node(name)
+        short.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICKER})
+        with short.http() as client:
+            envelope = call_run(client, name, wait=30, count=100, every=0.1)
+            assert envelope["status"] == "failed"
+            assert envelope["error"]["code"] == "timed_out"
+            run = client.get(f"/api/runs/{envelope['run_id']}").json()
+            assert run["status"] == "timed_out"
+            assert client.get("/api/chats/runs").json()["timed_out_calls"] == 1
+
+
+def test_dispatch_to_a_node_without_a_live_worker_fails_at_once(running: Fleet):
+    running.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICKER})
+    with running.http() as client:
+        started = time.monotonic()
+        envelope = call_run(client, "nowhere")
+    assert time.monotonic() - started < 5
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "no_runner"
+    assert "nowhere" in envelope["error"]["message"]
+
+
+def test_dispatch_to_sandbox_without_a_kvm_host_gives_the_exact_message(running: Fleet):
+    running.import_skill(
+        "boxed", {"skillfleet.tier": "read", "skillfleet.execution": "sandbox"},
+        {"scripts/b.py": "print('hi')\n"},
+    )  # fmt: skip
+    body = {"arguments": {"skill_name": "boxed", "script": "scripts/b.py", "arguments": {}}}
+    with running.http() as client:
+        envelope = client.post("/api/tools/run_skill_script", json=body).json()
+    assert envelope["status"] == "failed"
+    assert envelope["error"] == {"code": "no_runner", "message": NO_SANDBOX}
+    assert (
+        NO_SANDBOX
+        == "No server can run sandboxed skills: Hyperlight needs an x86_64 server with KVM."
+    )
+
+
+def test_a_redelivered_message_never_runs_the_script_twice(
+    running: Fleet, node: str, tmp_path: Path
+):
+    marker = tmp_path / "runs.log"
+    script = (
+        f"import os\nopen({str(marker)!r}, 'a').write(os.environ['SKILLFLEET_RUN_ID'] + '\\n')\n"
+    )
+    running.import_skill("counter", READ_NODE, {"scripts/count.py": script})
+    body = {
+        "arguments": {
+            "skill_name": "counter",
+            "script": "scripts/count.py",
+            "arguments": {"node": node},
+        }
+    }
+    with running.http() as client:
+        envelope = client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body).json()
+        assert envelope["status"] == "done"
+        for _ in range(3):  # the same message, delivered again
+            running.services.celery.send_task(
+                EXECUTE_TASK, args=[envelope["run_id"]], queue=f"node.{node}"
+            )
+    wait_until(
+        lambda: running.log_text(node).count("run already claimed or ended") >= 3,
+        30,
+        "the worker to refuse the three redeliveries",
+    )
+    assert marker.read_text().split() == [envelope["run_id"]]

@@ -1,0 +1,64 @@
+"""The Celery app, built by a factory from the settings (never at import time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from skillfleet.settings import Settings
+from workers import naming
+
+REAP_EVERY_SECONDS = 5.0
+EXPIRE_EVERY_SECONDS = 30.0
+
+
+def kombu_url(redis_url: str) -> str:
+    """redis-py's `unix://path` is kombu's `redis+socket://path`."""
+    if redis_url.startswith("unix://"):
+        return "redis+socket://" + redis_url.removeprefix("unix://")
+    return redis_url
+
+
+def create_celery(settings: Settings, **overrides: Any) -> Celery:
+    """The Celery app for every skillfleet process: Redis broker and backend, late acks."""
+    url = kombu_url(settings.redis)
+    app = Celery("skillfleet", broker=url, backend=url, include=["workers.tasks"])
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_default_queue=naming.CONTROL,
+        task_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        # An unacknowledged message comes back after this long; claims make redelivery harmless.
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+        result_backend_transport_options={"visibility_timeout": settings.visibility_timeout},
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        beat_schedule={
+            "reap-interrupted-runs": {
+                "task": "skillfleet.reap",
+                "schedule": REAP_EVERY_SECONDS,
+                "options": {"queue": naming.CONTROL, "expires": REAP_EVERY_SECONDS},
+            },
+            "expire-approvals": {
+                "task": "skillfleet.expire_approvals",
+                "schedule": EXPIRE_EVERY_SECONDS,
+                "options": {"queue": naming.CONTROL, "expires": EXPIRE_EVERY_SECONDS},
+            },
+        },
+    )
+    app.conf.update(overrides)
+    app.skillfleet_settings = settings  # read by workers.context
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    """`celery -A workers.app flower` finds `workers.app.celery`, built on first use."""
+    if name == "celery":
+        return create_celery(Settings.from_env())
+    raise AttributeError(name)

@@ -1,0 +1,45 @@
+"""The per-process state of a worker, built once from the Celery app's settings and role."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from skillfleet.settings import Settings
+from store.db import SessionFactory, make_engine, make_sessions
+from workers.execute import WorkerContext
+
+_lock = threading.Lock()
+
+
+@dataclass
+class ControlContext:
+    sessions: SessionFactory
+    redis: redis.Redis
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(settings.redis, health_check_interval=30)
+
+
+def worker_context(app: Any) -> WorkerContext:
+    """The context the worker command attached to the app before it started consuming."""
+    context: WorkerContext | None = getattr(app, "skillfleet_worker", None)
+    if context is None:
+        raise RuntimeError("This worker was not started with `skillfleet worker …`.")
+    return context
+
+
+def control_context(app: Any) -> ControlContext:
+    with _lock:
+        context: ControlContext | None = getattr(app, "skillfleet_control", None)
+        if context is None:
+            settings: Settings = app.skillfleet_settings
+            context = ControlContext(
+                make_sessions(make_engine(settings.database)), redis_client(settings)
+            )
+            app.skillfleet_control = context
+        return context

@@ -1,0 +1,61 @@
+"""Turning an allowed run_skill_script call into a Run row and one Celery task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kombu.exceptions
+import redis
+from celery import Celery
+
+from broker.context import RunStarted, ToolContext
+from store.db import SessionFactory
+from workers import heartbeat, naming
+from workers.errors import BackendUnavailable, NoRunner
+from workers.runs import abandon, create_run
+
+EXECUTE_TASK = "skillfleet.execute_run"
+UNREACHABLE = "The run queue (Redis) can't be reached, so the script was not started."
+NO_SANDBOX = "No server can run sandboxed skills: Hyperlight needs an x86_64 server with KVM."
+
+
+class CeleryDispatcher:
+    """Checks that a live worker serves the run's queue, then queues the run by its id."""
+
+    def __init__(
+        self, sessions: SessionFactory, client: redis.Redis, celery: Celery, timeout: int
+    ) -> None:
+        self.sessions = sessions
+        self.client = client
+        self.celery = celery
+        self.timeout = timeout
+
+    def dispatch(self, context: ToolContext) -> RunStarted:
+        plan = context.plan
+        assert plan.skill is not None
+        queue = naming.queue_for(plan.skill.execution, plan.node)
+        try:
+            alive = heartbeat.live_workers(self.client, queue)
+        except redis.RedisError as e:
+            raise BackendUnavailable(UNREACHABLE) from e
+        if not alive:
+            raise NoRunner(_no_runner_message(plan.skill.execution, plan.node))
+        run = create_run(self.sessions, plan, context.call_id, context.owner_id, self.timeout)
+        try:
+            self.celery.send_task(EXECUTE_TASK, args=[run.id], queue=queue)
+        except (redis.RedisError, kombu.exceptions.OperationalError) as e:
+            abandon(self.sessions, run.id, UNREACHABLE)
+            raise BackendUnavailable(UNREACHABLE) from e
+        return RunStarted(run.id)
+
+
+def _no_runner_message(execution: str, node: str | None) -> str:
+    if execution == naming.SANDBOX:
+        return NO_SANDBOX
+    if execution == naming.SPARK:
+        return "No Spark worker is running, so spark skills can't run now."
+    return f"HOST: no node agent named '{node}' is running; check the node name."
+
+
+def status_of(result: Any) -> str:
+    return "running" if isinstance(result, RunStarted) else "done"

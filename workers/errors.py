@@ -1,0 +1,56 @@
+"""Errors of runs and runners. Each carries a stable code and the HTTP status it maps to."""
+
+from __future__ import annotations
+
+
+class RunError(Exception):
+    """Root of every error about runs, runners and node packages."""
+
+    code = "run_error"
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NoRunner(RunError):
+    """Raised when no live worker serves the queue a run needs."""
+
+    code = "no_runner"
+    status = 503
+
+
+class RunNotFound(RunError):
+    """Raised when the caller has no run with that id."""
+
+    code = "run_not_found"
+    status = 404
+
+
+class RunFinished(RunError):
+    """Raised when a run can no longer be cancelled because it already ended."""
+
+    code = "run_finished"
+    status = 409
+
+
+class PackageRefused(RunError):
+    """Raised when a skill package fails its SHA-256, signature or content-hash check."""
+
+    code = "package_refused"
+    status = 422
+
+
+class RunnerUnavailable(RunError):
+    """Raised when a runner can't work on this host (no Docker engine, no KVM)."""
+
+    code = "runner_unavailable"
+    status = 503
+
+
+class BackendUnavailable(RunError):
+    """Raised when Redis (the queue and the output streams) can't be reached."""
+
+    code = "redis_unavailable"
+    status = 503

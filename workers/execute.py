@@ -1,0 +1,79 @@
+"""Executing one run on this worker: claim it, fetch its exact skill, run, record, announce."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import redis
+import structlog
+
+from store.db import SessionFactory
+from workers import naming
+from workers.errors import RunError
+from workers.heartbeat import Instance
+from workers.runners.base import Job, Runner
+from workers.runs import FAILED, Outcome, claim, finish
+from workers.streams import RunStream
+
+log = structlog.get_logger(__name__)
+
+
+class Packages(Protocol):
+    """Where a worker gets the verified files of exactly one skill hash."""
+
+    def ensure(self, name: str, skill_hash: str) -> Path: ...
+
+
+@dataclass
+class WorkerContext:
+    """What a worker process holds for the life of the process."""
+
+    sessions: SessionFactory
+    redis: redis.Redis
+    instance: Instance
+    runner: Runner
+    packages: Packages
+
+
+def execute(context: WorkerContext, run_id: str) -> str | None:
+    """Run `run_id` once; a redelivered message finds it claimed and does nothing."""
+    run = claim(context.sessions, run_id, context.instance.id)
+    if run is None:
+        log.info("run already claimed or ended; nothing to do", run_id=run_id)
+        return None
+    stream = RunStream(context.redis, run_id)
+    stream.status("started", worker=context.instance.id, node=run.node)
+    try:
+        folder = context.packages.ensure(run.skill_name, run.skill_hash)
+    except RunError as e:
+        return _end(context, stream, run_id, Outcome(FAILED, None, "", e.message, e.message))
+    job = Job(
+        run_id=run.id,
+        skill_name=run.skill_name,
+        skill_hash=run.skill_hash,
+        script=run.script,
+        arguments=run.arguments,
+        timeout=run.timeout_seconds,
+        network=run.network,
+        execution=run.execution,
+    )
+    cancel_key = naming.run_cancel(run_id)
+    try:
+        outcome = context.runner.run(
+            job, folder, stream, lambda: bool(context.redis.exists(cancel_key))
+        )
+    except Exception as e:  # a runner bug must still end the run, never leave it running
+        log.exception("runner failed", run_id=run_id, error_type=type(e).__name__)
+        message = "The runner failed before the script ended."
+        outcome = Outcome(FAILED, None, "", message, message)
+    return _end(context, stream, run_id, outcome)
+
+
+def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcome) -> str:
+    # The row first: whoever wakes on the exit event must find the final state.
+    finish(context.sessions, run_id, outcome, context.runner.isolation)
+    stream.exit(outcome.status, outcome.exit_code, error=outcome.error)
+    log.info("run ended", run_id=run_id, status=outcome.status, exit_code=outcome.exit_code)
+    return outcome.status

@@ -1,0 +1,146 @@
+"""Worker heartbeats in Redis: who serves which queue, and is it still alive."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from workers import naming
+
+BEAT_SECONDS = 2.0
+# A worker that has not beaten for this long counts as gone.
+ALIVE_SECONDS = 10.0
+
+
+@dataclass
+class Instance:
+    """One worker process: a node name (or role), this host, pid and start time."""
+
+    role: str
+    queue: str
+    name: str | None = None
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    started: float = field(default_factory=time.time)
+    features: list[str] = field(default_factory=list)
+    hashes: dict[str, list[str]] = field(default_factory=dict)
+    reason: str | None = None
+
+    @property
+    def id(self) -> str:
+        label = self.name or self.role
+        return f"{label}@{self.host}:{self.pid}:{int(self.started * 1000)}"
+
+
+def beat(client: redis.Redis, instance: Instance, serving: bool = True) -> None:
+    """Record one heartbeat; `serving` False records the worker without offering its queue."""
+    now = time.time()
+    details: dict[Any, Any] = {
+        "role": instance.role,
+        "queue": instance.queue,
+        "name": instance.name or "",
+        "host": instance.host,
+        "pid": instance.pid,
+        "started": instance.started,
+        "beat": now,
+        "serving": int(serving),
+        "features": json.dumps(instance.features),
+        "hashes": json.dumps(instance.hashes),
+        "reason": instance.reason or "",
+    }
+    pipe = client.pipeline()
+    pipe.hset(naming.worker_key(instance.id), mapping=details)
+    pipe.expire(naming.worker_key(instance.id), int(ALIVE_SECONDS * 3))
+    pipe.zadd(naming.all_workers(), {instance.id: now})
+    if serving:
+        pipe.zadd(naming.queue_workers(instance.queue), {instance.id: now})
+    pipe.execute()
+
+
+def stop(client: redis.Redis, instance: Instance) -> None:
+    pipe = client.pipeline()
+    pipe.zrem(naming.queue_workers(instance.queue), instance.id)
+    pipe.zrem(naming.all_workers(), instance.id)
+    pipe.delete(naming.worker_key(instance.id))
+    pipe.execute()
+
+
+def is_alive(client: redis.Redis, instance_id: str) -> bool:
+    score = client.zscore(naming.all_workers(), instance_id)
+    return score is not None and score >= time.time() - ALIVE_SECONDS
+
+
+def live_workers(client: redis.Redis, queue: str) -> list[str]:
+    """Instances that beat for `queue` within the last ALIVE_SECONDS."""
+    since = time.time() - ALIVE_SECONDS
+    members = client.zrangebyscore(naming.queue_workers(queue), since, "+inf")
+    return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+
+
+def workers(client: redis.Redis) -> list[dict[str, Any]]:
+    """Every worker seen within a minute, with its details, newest beat first."""
+    since = time.time() - 60
+    found = []
+    for member in client.zrevrangebyscore(naming.all_workers(), "+inf", since):
+        instance_id = member.decode() if isinstance(member, bytes) else str(member)
+        raw = client.hgetall(naming.worker_key(instance_id))
+        if not raw:
+            continue
+        details: dict[str, Any] = {_text(k): _text(v) for k, v in raw.items()}
+        details["id"] = instance_id
+        details["features"] = json.loads(details.get("features") or "[]")
+        details["hashes"] = json.loads(details.get("hashes") or "{}")
+        details["alive"] = float(details["beat"]) >= time.time() - ALIVE_SECONDS
+        found.append(details)
+    return found
+
+
+class Beater:
+    """Beats in a background thread until stopped."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        instance: Instance,
+        serving: bool = True,
+        refresh: Callable[[Instance], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.instance = instance
+        self.serving = serving
+        self.refresh = refresh
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        beat(self.client, self.instance, self.serving)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(BEAT_SECONDS):
+            try:
+                if self.refresh is not None:
+                    self.refresh(self.instance)
+                beat(self.client, self.instance, self.serving)
+            except redis.RedisError:
+                continue  # Redis is away; the next beat tries again
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            stop(self.client, self.instance)
+        except redis.RedisError:
+            pass
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

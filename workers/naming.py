@@ -1,0 +1,64 @@
+"""Every queue name and Redis key skillfleet uses, in one place."""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "skillfleet"
+
+CONTROL = "control"
+SPARK = "spark"
+SANDBOX = "sandbox"
+NODE_PREFIX = "node."
+NODE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?")
+
+
+def node_queue(node: str) -> str:
+    """The Celery queue of one managed node."""
+    return f"{NODE_PREFIX}{node}"
+
+
+def queue_for(execution: str, node: str | None) -> str:
+    """The queue a skill's scripts run on: `node.<name>`, `spark` or `sandbox`."""
+    if execution == "node":
+        if node is None:
+            raise ValueError("a node skill needs a node")
+        return node_queue(node)
+    if execution in (SPARK, SANDBOX):
+        return execution
+    raise ValueError(f"unknown execution {execution!r}")
+
+
+def run_stream(run_id: str) -> str:
+    """The Redis Stream holding a run's output and status events."""
+    return f"{PREFIX}:run:{run_id}:events"
+
+
+def run_cancel(run_id: str) -> str:
+    """A key whose existence asks the runner of a run to stop it."""
+    return f"{PREFIX}:run:{run_id}:cancel"
+
+
+def worker_key(instance: str) -> str:
+    """A worker instance's heartbeat (a hash with a TTL)."""
+    return f"{PREFIX}:worker:{instance}"
+
+
+def queue_workers(queue: str) -> str:
+    """Sorted set of worker instances serving a queue, scored by their last heartbeat."""
+    return f"{PREFIX}:queue:{queue}:workers"
+
+
+def all_workers() -> str:
+    """Sorted set of every worker instance, scored by its last heartbeat."""
+    return f"{PREFIX}:workers"
+
+
+def node_sync(node: str) -> str:
+    """Pub/sub channel asking a node agent to sync its skill packages now."""
+    return f"{PREFIX}:node:{node}:sync"
+
+
+def run_events_channel(run_id: str) -> str:
+    """Pub/sub channel announcing that a run's stream got a new entry (wakes waiters)."""
+    return f"{PREFIX}:run:{run_id}:wake"

@@ -1,0 +1,1 @@
+"""The runners: node (subprocess), spark (Docker) and sandbox (Hyperlight micro-VM)."""

@@ -1,0 +1,199 @@
+"""Runs: created queued, claimed once, finished once; the reaper answers lost ones."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from sqlalchemy import select, update
+
+from broker.classify import CallPlan
+from broker.results import shape_result
+from store.db import SessionFactory, transaction
+from store.models import Chat, Run, ToolCall, utcnow
+from workers import heartbeat, naming
+from workers.errors import RunFinished, RunNotFound
+from workers.streams import RunStream, collected_output
+
+QUEUED = "queued"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+TIMED_OUT = "timed_out"
+CANCELLED = "cancelled"
+INTERRUPTED = "interrupted"
+END_STATES = (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, INTERRUPTED)
+# What the Run row keeps of each output stream; the tool result is capped again at 48 KB.
+KEPT_OUTPUT_CHARS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    error: str | None = None
+
+
+def create_run(
+    sessions: SessionFactory, plan: CallPlan, call_id: str, owner_id: int, timeout: int
+) -> Run:
+    assert plan.skill is not None and plan.script is not None
+    execution = plan.skill.execution
+    run = Run(
+        id=str(uuid.uuid4()),
+        call_id=call_id,
+        owner_id=owner_id,
+        skill_name=plan.skill.name,
+        skill_hash=plan.skill.hash,
+        script=plan.script,
+        arguments=plan.script_arguments,
+        execution=execution,
+        queue=naming.queue_for(execution, plan.node),
+        node=plan.node if execution == "node" else None,
+        network=plan.network,
+        status=QUEUED,
+        timeout_seconds=timeout,
+    )
+    with transaction(sessions) as session:
+        session.add(run)
+    return run
+
+
+def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
+    """End a queued run that could not be sent to its queue."""
+    with transaction(sessions) as session:
+        session.execute(
+            update(Run)
+            .where(Run.id == run_id, Run.status == QUEUED)
+            .values(status=FAILED, error=message, finished_at=utcnow())
+        )
+
+
+def claim(sessions: SessionFactory, run_id: str, worker: str) -> Run | None:
+    """Move a queued run to running for this worker; None if it was claimed or ended before."""
+    with transaction(sessions) as session:
+        claimed = session.execute(
+            update(Run)
+            .where(Run.id == run_id, Run.status == QUEUED)
+            .values(status=RUNNING, worker=worker, started_at=utcnow())
+        )
+        if claimed.rowcount != 1:  # type: ignore[attr-defined]
+            return None
+        return session.get(Run, run_id)
+
+
+def finish(
+    sessions: SessionFactory, run_id: str, outcome: Outcome, isolation: str | None = None
+) -> bool:
+    """Record how a running run ended, and answer its tool call; False if it already ended."""
+    with transaction(sessions) as session:
+        values: dict[str, Any] = {
+            "status": outcome.status,
+            "exit_code": outcome.exit_code,
+            "stdout": outcome.stdout[-KEPT_OUTPUT_CHARS:],
+            "stderr": outcome.stderr[-KEPT_OUTPUT_CHARS:],
+            "error": outcome.error,
+            "finished_at": utcnow(),
+        }
+        if isolation is not None:
+            values["isolation"] = isolation
+        done = session.execute(
+            update(Run).where(Run.id == run_id, Run.status == RUNNING).values(**values)
+        )
+        if done.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        run = session.get(Run, run_id)
+        assert run is not None
+        _answer_call(session, run)
+    return True
+
+
+def _answer_call(session: Any, run: Run) -> None:
+    """The tool call that started the run ends with the run's result."""
+    if run.call_id is None:
+        return
+    call = session.get(ToolCall, run.call_id)
+    if call is None:
+        return
+    call.status = "done" if run.status == SUCCEEDED else "failed"
+    call.result = shape_result(run_result(run))
+    if run.status != SUCCEEDED:
+        call.error_code = "script_failed" if run.status == FAILED else run.status
+        call.error_message = run.error or f"The script ended {run.status.replace('_', ' ')}."
+    call.finished_at = utcnow()
+    if call.chat_id is not None and run.status == TIMED_OUT:
+        session.execute(
+            update(Chat)
+            .where(Chat.id == call.chat_id)
+            .values(timed_out_calls=Chat.timed_out_calls + 1)
+        )
+    elif call.chat_id is not None and run.status != SUCCEEDED:
+        session.execute(
+            update(Chat).where(Chat.id == call.chat_id).values(failed_calls=Chat.failed_calls + 1)
+        )
+
+
+def run_result(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.id,
+        "status": run.status,
+        "exit_code": run.exit_code,
+        "stdout": run.stdout,
+        "stderr": run.stderr,
+        "node": run.node,
+        "isolation": run.isolation,
+    }
+
+
+def get_run(sessions: SessionFactory, run_id: str, owner_id: int | None = None) -> Run:
+    with sessions() as session:
+        run = session.get(Run, run_id)
+    if run is None or (owner_id is not None and run.owner_id != owner_id):
+        raise RunNotFound(f"You have no run '{run_id}'.")
+    return run
+
+
+def request_cancel(
+    sessions: SessionFactory, client: redis.Redis, run_id: str, owner_id: int
+) -> Run:
+    """Cancel a run: a queued one ends at once; a running one is stopped by its runner."""
+    run = get_run(sessions, run_id, owner_id)
+    if run.status in END_STATES:
+        raise RunFinished(f"The run already ended: it is {run.status}.")
+    with transaction(sessions) as session:
+        stopped = session.execute(
+            update(Run)
+            .where(Run.id == run_id, Run.status == QUEUED)
+            .values(status=CANCELLED, finished_at=utcnow(), error="Cancelled before it started.")
+        )
+        if stopped.rowcount == 1:  # type: ignore[attr-defined]
+            found = session.get(Run, run_id)
+            assert found is not None
+            _answer_call(session, found)
+    if stopped.rowcount == 1:  # type: ignore[attr-defined]
+        RunStream(client, run_id).exit(CANCELLED, None)
+    else:
+        client.set(naming.run_cancel(run_id), "1", ex=3600)
+    return get_run(sessions, run_id, owner_id)
+
+
+def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
+    """Answer `interrupted` for running runs whose worker instance stopped beating."""
+    with sessions() as session:
+        running = list(session.execute(select(Run.id, Run.worker).where(Run.status == RUNNING)))
+    lost = [
+        run_id for run_id, worker in running if worker and not heartbeat.is_alive(client, worker)
+    ]
+    reaped = []
+    for run_id in lost:
+        stdout, stderr = collected_output(client, run_id)
+        message = "The worker running this script stopped; it will not run again."
+        outcome = Outcome(INTERRUPTED, None, stdout, stderr, message)
+        if finish(sessions, run_id, outcome):
+            RunStream(client, run_id).exit(INTERRUPTED, None, error=outcome.error)
+            reaped.append(run_id)
+    return reaped
