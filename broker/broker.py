@@ -33,7 +33,6 @@ from store.skills import SkillStore
 
 log = structlog.get_logger(__name__)
 
-UNAVAILABLE = 503
 MAX_CALLS_PER_TURN = 50
 TURN_LIMIT_RULE = "turn-call-limit"
 MAX_WAIT_SECONDS = 60.0
@@ -163,7 +162,7 @@ class Broker:
             result = plan.tool.handler(context, plan.arguments) if plan.tool.handler else None
         except Exception as e:  # every failure becomes an envelope; ours keep their message
             outcome = self._finish(call, chat, plan, error=e)
-            if getattr(e, "status", None) == UNAVAILABLE:
+            if getattr(e, "service_down", False):
                 raise  # the service is down, not the call wrong: the API answers 503
             return outcome
         finally:

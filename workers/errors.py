@@ -54,3 +54,4 @@ class BackendUnavailable(RunError):
 
     code = "redis_unavailable"
     status = 503
+    service_down = True  # the broker answers 503 instead of failing the call

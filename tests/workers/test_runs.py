@@ -15,6 +15,7 @@ from fleet import Fleet, fleet, wait_until
 
 from skillfleet.settings import Settings
 from workers.dispatch import EXECUTE_TASK, NO_SANDBOX
+from workers.streams import read_events
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 TICKER = (
@@ -141,7 +142,11 @@ def test_cancelling_a_run_half_way_kills_it(running: Fleet, node: str):
     with running.http() as client:
         envelope = call_run(client, node, count=50, every=0.2)
         run_id = envelope["run_id"]
-        wait_until(lambda: client.get(f"/api/runs/{run_id}").json()["stdout"], 20, "first output")
+        wait_until(
+            lambda: any(e.kind == "stdout" for e in read_events(running.redis, run_id)),
+            20,
+            "the first line of output",
+        )
         response = client.post(f"/api/runs/{run_id}/cancel")
         assert response.status_code == 202
         run = wait_until(
