@@ -61,9 +61,10 @@ def _spec_kwargs() -> dict[str, Any]:
 
 
 def _register_blueprints(api: SkillfleetApi) -> None:
-    from api import approvals, calls, chats, health, metrics, runs, settings, skills, tools
+    from api import approvals, calls, chats, health, metrics, nodes, runs, settings, skills, tools
 
-    for module in (health, skills, tools, calls, approvals, chats, settings, runs, metrics):
+    modules = (health, skills, tools, calls, approvals, chats, settings, runs, nodes, metrics)
+    for module in modules:
         api.register_blueprint(module.blp)
 
 

@@ -47,3 +47,14 @@ def owner() -> Principal:
     if found.kind != "owner" or found.owner_id is None:
         raise ApiError(403, "forbidden", "This route needs an owner's token, not a node token.")
     return found
+
+
+def node_or_owner(node: str) -> Principal:
+    """An owner, or the node agent of exactly `node`; another node's token gets 404."""
+    found = principal()
+    if found.kind == "owner" and found.owner_id is not None:
+        return found
+    if found.kind == "node" and found.node_name == node:
+        return found
+    # 404 rather than 403, so a node token can't learn which other nodes exist.
+    raise ApiError(404, "node_not_found", f"No node is named '{node}'.")

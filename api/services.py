@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import redis
 from celery import Celery
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flask import current_app
 from sqlalchemy import Engine
 
@@ -16,6 +17,8 @@ from broker.toolset import build_registry
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
 from store.discovery import read_only_skills
+from store.packagestore import PackageStore
+from store.signing import load_or_create_key
 from store.skills import BUILTIN_DIR, SkillStore
 from workers.app import create_celery
 from workers.dispatch import CeleryDispatcher
@@ -31,6 +34,8 @@ class Services:
     broker: Broker
     redis: redis.Redis
     celery: Celery
+    packages: PackageStore
+    signing_key: Ed25519PrivateKey
 
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
@@ -42,7 +47,10 @@ class Services:
         policy = load_policy(settings)
         client = redis.Redis.from_url(settings.redis, socket_connect_timeout=2)
         celery = create_celery(settings)
-        dispatcher: Dispatcher = CeleryDispatcher(sessions, client, celery, settings.run_timeout)
+        packages = PackageStore(settings.data_dir / "packages", store)
+        dispatcher: Dispatcher = CeleryDispatcher(
+            sessions, client, celery, settings.run_timeout, packages
+        )
         if settings.dry_run:
             dispatcher = RecordingDispatcher()  # records what would run; runs nothing
         broker = Broker(
@@ -53,7 +61,8 @@ class Services:
             dispatcher=dispatcher,
             run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
         )
-        return cls(settings, engine, sessions, store, broker, client, celery)
+        signing_key = load_or_create_key(settings.keys_dir)
+        return cls(settings, engine, sessions, store, broker, client, celery, packages, signing_key)
 
 
 def load_policy(settings: Settings) -> Policy:

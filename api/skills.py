@@ -11,6 +11,7 @@ from flask_smorest import Blueprint
 
 from api.auth import owner
 from api.errors import ApiError
+from api.nodes import broadcast_sync
 from api.schemas import (
     DuplicateSchema,
     EnabledSchema,
@@ -78,6 +79,7 @@ class Skills(MethodView):
                 "unsupported_media_type",
                 "Send a multipart form with a zip in 'file', or JSON {\"github\": url}.",
             )
+        broadcast_sync()
         return _imported(skill)
 
 
@@ -141,6 +143,7 @@ class SkillItem(MethodView):
         """Delete an owned skill (built-ins and configured skills are read-only)"""
         owner()
         services().store.delete(name)
+        broadcast_sync()
 
 
 @blp.route("/<name>/files/<path:path>")
@@ -161,7 +164,9 @@ def skill_file(name: str, path: str) -> Response:
 def duplicate(body: dict[str, Any], name: str) -> Skill:
     """Copy a skill (a built-in, say) into an owned skill under a new name"""
     caller = owner()
-    return services().store.duplicate(name, body["name"], caller.owner_id)
+    copy = services().store.duplicate(name, body["name"], caller.owner_id)
+    broadcast_sync()
+    return copy
 
 
 @blp.route("/<name>/enabled", methods=["PUT"])
@@ -170,4 +175,6 @@ def duplicate(body: dict[str, Any], name: str) -> Skill:
 def set_enabled(body: dict[str, Any], name: str) -> Skill:
     """Enable or disable a skill; with `hash`, only if it is still the content you reviewed"""
     owner()
-    return services().store.set_enabled(name, body["enabled"], body["hash"])
+    skill = services().store.set_enabled(name, body["enabled"], body["hash"])
+    broadcast_sync()
+    return skill

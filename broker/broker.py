@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from broker import approvals
 from broker.calls import OPEN_STATES, CallOutcome, CallRequest
-from broker.classify import CallPlan, plan_call
+from broker.classify import RUN, CallPlan, plan_call
 from broker.context import Dispatcher, RecordingDispatcher, RunStarted, ToolContext
 from broker.errors import (
     ApprovalVoid,
@@ -157,6 +157,11 @@ class Broker:
             turn_id=call.turn_id,
             mode=call.mode,
         )
+        if plan.tool.name == RUN:
+            # The row must exist before a run is queued: its worker answers the call when done.
+            call.status = "running"
+            with transaction(self.sessions) as session:
+                session.merge(call)
         structlog.contextvars.bind_contextvars(call_id=call.id)
         try:
             result = plan.tool.handler(context, plan.arguments) if plan.tool.handler else None
@@ -168,12 +173,18 @@ class Broker:
         finally:
             structlog.contextvars.unbind_contextvars("call_id")
         if isinstance(result, RunStarted):
-            call.status = "running"
-            call.run_id = result.run_id
-            return self._save(call, chat)
+            return self._started(call.id, result.run_id)
         call.status = "done"
         call.result = shape_result(result)
         return self._save(call, chat)
+
+    def _started(self, call_id: str, run_id: str) -> CallOutcome:
+        """Link the run; its worker may already have answered the call, so keep its status."""
+        with transaction(self.sessions) as session:
+            session.execute(update(ToolCall).where(ToolCall.id == call_id).values(run_id=run_id))
+            call = session.get(ToolCall, call_id)
+            assert call is not None
+            return CallOutcome.of(call)
 
     def _finish(
         self, call: ToolCall, chat: Chat | None, plan: CallPlan | None, error: Exception

@@ -8,6 +8,7 @@ import click
 
 from skillfleet import __version__
 from skillfleet.cli_approvals import approvals
+from skillfleet.cli_nodes import keys, nodes
 from skillfleet.cli_policy import policy
 from skillfleet.cli_run import run
 from skillfleet.cli_skills import skills
@@ -96,6 +97,8 @@ cli.add_command(policy)
 cli.add_command(approvals)
 cli.add_command(worker)
 cli.add_command(run)
+cli.add_command(nodes)
+cli.add_command(keys)
 cli.add_command(beat_command())
 
 

@@ -198,6 +198,7 @@ def _serve(
     def refresh(current: Instance) -> None:
         if packages is not None:
             current.hashes = packages.held()
+            current.refused = [f"{key}: {why}" for key, why in packages.last_refused]
 
     beater = Beater(client, instance, serving, refresh)
     if before is not None:

@@ -118,3 +118,17 @@ class ConfigError(StoreError):
 
     code = "config_invalid"
     status = 500
+
+
+class ManifestInvalid(StoreError):
+    """Raised when a signed manifest is malformed, or its signature does not verify."""
+
+    code = "manifest_invalid"
+    status = 422
+
+
+class PackageNotFound(StoreError):
+    """Raised when no package of that name and hash is served (unknown or retired)."""
+
+    code = "package_not_found"
+    status = 404

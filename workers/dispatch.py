@@ -10,6 +10,7 @@ from celery import Celery
 
 from broker.context import RunStarted, ToolContext
 from store.db import SessionFactory
+from store.packagestore import PackageStore
 from workers import heartbeat, naming
 from workers.errors import BackendUnavailable, NoRunner
 from workers.runs import abandon, create_run
@@ -23,12 +24,18 @@ class CeleryDispatcher:
     """Checks that a live worker serves the run's queue, then queues the run by its id."""
 
     def __init__(
-        self, sessions: SessionFactory, client: redis.Redis, celery: Celery, timeout: int
+        self,
+        sessions: SessionFactory,
+        client: redis.Redis,
+        celery: Celery,
+        timeout: int,
+        packages: PackageStore,
     ) -> None:
         self.sessions = sessions
         self.client = client
         self.celery = celery
         self.timeout = timeout
+        self.packages = packages
 
     def dispatch(self, context: ToolContext) -> RunStarted:
         plan = context.plan
@@ -40,6 +47,8 @@ class CeleryDispatcher:
             raise BackendUnavailable(UNREACHABLE) from e
         if not alive:
             raise NoRunner(_no_runner_message(plan.skill.execution, plan.node))
+        # Built now, while this hash is current: the runner may fetch it after an edit.
+        self.packages.ensure_built(plan.skill)
         run = create_run(self.sessions, plan, context.call_id, context.owner_id, self.timeout)
         try:
             self.celery.send_task(EXECUTE_TASK, args=[run.id], queue=queue)

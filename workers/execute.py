@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -10,6 +11,7 @@ import redis
 import structlog
 
 from store.db import SessionFactory
+from store.models import Run
 from workers import naming
 from workers.errors import RunError
 from workers.heartbeat import Instance
@@ -23,7 +25,7 @@ log = structlog.get_logger(__name__)
 class Packages(Protocol):
     """Where a worker gets the verified files of exactly one skill hash."""
 
-    def ensure(self, name: str, skill_hash: str) -> Path: ...
+    def using(self, name: str, skill_hash: str) -> AbstractContextManager[Path]: ...
 
 
 @dataclass
@@ -46,9 +48,15 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
     stream = RunStream(context.redis, run_id)
     stream.status("started", worker=context.instance.id, node=run.node)
     try:
-        folder = context.packages.ensure(run.skill_name, run.skill_hash)
+        # `using` keeps a sync from removing this hash while the script runs.
+        with context.packages.using(run.skill_name, run.skill_hash) as folder:
+            outcome = _run(context, run, folder, stream)
     except RunError as e:
-        return _end(context, stream, run_id, Outcome(FAILED, None, "", e.message, e.message))
+        outcome = Outcome(FAILED, None, "", e.message, e.message)
+    return _end(context, stream, run_id, outcome)
+
+
+def _run(context: WorkerContext, run: Run, folder: Path, stream: RunStream) -> Outcome:
     job = Job(
         run_id=run.id,
         skill_name=run.skill_name,
@@ -59,16 +67,15 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
         network=run.network,
         execution=run.execution,
     )
-    cancel_key = naming.run_cancel(run_id)
+    cancel_key = naming.run_cancel(run.id)
     try:
-        outcome = context.runner.run(
+        return context.runner.run(
             job, folder, stream, lambda: bool(context.redis.exists(cancel_key))
         )
     except Exception as e:  # a runner bug must still end the run, never leave it running
-        log.exception("runner failed", run_id=run_id, error_type=type(e).__name__)
+        log.exception("runner failed", run_id=run.id, error_type=type(e).__name__)
         message = "The runner failed before the script ended."
-        outcome = Outcome(FAILED, None, "", message, message)
-    return _end(context, stream, run_id, outcome)
+        return Outcome(FAILED, None, "", message, message)
 
 
 def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcome) -> str:

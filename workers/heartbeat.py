@@ -32,6 +32,7 @@ class Instance:
     started: float = field(default_factory=time.time)
     features: list[str] = field(default_factory=list)
     hashes: dict[str, list[str]] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)
     reason: str | None = None
 
     @property
@@ -54,6 +55,7 @@ def beat(client: redis.Redis, instance: Instance, serving: bool = True) -> None:
         "serving": int(serving),
         "features": json.dumps(instance.features),
         "hashes": json.dumps(instance.hashes),
+        "refused": json.dumps(instance.refused),
         "reason": instance.reason or "",
     }
     pipe = client.pipeline()
@@ -98,6 +100,7 @@ def workers(client: redis.Redis) -> list[dict[str, Any]]:
         details["id"] = instance_id
         details["features"] = json.loads(details.get("features") or "[]")
         details["hashes"] = json.loads(details.get("hashes") or "{}")
+        details["refused"] = json.loads(details.get("refused") or "[]")
         details["alive"] = float(details["beat"]) >= time.time() - ALIVE_SECONDS
         found.append(details)
     return found

@@ -59,6 +59,11 @@ def node_sync(node: str) -> str:
     return f"{PREFIX}:node:{node}:sync"
 
 
+def nodes_sync() -> str:
+    """Pub/sub channel asking every node agent to sync its skill packages now."""
+    return f"{PREFIX}:nodes:sync"
+
+
 def run_events_channel(run_id: str) -> str:
     """Pub/sub channel announcing that a run's stream got a new entry (wakes waiters)."""
     return f"{PREFIX}:run:{run_id}:wake"

@@ -1,0 +1,165 @@
+"""Managed nodes: the fleet view, and each node agent's signed manifest and package downloads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import marshmallow as ma
+import redis
+import structlog
+from flask import Response
+from flask_smorest import Blueprint
+from sqlalchemy import select
+
+from api.auth import node_or_owner, owner
+from api.errors import ApiError
+from api.services import services
+from store.errors import PackageNotFound
+from store.models import Node
+from store.signing import sign_manifest
+from workers import heartbeat, naming
+
+log = structlog.get_logger(__name__)
+
+blp = Blueprint("nodes", __name__, url_prefix="/api/nodes", description="Managed nodes")
+
+
+class NodeWorkerSchema(ma.Schema):
+    id = ma.fields.String()
+    role = ma.fields.String()
+    queue = ma.fields.String()
+    host = ma.fields.String()
+    serving = ma.fields.Boolean()
+    alive = ma.fields.Boolean()
+    last_heartbeat = ma.fields.String(metadata={"description": "ISO 8601 time"})
+    features = ma.fields.List(ma.fields.String())
+    reason = ma.fields.String(allow_none=True)
+
+
+class NodeSchema(ma.Schema):
+    name = ma.fields.String()
+    registered = ma.fields.Boolean(metadata={"description": "Added with `skillfleet nodes add`"})
+    alive = ma.fields.Boolean(metadata={"description": "A worker of it beat recently"})
+    workers = ma.fields.List(ma.fields.Nested(NodeWorkerSchema))
+    features = ma.fields.List(ma.fields.String(), metadata={"description": "skills, docker, kvm"})
+    hashes = ma.fields.Dict(
+        keys=ma.fields.String(),
+        values=ma.fields.List(ma.fields.String()),
+        metadata={"description": "Skill name to the package hashes the node holds"},
+    )
+    last_heartbeat = ma.fields.String(allow_none=True)
+
+
+class SignedManifestSchema(ma.Schema):
+    manifest = ma.fields.Dict(metadata={"description": "node, issued_at and packages"})
+    signature = ma.fields.String(metadata={"description": "Ed25519 over the canonical JSON"})
+
+
+class SyncRequestSchema(ma.Schema):
+    node = ma.fields.String()
+    receivers = ma.fields.Integer(metadata={"description": "Agents listening right now"})
+
+
+@blp.route("")
+@blp.response(200, NodeSchema(many=True))
+def list_nodes() -> list[dict[str, Any]]:
+    """List registered nodes and live workers: features, hashes held, last heartbeat"""
+    owner()
+    with services().sessions() as session:
+        registered = list(session.scalars(select(Node.name).order_by(Node.name)))
+    by_node: dict[str, list[dict[str, Any]]] = {name: [] for name in registered}
+    for worker in heartbeat.workers(services().redis):
+        if worker.get("name"):
+            by_node.setdefault(worker["name"], []).append(worker)
+    return [_node_view(name, name in registered, by_node[name]) for name in sorted(by_node)]
+
+
+def _node_view(name: str, registered: bool, workers: list[dict[str, Any]]) -> dict[str, Any]:
+    features = sorted({feature for worker in workers for feature in worker["features"]})
+    hashes: dict[str, set[str]] = {}
+    for worker in workers:
+        for skill, held in worker["hashes"].items():
+            hashes.setdefault(skill, set()).update(held)
+    beats = [float(worker["beat"]) for worker in workers]
+    return {
+        "name": name,
+        "registered": registered,
+        "alive": any(worker["alive"] for worker in workers),
+        "workers": [_worker_view(worker) for worker in workers],
+        "features": features,
+        "hashes": {skill: sorted(held) for skill, held in sorted(hashes.items())},
+        "last_heartbeat": _iso(max(beats)) if beats else None,
+    }
+
+
+def _worker_view(worker: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": worker["id"],
+        "role": worker["role"],
+        "queue": worker["queue"],
+        "host": worker["host"],
+        "serving": worker["serving"] == "1",
+        "alive": worker["alive"],
+        "last_heartbeat": _iso(float(worker["beat"])),
+        "features": worker["features"],
+        "reason": worker["reason"] or None,
+    }
+
+
+def _iso(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat()
+
+
+@blp.route("/<node>/manifest")
+@blp.response(200, SignedManifestSchema)
+def manifest(node: str) -> dict[str, Any]:
+    """The node's signed manifest: every package it should hold, with its SHA-256"""
+    _check_node(node)
+    found = services().packages.manifest_for(node, services().sessions)
+    return sign_manifest(services().signing_key, found)
+
+
+@blp.route("/<node>/packages/<package>")
+@blp.response(200, content_type="application/gzip")
+def package(node: str, package: str) -> Response:
+    """Download one package, named `name@hash`, while that node may hold it"""
+    _check_node(node)
+    ref = package.removesuffix(".tar.gz")
+    name, _, skill_hash = ref.partition("@")
+    try:
+        info = services().packages.find(name, skill_hash, services().sessions, node=node)
+        data = info.path.read_bytes()
+    except FileNotFoundError as e:  # retired between the lookup and the read
+        raise PackageNotFound(f"No package {ref} is served.") from e
+    response = Response(data, mimetype="application/gzip")
+    response.headers["Content-Disposition"] = f'attachment; filename="{ref}.tar.gz"'
+    return response
+
+
+@blp.route("/<node>/sync", methods=["POST"])
+@blp.response(202, SyncRequestSchema)
+def sync(node: str) -> dict[str, Any]:
+    """Ask the node's agent to sync its packages now"""
+    owner()
+    _check_name(node)
+    receivers = services().redis.publish(naming.node_sync(node), "sync")
+    return {"node": node, "receivers": int(receivers)}
+
+
+def _check_node(node: str) -> None:
+    node_or_owner(node)
+    _check_name(node)
+
+
+def _check_name(node: str) -> None:
+    if not naming.NODE_NAME.fullmatch(node):
+        raise ApiError(404, "node_not_found", f"No node is named '{node}'.")
+
+
+def broadcast_sync() -> None:
+    """Ask every node agent to sync now; a store change never fails because Redis is away."""
+    try:
+        services().redis.publish(naming.nodes_sync(), "sync")
+    except redis.RedisError as e:
+        log.warning("could not ask nodes to sync", error=str(e))

@@ -1,0 +1,192 @@
+"""Server-side packages: one `<name>@<hash>.tar.gz` per hash, and each node's manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tarfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy import ColumnElement, and_, select
+
+from store.db import SessionFactory
+from store.errors import PackageNotFound
+from store.hashing import hash_entries
+from store.models import Run, Skill
+from store.packages import build_package
+from store.skills import SkillStore
+
+log = structlog.get_logger(__name__)
+
+# Runs in these states may still fetch the exact hash they were dispatched with.
+ACTIVE_RUN_STATES = ("queued", "running")
+# Node names with a runner of their own; every other node runs `node` skills.
+SPECIAL_NODES = ("spark", "sandbox")
+_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?")
+_HASH = re.compile(r"[0-9a-f]{64}")
+_SUFFIX = ".tar.gz"
+
+
+@dataclass(frozen=True)
+class PackageInfo:
+    name: str
+    hash: str
+    sha256: str
+    size: int
+    path: Path
+
+    def entry(self) -> dict[str, Any]:
+        """The package as a manifest entry."""
+        return {"name": self.name, "hash": self.hash, "sha256": self.sha256, "size": self.size}
+
+
+def execution_for(node: str) -> str:
+    """The execution mode whose skills a node runs: `spark`, `sandbox` or `node`."""
+    return node if node in SPECIAL_NODES else "node"
+
+
+def valid_key(name: str, skill_hash: str) -> bool:
+    """Whether `name@hash` is well formed (and so safe to use in a file name)."""
+    return bool(_NAME.fullmatch(name) and _HASH.fullmatch(skill_hash))
+
+
+class PackageStore:
+    """Builds packages once per hash and serves them while the hash is current or in use."""
+
+    def __init__(self, packages_dir: Path, store: SkillStore) -> None:
+        self.packages_dir = packages_dir
+        self.store = store
+        self.packages_dir.mkdir(parents=True, exist_ok=True)
+        self._digests: dict[Path, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def path(self, name: str, skill_hash: str) -> Path:
+        return self.packages_dir / f"{name}@{skill_hash}{_SUFFIX}"
+
+    def ensure_built(self, skill: Skill) -> PackageInfo:
+        """The package of the skill's current hash, built from its folder if not built yet."""
+        path = self.path(skill.name, skill.hash)
+        if not path.is_file():
+            self._build(skill, path)
+        return self._info(skill.name, skill.hash, path)
+
+    def _build(self, skill: Skill, path: Path) -> None:
+        data = build_package(self.store.folder(skill))
+        # Hash what was packed, not the folder: an edit racing the build can't slip through.
+        if package_hash(data) != skill.hash:
+            raise PackageNotFound(
+                f"The files of '{skill.name}' no longer have hash {skill.hash}; the skill changed."
+            )
+        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            temp.write_bytes(data)
+            os.replace(temp, path)
+        finally:
+            temp.unlink(missing_ok=True)
+        log.info("package built", skill=skill.name, hash=skill.hash, size=len(data))
+
+    def _info(self, name: str, skill_hash: str, path: Path) -> PackageInfo:
+        with self._lock:
+            known = self._digests.get(path)
+        if known is None:
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError as e:
+                raise PackageNotFound(f"No package {name}@{skill_hash} is served.") from e
+            known = (hashlib.sha256(data).hexdigest(), len(data))
+            with self._lock:
+                self._digests[path] = known
+        return PackageInfo(name, skill_hash, known[0], known[1], path)
+
+    def find(
+        self, name: str, skill_hash: str, sessions: SessionFactory, node: str | None = None
+    ) -> PackageInfo:
+        """The package `name@hash` while it is current or a queued/running run uses it.
+
+        With `node`, only a package that node's manifest could list.
+        """
+        missing = PackageNotFound(f"No package {name}@{skill_hash} is served.")
+        if not valid_key(name, skill_hash):
+            raise missing
+        used = select(Run.id).where(
+            Run.skill_name == name, Run.skill_hash == skill_hash, _active_on(node)
+        )
+        with sessions() as session:
+            skill = session.get(Skill, name)
+            listed = skill is not None and skill.hash == skill_hash and _listed_for(skill, node)
+            in_use = listed or session.scalar(used.limit(1)) is not None
+        if not in_use:
+            raise missing
+        if skill is not None and skill.hash == skill_hash:
+            return self.ensure_built(skill)
+        return self._info(name, skill_hash, self.path(name, skill_hash))
+
+    def manifest_for(self, node: str, sessions: SessionFactory) -> dict[str, Any]:
+        """What `node` should hold: its enabled skills plus hashes its unfinished runs use."""
+        query = select(Skill).where(Skill.enabled.is_(True), Skill.execution == execution_for(node))
+        in_flight = select(Run.skill_name, Run.skill_hash).where(_active_on(node)).distinct()
+        with sessions() as session:
+            skills = list(session.scalars(query.order_by(Skill.name)))
+            used = [(name, skill_hash) for name, skill_hash in session.execute(in_flight)]
+        entries: dict[tuple[str, str], dict[str, Any]] = {}
+        for skill in skills:
+            try:
+                entries[(skill.name, skill.hash)] = self.ensure_built(skill).entry()
+            except PackageNotFound as e:
+                log.warning("package left out of manifest", skill=skill.name, reason=e.message)
+        for name, skill_hash in used:
+            path = self.path(name, skill_hash)
+            if (name, skill_hash) not in entries and path.is_file():
+                entries[(name, skill_hash)] = self._info(name, skill_hash, path).entry()
+        packages = [entries[key] for key in sorted(entries)]
+        return {"node": node, "issued_at": int(time.time()), "packages": packages}
+
+    def prune(self, sessions: SessionFactory) -> list[str]:
+        """Remove packages whose hash is neither current nor used by an unfinished run."""
+        with sessions() as session:
+            keep = {(s.name, s.hash) for s in session.scalars(select(Skill))}
+            active = select(Run.skill_name, Run.skill_hash).where(Run.status.in_(ACTIVE_RUN_STATES))
+            keep |= {(name, skill_hash) for name, skill_hash in session.execute(active)}
+        removed = []
+        for path in self.packages_dir.glob(f"*@*{_SUFFIX}"):
+            name, _, skill_hash = path.name.removesuffix(_SUFFIX).partition("@")
+            if (name, skill_hash) not in keep:
+                path.unlink(missing_ok=True)
+                with self._lock:
+                    self._digests.pop(path, None)
+                removed.append(f"{name}@{skill_hash}")
+        return sorted(removed)
+
+
+def package_hash(data: bytes) -> str:
+    """The content hash of the files inside a package this store built."""
+    entries = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar:
+            source = tar.extractfile(member) if member.isreg() else None
+            if source is not None:
+                entries.append((member.name, source.read()))
+    return hash_entries(entries)
+
+
+def _listed_for(skill: Skill, node: str | None) -> bool:
+    return node is None or (skill.enabled and skill.execution == execution_for(node))
+
+
+def _active_on(node: str | None) -> ColumnElement[bool]:
+    """Unfinished runs, on `node`'s runner when a node is named."""
+    active = Run.status.in_(ACTIVE_RUN_STATES)
+    if node is None:
+        return active
+    execution = execution_for(node)
+    if execution == "node":
+        return and_(active, Run.execution == execution, Run.node == node)
+    return and_(active, Run.execution == execution)

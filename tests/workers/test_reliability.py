@@ -1,0 +1,178 @@
+"""Reliability with real processes: a killed worker, Redis going away, 200 calls at once."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import POSTGRES_URL, REDIS_URL  # noqa: F401 - documents the services used
+from fleet import Fleet, fleet, wait_until
+
+from skillfleet.settings import Settings
+from workers.streams import read_events
+
+READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
+
+
+def counting_script(marker: Path, seconds: float = 0) -> str:
+    """Appends its run id to `marker` (the side effect we count), then sleeps."""
+    return (
+        "import os, time\n"
+        f"open({str(marker)!r}, 'a').write(os.environ['SKILLFLEET_RUN_ID'] + '\\n')\n"
+        "print('started', flush=True)\n"
+        f"time.sleep({seconds})\n"
+        "print('finished', flush=True)\n"
+    )
+
+
+def body(node: str) -> dict:
+    return {
+        "arguments": {"skill_name": "counter", "script": "scripts/count.py", "arguments": {"node": node}}
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def settings_for(tmp_path: Path, database_url: str):
+    def build(redis_url: str = REDIS_URL, **changes: object) -> Settings:
+        return Settings(
+            data_dir=tmp_path / "var", database_url=database_url, redis_url=redis_url, **changes
+        )
+
+    return build
+
+
+def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
+    settings_for, tmp_path: Path
+):
+    marker = tmp_path / "runs.log"
+    with fleet(settings_for(visibility_timeout=3)) as running:
+        node = f"t-{uuid.uuid4().hex[:8]}"
+        running.start("control", "worker", "control")
+        running.start("beat", "beat")
+        running.start_node(node)
+        running.import_skill("counter", READ_NODE, {"scripts/count.py": counting_script(marker, 60)})
+        with running.http() as client:
+            run_id = client.post("/api/tools/run_skill_script", json=body(node)).json()["run_id"]
+            wait_until(
+                lambda: any(e.kind == "stdout" for e in read_events(running.redis, run_id)),
+                30,
+                "the script to start",
+            )
+            running.kill(node, signal.SIGKILL)
+            killed_at = time.monotonic()
+            run = wait_until(
+                lambda: (r := client.get(f"/api/runs/{run_id}").json())["status"] == "interrupted"
+                and r,
+                30,
+                "the reaper to answer interrupted",
+            )
+            assert time.monotonic() - killed_at < 30
+            assert "started" in run["stdout"]
+            # The same node comes back; the unacknowledged message is delivered again.
+            running.start_node(node, label=f"{node}-again")
+            wait_until(
+                lambda: "run already claimed or ended" in running.log_text(f"{node}-again"),
+                40,
+                "the redelivered message to reach the new worker",
+            )
+            assert client.get(f"/api/runs/{run_id}").json()["status"] == "interrupted"
+    assert marker.read_text().split() == [run_id]
+
+
+def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_path: Path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", str(redis_dir)]  # fmt: skip
+
+    def start_redis() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        wait_until(lambda: _answers(port), 10, "redis-server to answer")
+        return process
+
+    server = start_redis()
+    marker = tmp_path / "runs.log"
+    try:
+        with fleet(settings_for(redis_url=f"redis://127.0.0.1:{port}/0")) as running:
+            node = f"t-{uuid.uuid4().hex[:8]}"
+            running.start_node(node)
+            running.import_skill("counter", READ_NODE, {"scripts/count.py": counting_script(marker)})
+            with running.http() as client:
+                first = client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body(node))
+                assert first.json()["status"] == "done"
+                server.terminate()
+                server.wait(timeout=10)
+                down = client.post("/api/tools/run_skill_script", json=body(node))
+                assert down.status_code == 503
+                assert down.json()["code"] == "redis_unavailable"
+                events = client.get(f"/api/runs/{first.json()['run_id']}/events")
+                assert events.status_code == 503
+                server = start_redis()
+                running.wait_for_queue(f"node.{node}", limit=30)
+                after = client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body(node))
+                assert after.status_code == 200 and after.json()["status"] == "done", after.text
+        lines = marker.read_text().split()
+        assert len(lines) == len(set(lines)) == 2
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as connection:
+            connection.sendall(b"PING\r\n")
+            return connection.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_two_hundred_concurrent_calls_make_two_hundred_runs_each_executed_once(
+    settings_for, tmp_path: Path
+):
+    marker = tmp_path / "runs.log"
+    with fleet(settings_for()) as running:
+        node = f"t-{uuid.uuid4().hex[:8]}"
+        running.start_node(node, concurrency=16)
+        running.import_skill("counter", READ_NODE, {"scripts/count.py": counting_script(marker)})
+
+        def one(_index: int) -> dict:
+            with httpx.Client(
+                base_url=running.url,
+                headers={"Authorization": f"Bearer {running.owner_token}"},
+                timeout=120,
+            ) as client:
+                response = client.post(
+                    "/api/tools/run_skill_script", params={"wait": 60}, json=body(node)
+                )
+                assert response.status_code == 200, response.text
+                return dict(response.json())
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
+            envelopes = list(pool.map(one, range(200)))
+    run_ids = {envelope["run_id"] for envelope in envelopes}
+    assert len(run_ids) == 200
+    statuses = [(e["status"], (e.get("error") or {}).get("code")) for e in envelopes]
+    assert statuses == [("done", None)] * 200, sorted(set(statuses))
+    lines = marker.read_text().split()
+    assert sorted(lines) == sorted(run_ids)

@@ -1,0 +1,107 @@
+"""The node agent's sync loop: at start, every minute, and at once when asked over pub/sub."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import redis
+import structlog
+
+from workers import naming
+from workers.errors import RunError
+from workers.packages import PackageCache, SyncReport
+
+log = structlog.get_logger(__name__)
+
+# How long one wait for a pub/sub message lasts, so stop() is noticed promptly.
+POLL_SECONDS = 0.5
+# After Redis failed, wait this long before subscribing again.
+RETRY_SECONDS = 2.0
+
+
+class SyncLoop:
+    """Syncs `cache` in a daemon thread; a failed sync is logged and the loop carries on."""
+
+    def __init__(
+        self, cache: PackageCache, redis_client: redis.Redis, node: str, every: float = 60.0
+    ) -> None:
+        self.cache = cache
+        self.redis = redis_client
+        self.node = node
+        self.every = every
+        self.syncs = 0
+        self.last_report: SyncReport | None = None
+        self.subscribed = threading.Event()
+        self._due = 0.0  # the first sync is due at once
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"sync-{node}", daemon=True)
+
+    @property
+    def channels(self) -> tuple[str, str]:
+        return naming.node_sync(self.node), naming.nodes_sync()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except redis.RedisError as e:
+                self.subscribed.clear()
+                log.warning("sync requests unavailable; retrying", node=self.node, error=str(e))
+                # Without Redis the loop still syncs on time, it only misses requests.
+                if not self._stop.wait(RETRY_SECONDS) and time.monotonic() >= self._due:
+                    self._sync()
+
+    def _listen(self) -> None:
+        """Subscribe first, so no request is missed, then sync when asked or when due."""
+        pubsub: Any = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        try:
+            pubsub.subscribe(*self.channels)
+            self.subscribed.set()
+            while not self._stop.is_set():
+                message = pubsub.get_message(timeout=min(POLL_SECONDS, self.every))
+                if message is not None:
+                    _drain(pubsub)  # a burst of requests needs one sync
+                    self._sync()
+                elif time.monotonic() >= self._due:
+                    self._sync()
+        finally:
+            pubsub.close()
+
+    def _sync(self) -> None:
+        try:
+            report = self.cache.sync()
+        except RunError as e:  # the API is unreachable or refused: try again next time
+            log.warning("package sync failed", node=self.node, error=e.message)
+            return
+        except Exception:  # noqa: BLE001 - a failed sync must never end the loop
+            log.exception("package sync failed unexpectedly", node=self.node)
+            return
+        finally:
+            self.syncs += 1
+            self._due = time.monotonic() + self.every
+        self.last_report = report
+        if report.installed or report.removed or report.refused:
+            log.info(
+                "packages synced",
+                node=self.node,
+                installed=report.installed,
+                removed=report.removed,
+                refused=[key for key, _reason in report.refused],
+            )
+
+
+def _drain(pubsub: Any) -> None:
+    while pubsub.get_message(timeout=0) is not None:
+        continue

@@ -1,0 +1,483 @@
+"""The sandbox runner: Python and JavaScript in Hyperlight micro-VMs, or containers by opt-in.
+
+hyperlight-sandbox's `Sandbox.run()` has no timeout and can't be interrupted, so each micro-VM
+lives in a child process the worker can kill. A child boots its guest once, snapshots it, and
+restores the snapshot after every run: each run starts from the same fresh state without a new
+boot, and idle children wait in a small pool per guest. The skill is copied into the child's
+`/input`, which the guest can only read; `/output` is scratch, emptied by each restore. Output
+comes back line by line through a host tool the guest calls, so it streams while the script runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from skillfleet.settings import Settings
+from store.errors import StoreError
+from store.validation import validate_skill_dir
+from workers.errors import RunnerUnavailable
+from workers.runners.base import CancelCheck, Job, OutputCollector, Runner, script_environment
+from workers.runners.node import _die_with_worker, _outcome
+from workers.runners.spark import SparkRunner, copy_skill
+from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
+from workers.streams import RunStream
+
+SANDBOX_SUFFIXES = (".py", ".js", ".mjs")
+PYTHON_GUEST = "python_guest.path"
+JAVASCRIPT_GUEST = "javascript_guest.path"
+GUESTS = {".py": PYTHON_GUEST, ".js": JAVASCRIPT_GUEST, ".mjs": JAVASCRIPT_GUEST}
+PACKAGES = ("hyperlight_sandbox", "hyperlight_sandbox_backend_wasm", "python_guest")
+INSTALL_HINT = "pip install 'hyperlight-sandbox[wasm,python_guest,javascript_guest]==0.8.0'"
+KVM_DEVICE = "/dev/kvm"
+POOL_SIZE = 2  # idle warm micro-VMs kept per guest
+BOOT_SECONDS = 60  # a child must boot its guest and take the snapshot within this
+CANCEL_POLL_SECONDS = 0.2
+MAX_REASON_CHARS = 600
+Message = tuple[Any, ...]
+
+
+def refusal(script: str) -> Outcome | None:
+    """The failed outcome of a script the sandbox can't run, or None when it can."""
+    if Path(script).suffix in SANDBOX_SUFFIXES:
+        return None
+    message = (
+        "Sandboxed skills can run .py, .js and .mjs scripts only; "
+        f"{Path(script).name} can't run here."
+    )
+    return Outcome(FAILED, None, "", message, message)
+
+
+class ContainerSandboxRunner(SparkRunner):
+    """The operator's opt-in for hosts without KVM: the Spark's container, never a network."""
+
+    isolation = "container"
+
+    def network_for(self, job: Job) -> str:
+        return "none"
+
+    def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
+        return refusal(job.script) or super().run(job, folder, stream, cancelled)
+
+
+class SandboxRunner:
+    """Runs .py, .js and .mjs scripts in Hyperlight micro-VMs restored from a snapshot."""
+
+    isolation = "hyperlight"
+
+    def __init__(self, pool_size: int = POOL_SIZE, boot_seconds: float = BOOT_SECONDS) -> None:
+        self.pool_size = pool_size
+        self.boot_seconds = boot_seconds
+        self._idle: dict[str, list[_MicroVM]] = {PYTHON_GUEST: [], JAVASCRIPT_GUEST: []}
+        self._lock = threading.Lock()
+
+    def probe(self) -> str | None:
+        """None when a micro-VM runs a tiny Python program here, else the reason it can't."""
+        problem = host_problem()
+        if problem is not None:
+            return problem
+        try:
+            vm = self._boot(PYTHON_GUEST, ())
+        except RunnerUnavailable as e:
+            return e.message
+        _send(vm.conn, "print(6 * 7)")
+        reply = _receive(vm.conn, self.boot_seconds) or ("no answer",)
+        if reply[0] != "done" or reply[2] != "42\n" or not reply[4]:
+            vm.close()
+            reason = f"Hyperlight booted a micro-VM but it did not run Python: {reply!r}"
+            return reason[:MAX_REASON_CHARS]
+        self._check_in(vm, keep=True)
+        return None
+
+    def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
+        refused = refusal(job.script)
+        if refused is not None:
+            return refused
+        try:
+            domains = allowed_domains(job, folder)
+            program = guest_program(job, folder)
+            vm = self._check_out(GUESTS[Path(job.script).suffix], domains)
+        except (RunnerUnavailable, StoreError, OSError) as e:
+            text = e.message if isinstance(e, (RunnerUnavailable, StoreError)) else str(e)
+            message = f"The sandbox could not start: {text}"
+            return Outcome(FAILED, None, "", message, message)
+        collector = OutputCollector(stream)
+        reusable = False
+        try:
+            vm.stage(folder)
+            stream.status("running", isolation=self.isolation, pid=vm.process.pid)
+            _send(vm.conn, program)
+            state, code, reusable = _pump(vm, collector, job.timeout, cancelled)
+        finally:
+            self._check_in(vm, reusable and not domains)
+        if code is None:
+            message = "The micro-VM stopped before the script ended."
+            return Outcome(
+                FAILED, None, collector.text("stdout"), collector.text("stderr"), message
+            )
+        return _outcome(state, code, collector, job.timeout)
+
+    def close(self) -> None:
+        """Stop every idle micro-VM."""
+        with self._lock:
+            idle = [vm for vms in self._idle.values() for vm in vms]
+            for vms in self._idle.values():
+                vms.clear()
+        for vm in idle:
+            vm.close()
+
+    def _check_out(self, guest: str, domains: tuple[str, ...]) -> _MicroVM:
+        """A warm micro-VM from the pool; a fresh one when none is idle or the run has a network."""
+        if not domains:
+            with self._lock:
+                while self._idle[guest]:
+                    vm = self._idle[guest].pop()
+                    if vm.process.poll() is None:
+                        return vm
+                    vm.close()
+        return self._boot(guest, domains)
+
+    def _check_in(self, vm: _MicroVM, keep: bool) -> None:
+        if keep and vm.process.poll() is None:
+            with self._lock:
+                if len(self._idle[vm.guest]) < self.pool_size:
+                    self._idle[vm.guest].append(vm)
+                    return
+        vm.close()
+
+    def _boot(self, guest: str, domains: tuple[str, ...]) -> _MicroVM:
+        vm = _MicroVM(guest, domains)
+        problem = vm.wait_ready(self.boot_seconds)
+        if problem is not None:
+            vm.close()
+            reason = f"{KVM_DEVICE} is present but Hyperlight could not run a micro-VM: {problem}"
+            raise RunnerUnavailable(reason[:MAX_REASON_CHARS])
+        return vm
+
+
+def build_sandbox_runner(settings: Settings) -> tuple[Runner | None, str | None]:
+    """The sandbox runner this host can offer, or None and the reason it offers none."""
+    if settings.sandbox_isolation == "container":
+        runner = ContainerSandboxRunner(settings.runner_image)
+        try:
+            runner.start()
+        except RunnerUnavailable as e:
+            return None, e.message
+        return runner, None
+    sandbox = SandboxRunner()
+    reason = sandbox.probe()
+    if reason is not None:
+        sandbox.close()
+        return None, reason
+    return sandbox, None
+
+
+def host_problem() -> str | None:
+    """Why this host can't run Hyperlight at all (package, CPU, KVM), or None."""
+    missing = [name for name in PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"Hyperlight is not installed ({', '.join(missing)} missing): {INSTALL_HINT}."
+    machine = platform.machine().lower()
+    if machine not in ("x86_64", "amd64"):
+        return f"Hyperlight needs an x86_64 server with KVM; this one is {machine}."
+    if not os.path.exists(KVM_DEVICE):
+        return f"Hyperlight needs KVM, and this server has no {KVM_DEVICE}."
+    if not os.access(KVM_DEVICE, os.R_OK | os.W_OK):
+        return f"Hyperlight needs KVM, and this user can't open {KVM_DEVICE} (join the kvm group)."
+    return None
+
+
+def allowed_domains(job: Job, folder: Path) -> tuple[str, ...]:
+    """The hosts the skill lists, when the run may use the network (HTTPS only); else none."""
+    if job.network != "bridge":
+        return ()
+    return validate_skill_dir(folder, expected_name=job.skill_name).allowed_domains
+
+
+class _MicroVM:
+    """A child process holding one booted guest, its snapshot and its `/input` folder."""
+
+    def __init__(self, guest: str, domains: tuple[str, ...]) -> None:
+        self.guest = guest
+        self.input_dir = Path(tempfile.mkdtemp(prefix="skillfleet-vm-"))
+        ours, theirs = socket.socketpair()
+        self.conn = Connection(ours.detach())
+        arguments = [str(theirs.fileno()), guest, str(self.input_dir), json.dumps(domains)]
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", CHILD_COMMAND, *arguments],
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=[theirs.fileno()],
+                preexec_fn=_die_with_worker,  # noqa: PLW1509 - only a prctl call
+            )
+        finally:
+            theirs.close()
+
+    def wait_ready(self, seconds: float) -> str | None:
+        """None once the guest booted and was snapshotted, else what went wrong."""
+        reply = _receive(self.conn, seconds)
+        if not reply:
+            return f"the micro-VM did not boot within {seconds:g} s"
+        if reply[0] == "crashed":
+            self.kill()
+            return f"the micro-VM process ended with exit code {self.process.returncode}"
+        return None if reply == ("ready",) else str(reply[-1])
+
+    def stage(self, folder: Path) -> None:
+        """Replace `/input`'s files with the skill's (the folder stays: the VM holds it open)."""
+        for entry in self.input_dir.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        copy_skill(folder, self.input_dir)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(5)
+
+    def close(self) -> None:
+        self.kill()
+        self.conn.close()
+        shutil.rmtree(self.input_dir, ignore_errors=True)
+
+
+def _pump(
+    vm: _MicroVM, collector: OutputCollector, timeout: int, cancelled: CancelCheck
+) -> tuple[str | None, int | None, bool]:
+    """Forward output until the guest is done, or kill the VM on timeout or cancel.
+
+    Returns why it was stopped (None: it ended), the exit code (None: the VM crashed), and
+    whether the VM was restored for another run.
+    """
+    deadline = time.monotonic() + timeout
+    next_cancel_check = time.monotonic() + CANCEL_POLL_SECONDS
+    while True:
+        wait = max(0.0, min(deadline, next_cancel_check) - time.monotonic())
+        message = _receive(vm.conn, wait) or ("wait",)
+        if message[0] == "out":
+            collector.add(message[1], message[2].encode("utf-8", "replace"))
+        elif message[0] == "done":
+            for name, text in (("stdout", message[2]), ("stderr", message[3])):
+                if text:  # what the guest's own capture caught (normally nothing)
+                    collector.add(name, text.encode("utf-8", "replace"))
+            return None, int(message[1]), bool(message[4])
+        elif message[0] == "crashed":
+            collector.add("stderr", f"{message[1]}\n".encode())
+            return FAILED, None, False
+        stopped = _stop_reason(deadline, next_cancel_check, cancelled)
+        if stopped is not None:
+            vm.kill()
+            return stopped, vm.process.returncode, False
+        if time.monotonic() >= next_cancel_check:
+            next_cancel_check = time.monotonic() + CANCEL_POLL_SECONDS
+
+
+def _send(conn: Connection, program: str) -> None:
+    try:
+        conn.send(program)
+    except OSError:  # the child is gone; the next receive says so
+        pass
+
+
+def _receive(conn: Connection, seconds: float) -> Message:
+    """The child's next message, or () when none came within `seconds`."""
+    try:
+        return tuple(conn.recv()) if conn.poll(seconds) else ()
+    except (OSError, EOFError):
+        return ("crashed", "The micro-VM process ended.")
+
+
+def _stop_reason(deadline: float, next_cancel_check: float, cancelled: CancelCheck) -> str | None:
+    now = time.monotonic()
+    if now >= deadline:
+        return TIMED_OUT
+    if now >= next_cancel_check and cancelled():
+        return CANCELLED
+    return None
+
+
+# -- the programs the guests run ----------------------------------------------------------
+
+# Python: the script runs from /input as __main__; print() goes out line by line via `emit`.
+PYTHON_PROGRAM = """
+import os as _os, runpy as _runpy, sys as _sys, traceback as _traceback
+
+class _Stream:
+    encoding = "utf-8"
+    def __init__(self, name):
+        self.name, self.text = name, ""
+    def write(self, text):
+        self.text += text
+        if "\\n" in text or len(self.text) > 8192:
+            self.flush()
+        return len(text)
+    def flush(self):
+        if self.text:
+            call_tool("emit", stream=self.name, text=self.text)
+            self.text = ""
+    def isatty(self):
+        return False
+
+def _main(job):
+    out, err = _sys.stdout, _sys.stderr = _Stream("stdout"), _Stream("stderr")
+    _os.environ.update(job["env"])
+    path = "/input/" + job["script"]
+    _sys.argv = [path]
+    _sys.path.insert(0, _os.path.dirname(path))
+    try:
+        _os.chdir("/input")
+    except OSError:  # relative paths then fail loudly in the script
+        pass
+    code = 0
+    try:
+        _runpy.run_path(path, {"http_get": http_get, "http_post": http_post}, "__main__")
+    except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=err)
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except BaseException:
+        _traceback.print_exc()
+        code = 1
+    out.flush()
+    err.flush()
+    call_tool("exit", code=code)
+
+_main(__import__("json").loads(__JOB__))
+"""
+
+# JavaScript: the source runs as an async function body with a Node-like console and process.
+JAVASCRIPT_PROGRAM = """
+const __job = JSON.parse(__JOB__);
+function __stream(name) {
+  let text = "";
+  const flush = () => { if (text) { call_tool("emit", { stream: name, text }); text = ""; } };
+  const write = (chunk) => {
+    text += String(chunk);
+    if (text.includes("\\n") || text.length > 8192) flush();
+    return true;
+  };
+  return { write, flush, isTTY: false };
+}
+const __show = (v) => {
+  if (typeof v === "string") return v;
+  try { return JSON.stringify(v) ?? String(v); } catch (e) { return String(v); }
+};
+const __line = (s) => (...args) => s.write(args.map(__show).join(" ") + "\\n");
+const __out = __stream("stdout"), __err = __stream("stderr");
+class __Exit { constructor(code) { this.code = code; } }
+const __console = {
+  log: __line(__out), info: __line(__out), error: __line(__err), warn: __line(__err),
+};
+const __process = {
+  env: __job.env, argv: ["node", "/input/" + __job.script], exitCode: undefined,
+  cwd: () => "/input", stdout: __out, stderr: __err,
+  exit: (code) => { throw new __Exit(code ?? __process.exitCode ?? 0); },
+};
+let __code = 0;
+try {
+  const AsyncFunction = Object.getPrototypeOf(async function () {}).constructor;
+  const main = new AsyncFunction("console", "process", "read_file", "call_tool", __job.source);
+  await main(__console, __process, read_file, call_tool);
+  __code = Number(__process.exitCode ?? 0);
+} catch (e) {
+  if (e instanceof __Exit) __code = Number(e.code) || 0;
+  else {
+    __err.write(e instanceof Error ? `${e.name}: ${e.message}\\n${e.stack || ""}` : `${e}\\n`);
+    __code = 1;
+  }
+}
+__out.flush();
+__err.flush();
+call_tool("exit", { code: __code });
+"""
+
+WARM_UP = {PYTHON_GUEST: "import json, os, runpy, sys, traceback", JAVASCRIPT_GUEST: ""}
+
+
+def guest_program(job: Job, folder: Path) -> str:
+    """The code a guest runs for `job`: its environment, then the script."""
+    env = {k: v for k, v in script_environment(job).items() if k != "PATH"}
+    payload: dict[str, Any] = {"script": job.script, "env": env}
+    if GUESTS[Path(job.script).suffix] == PYTHON_GUEST:
+        return PYTHON_PROGRAM.replace("__JOB__", repr(json.dumps(payload)))
+    payload["source"] = (folder / job.script).read_text(encoding="utf-8")
+    return JAVASCRIPT_PROGRAM.replace("__JOB__", json.dumps(json.dumps(payload)))
+
+
+# -- the child process ------------------------------------------------------------------
+
+CHILD_COMMAND = "from workers.runners.sandbox import child_main; child_main()"
+
+
+def child_main() -> None:
+    """The child's entry: `<socket fd> <guest module> <input dir> <domains as JSON>`."""
+    fd, guest, input_dir, domains = sys.argv[1:5]
+    serve(Connection(int(fd)), guest, input_dir, tuple(json.loads(domains)))
+
+
+def serve(conn: Connection, guest: str, input_dir: str, domains: tuple[str, ...]) -> None:
+    """In the child: boot the guest, snapshot it, then run each program sent and restore."""
+    exit_codes: list[int] = []
+
+    def emit(stream: str = "stdout", text: str = "") -> bool:
+        conn.send(("out", "stderr" if stream == "stderr" else "stdout", text))
+        return True
+
+    def finish(code: int = 0) -> bool:
+        exit_codes.append(int(code))
+        return True
+
+    try:
+        from hyperlight_sandbox import Sandbox
+
+        vm: Any = Sandbox(backend="wasm", module=guest, input_dir=input_dir, temp_output=True)
+        vm.register_tool("emit", emit)
+        vm.register_tool("exit", finish)
+        for host in domains:
+            vm.allow_domain(f"https://{host}")
+        vm.run(WARM_UP[guest])
+        snapshot = vm.snapshot()
+    except Exception as e:  # sent to the worker, which then refuses the sandbox queue
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready",))
+    while _serve_one(conn, vm, snapshot, exit_codes):
+        pass
+
+
+def _serve_one(conn: Connection, vm: Any, snapshot: Any, exit_codes: list[int]) -> bool:
+    """Run one program and restore the snapshot; False when this child can't serve again."""
+    try:
+        program = conn.recv()
+    except EOFError:  # the worker closed the pool
+        return False
+    exit_codes.clear()
+    try:
+        result = vm.run(program)
+    except Exception as e:  # the micro-VM itself failed
+        conn.send(("crashed", f"{type(e).__name__}: {e}"))
+        return False
+    code = exit_codes[-1] if exit_codes else int(result.exit_code)
+    try:
+        vm.restore(snapshot)
+        restored = True
+    except Exception:  # the result still counts; only this child is done
+        restored = False
+    conn.send(("done", code, result.stdout, result.stderr, restored))
+    return restored

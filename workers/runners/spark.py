@@ -1,0 +1,244 @@
+"""The Spark runner: each script in a throwaway hardened container from the runner image."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+from docker.errors import DockerException, ImageNotFound, NotFound
+
+from workers.errors import RunnerUnavailable
+from workers.runners.base import CancelCheck, Job, OutputCollector, command_for, script_environment
+from workers.runners.node import _outcome
+from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
+from workers.streams import RunStream
+
+LABEL = "skillfleet.run"
+SKILL_MOUNT = "/skill"
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# /tmp is the only writable place; its files count against the memory limit, so cap it too.
+TMPFS_OPTIONS = "rw,noexec,nosuid,nodev,size=256m"
+PIDS_LIMIT = 256
+MEMORY_LIMIT = "1g"
+NANO_CPUS = 2_000_000_000
+NOBODY = "65534:65534"
+CANCEL_POLL_SECONDS = 0.2
+# After a kill, or once the output ended, how long the engine may take to report the exit.
+EXIT_WAIT_SECONDS = 15
+BUILD_HINT = (
+    "build it with `bash workers/runner/build-offline.sh` "
+    "or `docker build -t skillfleet/runner:latest workers/runner`"
+)
+_ENGINE_ERRORS = (DockerException, requests.exceptions.RequestException)
+
+
+def copy_skill(folder: Path, target: Path) -> None:
+    """Copy a skill folder to `target` readable by any user: dirs 0755, files 0644.
+
+    The cache keeps skills private to the worker's user (0700/0600); the container's user
+    (65534) reads this copy instead. Links are refused: the cache never holds any.
+    """
+    target.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(target, 0o755)  # mkdir's mode is masked by the umask
+    for entry in sorted(folder.iterdir()):
+        destination = target / entry.name
+        if entry.is_symlink():
+            raise ValueError(f"the skill holds a link: {entry.name}")
+        if entry.is_dir():
+            copy_skill(entry, destination)
+        else:
+            shutil.copyfile(entry, destination)
+            os.chmod(destination, 0o644)
+
+
+class SparkRunner:
+    """Runs each script in its own container: read-only, no capabilities, user 65534."""
+
+    isolation = "container"
+
+    def __init__(self, image: str, client: docker.DockerClient | None = None) -> None:
+        self.image = image
+        self._client = client
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = docker.from_env()
+        return self._client
+
+    def network_for(self, job: Job) -> str:
+        """`bridge` only when the run asks for it; everything else has no network."""
+        return "bridge" if job.network == "bridge" else "none"
+
+    def container_options(self, job: Job, skill_copy: Path) -> dict[str, Any]:
+        """The docker SDK arguments of a run's container (the runner image's hardening)."""
+        return {
+            "network_mode": self.network_for(job),
+            "read_only": True,
+            "tmpfs": {"/tmp": TMPFS_OPTIONS},
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "pids_limit": PIDS_LIMIT,
+            "mem_limit": MEMORY_LIMIT,
+            "nano_cpus": NANO_CPUS,
+            "user": NOBODY,
+            "labels": {LABEL: job.run_id},
+            "volumes": {str(skill_copy): {"bind": SKILL_MOUNT, "mode": "ro"}},
+            "working_dir": SKILL_MOUNT,
+            "environment": script_environment(job, {"PATH": IMAGE_PATH, "HOME": "/tmp"}),
+            "stdin_open": False,
+            "tty": False,
+        }
+
+    def start(self) -> None:
+        """Check the engine and the image; remove containers a crashed worker left behind.
+
+        Raises RunnerUnavailable when the engine doesn't answer or the image is missing.
+        """
+        try:
+            self.client.ping()
+        except _ENGINE_ERRORS as e:
+            raise RunnerUnavailable(
+                f"No Docker engine answers, so spark scripts can't run here ({type(e).__name__})."
+            ) from e
+        try:
+            self.client.images.get(self.image)
+        except ImageNotFound as e:
+            raise RunnerUnavailable(
+                f"The runner image {self.image} is missing; {BUILD_HINT}."
+            ) from e
+        for container in self.leftovers():
+            _remove(container)
+
+    def leftovers(self) -> list[Any]:
+        """Every container labelled as a skillfleet run, running or not."""
+        return list(self.client.containers.list(all=True, filters={"label": LABEL}))
+
+    def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
+        collector = OutputCollector(stream)
+        with tempfile.TemporaryDirectory(prefix="skillfleet-run-") as scratch:
+            skill_copy = Path(scratch) / "skill"
+            try:
+                copy_skill(folder, skill_copy)
+                command = command_for(job.script)
+                container = self.client.containers.create(
+                    self.image, command, **self.container_options(job, skill_copy)
+                )
+            except (OSError, ValueError, *_ENGINE_ERRORS) as e:
+                message = f"The script could not start: {type(e).__name__}: {e}"
+                return Outcome(FAILED, None, "", message, message)
+            try:
+                return self._watch(container, job, collector, stream, cancelled)
+            finally:
+                _remove(container)
+
+    def _watch(
+        self,
+        container: Any,
+        job: Job,
+        collector: OutputCollector,
+        stream: RunStream,
+        cancelled: CancelCheck,
+    ) -> Outcome:
+        """Attach before start so no output is missed; then supervise until it exits."""
+        frames = container.attach(stdout=True, stderr=True, stream=True, demux=True, logs=True)
+        try:
+            reader = _Reader(frames, collector)
+            try:
+                container.start()
+            except _ENGINE_ERRORS as e:
+                message = f"The script could not start: {type(e).__name__}: {e}"
+                return Outcome(FAILED, None, "", message, message)
+            stream.status("running", container=container.short_id)
+            reader.start()
+            state, code = _supervise(container, reader, job.timeout, cancelled)
+            reader.join(EXIT_WAIT_SECONDS)
+            if reader.error is not None:
+                raise reader.error
+            return _outcome(state, code, collector, job.timeout)
+        finally:
+            frames.close()
+
+
+class _Reader(threading.Thread):
+    """Forwards the container's stdout and stderr frames, each as it comes."""
+
+    def __init__(
+        self, frames: Iterable[tuple[bytes | None, bytes | None]], collector: OutputCollector
+    ):
+        super().__init__(name="spark-output", daemon=True)
+        self.frames = frames
+        self.collector = collector
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            for stdout, stderr in self.frames:
+                if stdout:
+                    self.collector.add("stdout", stdout)
+                if stderr:
+                    self.collector.add("stderr", stderr)
+        except Exception as e:  # re-raised by the supervising thread, after cleanup
+            self.error = e
+
+
+def _supervise(
+    container: Any, reader: _Reader, timeout: int, cancelled: CancelCheck
+) -> tuple[str | None, int]:
+    """Wait for the exit code; kill on timeout or cancel. Returns why it stopped, and the code."""
+    deadline = time.monotonic() + timeout
+    stopped: str | None = None
+    killed_at = 0.0
+    while True:
+        if reader.is_alive():
+            reader.join(CANCEL_POLL_SECONDS)
+        else:  # the output ended: the container exited (or is about to)
+            code = _exit_code(container, CANCEL_POLL_SECONDS)
+            if code is not None:
+                return stopped, code
+        if stopped is None:
+            stopped = _stop_reason(deadline, cancelled)
+            if stopped is not None:
+                killed_at = time.monotonic()
+                _kill(container)
+        elif time.monotonic() - killed_at > EXIT_WAIT_SECONDS:
+            code = _exit_code(container, EXIT_WAIT_SECONDS)
+            return stopped, code if code is not None else 137
+
+
+def _stop_reason(deadline: float, cancelled: CancelCheck) -> str | None:
+    if time.monotonic() >= deadline:
+        return TIMED_OUT
+    if cancelled():
+        return CANCELLED
+    return None
+
+
+def _exit_code(container: Any, seconds: float) -> int | None:
+    """The exit code, or None when the container is still running after `seconds`."""
+    try:
+        return int(container.wait(timeout=seconds)["StatusCode"])
+    except requests.exceptions.RequestException:  # the wait timed out
+        return None
+
+
+def _kill(container: Any) -> None:
+    try:
+        container.kill()
+    except DockerException:  # already gone, or it exited between the check and the kill
+        pass
+
+
+def _remove(container: Any) -> None:
+    try:
+        container.remove(force=True)
+    except NotFound:
+        pass
