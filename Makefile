@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,sandbox]"
 	touch $(STAMP)
 
 up: $(STAMP)
@@ -32,6 +32,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/skills.py
 	$(BIN)/python bench/policy.py
+	$(BIN)/python bench/runs.py --spark
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

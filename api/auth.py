@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from flask import Flask, g, request
 
 from api.errors import ApiError
 from api.services import services
-from store.tokens import Principal, authenticate
+from store.tokens import Principal, authenticate, token_digest
 
 PUBLIC_PATHS = ("/api/health", "/api/openapi.json", "/api/docs")
 
@@ -25,11 +28,34 @@ def install_auth(app: Flask) -> None:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _unauthorized("Send 'Authorization: Bearer <token>'; this route needs a token.")
-        with services().sessions() as session, session.begin():
-            principal = authenticate(session, token.strip())
+        principal = _cached_principal(token.strip())
         if principal is None:
             raise _unauthorized("The bearer token is not valid.")
         g.principal = principal
+
+
+# Tokens seen recently, by digest: a deleted token keeps working for at most CACHE_SECONDS.
+CACHE_SECONDS = 5.0
+CACHE_SIZE = 1024
+_seen: dict[str, tuple[Principal, float]] = {}
+_seen_lock = threading.Lock()
+
+
+def _cached_principal(token: str) -> Principal | None:
+    digest = token_digest(token)
+    now = time.monotonic()
+    with _seen_lock:
+        hit = _seen.get(digest)
+    if hit is not None and hit[1] > now:
+        return hit[0]
+    with services().sessions() as session, session.begin():
+        found = authenticate(session, token)
+    if found is not None:
+        with _seen_lock:
+            if len(_seen) >= CACHE_SIZE:
+                _seen.clear()
+            _seen[digest] = (found, now + CACHE_SECONDS)
+    return found
 
 
 def _unauthorized(message: str) -> ApiError:

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from broker import approvals
 from broker.calls import OPEN_STATES, CallOutcome, CallRequest
-from broker.classify import RUN, CallPlan, plan_call
+from broker.classify import CallPlan, plan_call
 from broker.context import Dispatcher, RecordingDispatcher, RunStarted, ToolContext
 from broker.errors import (
     ApprovalVoid,
@@ -152,16 +152,12 @@ class Broker:
             sessions=self.sessions,
             plan=plan,
             dispatcher=self.dispatcher,
+            call=call,
             chat=chat,
             job_run_id=call.job_run_id,
             turn_id=call.turn_id,
             mode=call.mode,
         )
-        if plan.tool.name == RUN:
-            # The row must exist before a run is queued: its worker answers the call when done.
-            call.status = "running"
-            with transaction(self.sessions) as session:
-                session.merge(call)
         structlog.contextvars.bind_contextvars(call_id=call.id)
         try:
             result = plan.tool.handler(context, plan.arguments) if plan.tool.handler else None
@@ -173,18 +169,10 @@ class Broker:
         finally:
             structlog.contextvars.unbind_contextvars("call_id")
         if isinstance(result, RunStarted):
-            return self._started(call.id, result.run_id)
+            return CallOutcome.of(call)  # the dispatcher saved the call with its run
         call.status = "done"
         call.result = shape_result(result)
         return self._save(call, chat)
-
-    def _started(self, call_id: str, run_id: str) -> CallOutcome:
-        """Link the run; its worker may already have answered the call, so keep its status."""
-        with transaction(self.sessions) as session:
-            session.execute(update(ToolCall).where(ToolCall.id == call_id).values(run_id=run_id))
-            call = session.get(ToolCall, call_id)
-            assert call is not None
-            return CallOutcome.of(call)
 
     def _finish(
         self, call: ToolCall, chat: Chat | None, plan: CallPlan | None, error: Exception
@@ -302,9 +290,12 @@ class Broker:
         """The owner's call; with `wait`, after it reached an end state or the time ran out."""
         deadline = time.monotonic() + min(max(wait, 0), MAX_WAIT_SECONDS)
         while True:
-            with transaction(self.sessions) as session:
-                approvals.expire_due(session, owner_id)
+            with self.sessions() as session:
                 call = session.get(ToolCall, call_id)
+            if call is not None and call.status == "pending_approval":
+                with transaction(self.sessions) as session:
+                    if approvals.expire_due(session, owner_id):
+                        call = session.get(ToolCall, call_id)
             if call is None or call.owner_id != owner_id:
                 raise CallNotFound(f"You have no tool call '{call_id}'.")
             left = deadline - time.monotonic()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,10 +100,8 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallP
         script=script,
     )
     info = store.info(skill)
-    schema = schema_for(info, script)
-    error = jsonschema.exceptions.best_match(
-        jsonschema.Draft202012Validator(schema).iter_errors(normalised.arguments)
-    )
+    validator = _validator(skill.hash, script, schema_for(info, script))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(normalised.arguments))
     if error is not None:
         raise SchemaMismatch(f"HOST: arguments don't match {script}'s parameters: {error.message}.")
     node = normalised.arguments.get("node")
@@ -117,6 +117,20 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallP
         node=node if isinstance(node, str) else None,
         network=_network(info.execution, info.network, info.allowed_domains),
     )
+
+
+@functools.lru_cache(maxsize=512)
+def _validator_for(
+    skill_hash: str, script: str, schema_json: str
+) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(schema_json))
+
+
+def _validator(
+    skill_hash: str, script: str, schema: dict[str, Any]
+) -> jsonschema.Draft202012Validator:
+    """A compiled validator of the script's schema, reused while the skill keeps its hash."""
+    return _validator_for(skill_hash, script, json.dumps(schema, sort_keys=True))
 
 
 def _network(execution: str, network: str, domains: tuple[str, ...]) -> str:

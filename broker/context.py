@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from store.db import SessionFactory
-from store.models import Chat
+from store.models import Chat, ToolCall
 from store.skills import SkillStore
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ class ToolContext:
     sessions: SessionFactory
     plan: CallPlan
     dispatcher: Dispatcher
+    call: ToolCall
     chat: Chat | None = None
     job_run_id: str | None = None
     turn_id: str | None = None

@@ -48,6 +48,7 @@ class Settings:
     sandbox_isolation: str = "hyperlight"
     dry_run: bool = False
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
+    task_events: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -111,6 +112,7 @@ class Settings:
                 env, "SKILLFLEET_SANDBOX_ISOLATION", ("hyperlight", "container"), "hyperlight"
             ),
             dry_run=_bool(env, "SKILLFLEET_DRY_RUN"),
+            task_events=_bool(env, "SKILLFLEET_TASK_EVENTS"),
             visibility_timeout=_int(
                 env, "SKILLFLEET_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT
             ),

@@ -192,8 +192,10 @@ def run_up(settings: Settings) -> int:
         running.callback(_stop_child, api)
         children = [api]
         if _wait_until_up(settings, api, lambda: stopping):
-            children += _start_workers(settings, env, running)
-            _announce(settings, token)
+            spark_note = _spark_status(settings)
+            workers = _start_workers(settings, env, running, spark=spark_note is None)
+            children += list(workers.values())
+            _announce(settings, token, list(workers), spark_note)
         while not stopping and all(child.poll() is None for child in children):
             time.sleep(0.2)
         click.echo("\nStopping skillfleet…")
@@ -202,8 +204,8 @@ def run_up(settings: Settings) -> int:
 
 
 def _start_workers(
-    settings: Settings, env: dict[str, str], running: ExitStack
-) -> list[subprocess.Popen[bytes]]:
+    settings: Settings, env: dict[str, str], running: ExitStack, spark: bool
+) -> dict[str, subprocess.Popen[bytes]]:
     """The control worker, beat, the `local` node worker and, when Docker answers, the Spark."""
     from store.signing import load_or_create_key, public_key_text
 
@@ -215,12 +217,9 @@ def _start_workers(
         "beat": ["beat"],
         LOCAL_NODE: ["worker", "node", "--name", LOCAL_NODE],
     }
-    spark_note = _spark_status(settings)
-    if spark_note is None:
+    if spark:
         commands["spark"] = ["worker", "spark"]
-    else:
-        click.echo(spark_note)
-    started = []
+    started = {}
     for label, arguments in commands.items():
         child_env = dict(env)
         if label in (LOCAL_NODE, "spark"):
@@ -233,7 +232,7 @@ def _start_workers(
                 stderr=subprocess.STDOUT,
             )
         running.callback(_stop_child, child)
-        started.append(child)
+        started[label] = child
     return started
 
 
@@ -287,7 +286,7 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
             child.wait()
 
 
-def _announce(settings: Settings, token: str) -> None:
+def _announce(settings: Settings, token: str, workers: list[str], note: str | None) -> None:
     url = f"http://{settings.host}:{settings.port}"
     click.echo(f"skillfleet is running on {url}")
     click.echo(f"  API docs:    {url}/api/docs")

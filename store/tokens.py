@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from store.models import ApiToken, Owner, utcnow
 
@@ -70,7 +70,12 @@ def create_node_token(session: Session, node_name: str) -> str:
 
 def authenticate(session: Session, token: str) -> Principal | None:
     """The principal a bearer token stands for, or None for an unknown token."""
-    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_digest(token)))
+    query = (
+        select(ApiToken)
+        .options(joinedload(ApiToken.owner))
+        .where(ApiToken.token_hash == token_digest(token))
+    )
+    row = session.scalar(query)
     if row is None:
         return None
     now = utcnow()

@@ -37,8 +37,10 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
         broker_transport_options={"visibility_timeout": settings.visibility_timeout},
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout},
         worker_hijack_root_logger=False,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        # Flower turns task events on when it starts (enable_events); off, they cost every run
+        # three extra publishes.
+        worker_send_task_events=settings.task_events,
+        task_send_sent_event=settings.task_events,
         beat_schedule={
             "reap-interrupted-runs": {
                 "task": "skillfleet.reap",

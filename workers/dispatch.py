@@ -9,11 +9,11 @@ import redis
 from celery import Celery
 
 from broker.context import RunStarted, ToolContext
-from store.db import SessionFactory
+from store.db import SessionFactory, transaction
 from store.packagestore import PackageStore
 from workers import heartbeat, naming
 from workers.errors import BackendUnavailable, NoRunner
-from workers.runs import abandon, create_run
+from workers.runs import abandon, new_run
 
 EXECUTE_TASK = "skillfleet.execute_run"
 UNREACHABLE = "The run queue (Redis) can't be reached, so the script was not started."
@@ -49,7 +49,13 @@ class CeleryDispatcher:
             raise NoRunner(_no_runner_message(plan.skill.execution, plan.node))
         # Built now, while this hash is current: the runner may fetch it after an edit.
         self.packages.ensure_built(plan.skill)
-        run = create_run(self.sessions, plan, context.call_id, context.owner_id, self.timeout)
+        run = new_run(plan, context.call_id, context.owner_id, self.timeout)
+        # The call is saved with its run before the task is sent: the worker answers it.
+        context.call.status = "running"
+        context.call.run_id = run.id
+        with transaction(self.sessions) as session:
+            session.merge(context.call)
+            session.add(run)
         try:
             self.celery.send_task(EXECUTE_TASK, args=[run.id], queue=queue)
         except (redis.RedisError, kombu.exceptions.OperationalError) as e:

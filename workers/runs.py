@@ -38,12 +38,11 @@ class Outcome:
     error: str | None = None
 
 
-def create_run(
-    sessions: SessionFactory, plan: CallPlan, call_id: str, owner_id: int, timeout: int
-) -> Run:
+def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
+    """A queued Run for an allowed call's plan (not saved yet)."""
     assert plan.skill is not None and plan.script is not None
     execution = plan.skill.execution
-    run = Run(
+    return Run(
         id=str(uuid.uuid4()),
         call_id=call_id,
         owner_id=owner_id,
@@ -57,10 +56,8 @@ def create_run(
         network=plan.network,
         status=QUEUED,
         timeout_seconds=timeout,
+        created_at=utcnow(),
     )
-    with transaction(sessions) as session:
-        session.add(run)
-    return run
 
 
 def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
@@ -76,14 +73,13 @@ def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
 def claim(sessions: SessionFactory, run_id: str, worker: str) -> Run | None:
     """Move a queued run to running for this worker; None if it was claimed or ended before."""
     with transaction(sessions) as session:
-        claimed = session.execute(
+        claimed = session.scalars(
             update(Run)
             .where(Run.id == run_id, Run.status == QUEUED)
             .values(status=RUNNING, worker=worker, started_at=utcnow())
+            .returning(Run)
         )
-        if claimed.rowcount != 1:  # type: ignore[attr-defined]
-            return None
-        return session.get(Run, run_id)
+        return claimed.one_or_none()
 
 
 def finish(
@@ -101,13 +97,14 @@ def finish(
         }
         if isolation is not None:
             values["isolation"] = isolation
-        done = session.execute(
-            update(Run).where(Run.id == run_id, Run.status == RUNNING).values(**values)
-        )
-        if done.rowcount != 1:  # type: ignore[attr-defined]
+        run = session.scalars(
+            update(Run)
+            .where(Run.id == run_id, Run.status == RUNNING)
+            .values(**values)
+            .returning(Run)
+        ).one_or_none()
+        if run is None:
             return False
-        run = session.get(Run, run_id)
-        assert run is not None
         _answer_call(session, run)
     return True
 

@@ -120,9 +120,10 @@ def test_output_lines_arrive_while_the_script_runs(tmp_path, client):
     watcher = threading.Thread(target=watch)
     watcher.start()
     NodeRunner().run(the_job, folder, stream, never)
+    ended = time.monotonic()
     watcher.join(timeout=10)
     assert len(seen) == 3
-    assert seen[2] - seen[0] > 0.8  # each line arrived as printed, not all at the end
+    assert seen[0] < ended - 0.5  # the first line came while the script still had a second to go
 
 
 def test_interpreters_are_chosen_by_extension():

@@ -9,13 +9,12 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import POSTGRES_URL, REDIS_URL  # noqa: F401 - documents the services used
-from fleet import Fleet, fleet, wait_until
+from fleet import fleet, wait_until
 
 from skillfleet.settings import Settings
 from workers.streams import read_events
@@ -36,7 +35,11 @@ def counting_script(marker: Path, seconds: float = 0) -> str:
 
 def body(node: str) -> dict:
     return {
-        "arguments": {"skill_name": "counter", "script": "scripts/count.py", "arguments": {"node": node}}
+        "arguments": {
+            "skill_name": "counter",
+            "script": "scripts/count.py",
+            "arguments": {"node": node},
+        }
     }
 
 
@@ -66,7 +69,9 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
         running.start("control", "worker", "control")
         running.start("beat", "beat")
         running.start_node(node)
-        running.import_skill("counter", READ_NODE, {"scripts/count.py": counting_script(marker, 60)})
+        running.import_skill(
+            "counter", READ_NODE, {"scripts/count.py": counting_script(marker, 60)}
+        )
         with running.http() as client:
             run_id = client.post("/api/tools/run_skill_script", json=body(node)).json()["run_id"]
             wait_until(
@@ -77,8 +82,9 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
             running.kill(node, signal.SIGKILL)
             killed_at = time.monotonic()
             run = wait_until(
-                lambda: (r := client.get(f"/api/runs/{run_id}").json())["status"] == "interrupted"
-                and r,
+                lambda: (
+                    (r := client.get(f"/api/runs/{run_id}").json())["status"] == "interrupted" and r
+                ),
                 30,
                 "the reaper to answer interrupted",
             )
@@ -115,9 +121,13 @@ def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_p
         with fleet(settings_for(redis_url=f"redis://127.0.0.1:{port}/0")) as running:
             node = f"t-{uuid.uuid4().hex[:8]}"
             running.start_node(node)
-            running.import_skill("counter", READ_NODE, {"scripts/count.py": counting_script(marker)})
+            running.import_skill(
+                "counter", READ_NODE, {"scripts/count.py": counting_script(marker)}
+            )
             with running.http() as client:
-                first = client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body(node))
+                first = client.post(
+                    "/api/tools/run_skill_script", params={"wait": 30}, json=body(node)
+                )
                 assert first.json()["status"] == "done"
                 server.terminate()
                 server.wait(timeout=10)
@@ -128,7 +138,9 @@ def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_p
                 assert events.status_code == 503
                 server = start_redis()
                 running.wait_for_queue(f"node.{node}", limit=30)
-                after = client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body(node))
+                after = client.post(
+                    "/api/tools/run_skill_script", params={"wait": 30}, json=body(node)
+                )
                 assert after.status_code == 200 and after.json()["status"] == "done", after.text
         lines = marker.read_text().split()
         assert len(lines) == len(set(lines)) == 2

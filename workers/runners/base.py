@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from workers.runs import Outcome
+from workers.runs import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, Outcome
 from workers.streams import RunStream
 
 CancelCheck = Callable[[], bool]
@@ -21,6 +20,9 @@ INTERPRETERS: dict[str, list[str]] = {
     ".mjs": ["node"],
     ".cs": ["dotnet", "run"],
 }
+# Scripts get the system's PATH, not the worker's: a worker's virtualenv or version-manager
+# shims are no business of a skill's script (and shims cost ~100 ms per start).
+SCRIPT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # .NET 10 file-based apps default to PublishAot, whose restore fetches the AOT compiler.
 DOTNET_FLAGS = ["-p:PublishAot=false", "-p:NuGetAudit=false"]
 
@@ -61,7 +63,7 @@ def script_environment(job: Job, base: dict[str, str] | None = None) -> dict[str
     """Arguments as JSON in SKILLFLEET_ARGS and, for seed skills, LUCIA_SKILL_ARGS."""
     encoded = json.dumps(job.arguments)
     env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "PATH": SCRIPT_PATH,
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -91,3 +93,17 @@ class OutputCollector:
 
     def text(self, name: str) -> str:
         return bytes(self.parts[name][-self.keep :]).decode("utf-8", "replace")
+
+
+def outcome_of(state: str | None, code: int, collector: OutputCollector, timeout: int) -> Outcome:
+    """The Outcome of a script that stopped for `state` (None: it exited) with `code`."""
+    stdout, stderr = collector.text("stdout"), collector.text("stderr")
+    if state == TIMED_OUT:
+        return Outcome(
+            TIMED_OUT, code, stdout, stderr, f"The script ran past its {timeout} s limit."
+        )
+    if state == CANCELLED:
+        return Outcome(CANCELLED, code, stdout, stderr, "The run was cancelled.")
+    if code == 0:
+        return Outcome(SUCCEEDED, 0, stdout, stderr)
+    return Outcome(FAILED, code, stdout, stderr, f"The script exited with code {code}.")

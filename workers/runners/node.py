@@ -5,29 +5,47 @@ from __future__ import annotations
 import ctypes
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from workers.runners.base import CancelCheck, Job, OutputCollector, command_for, script_environment
-from workers.runs import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, Outcome
+from workers.runners.base import (
+    CancelCheck,
+    Job,
+    OutputCollector,
+    command_for,
+    outcome_of,
+    script_environment,
+)
+from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.streams import RunStream
 
 READ_BYTES = 16 * 1024
 CANCEL_POLL_SECONDS = 0.2
 PR_SET_PDEATHSIG = 1
 
+# A script must die with its worker (kill -9 leaves no orphan). util-linux's setpriv sets the
+# parent-death signal before exec; without it a preexec_fn does, at the price of a full fork.
+SETPRIV = shutil.which("setpriv")
 try:
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
 except OSError:  # not Linux: no parent-death signal
     _LIBC = None
 
 
-def _die_with_worker() -> None:
-    """In the child: be killed if the worker dies (kill -9 leaves no orphan script)."""
+def die_with_worker() -> None:
+    """In the child: be killed if the worker dies."""
     if _LIBC is not None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _launch(command: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    if SETPRIV is not None:
+        return [SETPRIV, "--pdeathsig", "KILL", "--", *command], None
+    return command, die_with_worker
 
 
 class NodeRunner:
@@ -37,16 +55,17 @@ class NodeRunner:
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
         collector = OutputCollector(stream)
+        command, preexec = _launch(command_for(job.script))
         try:
             process = subprocess.Popen(
-                command_for(job.script),
+                command,
                 cwd=folder,
                 env=script_environment(job),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_die_with_worker,  # noqa: PLW1509 - only a prctl call
+                preexec_fn=preexec,  # noqa: PLW1509 - only a prctl call, when setpriv is missing
             )
         except (OSError, ValueError) as e:
             message = f"The script could not start: {type(e).__name__}: {e}"
@@ -54,7 +73,7 @@ class NodeRunner:
         stream.status("running", pid=process.pid)
         state = _pump(process, collector, job.timeout, cancelled)
         code = process.wait()
-        return _outcome(state, code, collector, job.timeout)
+        return outcome_of(state, code, collector, job.timeout)
 
 
 def _pump(
@@ -97,16 +116,3 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def _outcome(state: str | None, code: int, collector: OutputCollector, timeout: int) -> Outcome:
-    stdout, stderr = collector.text("stdout"), collector.text("stderr")
-    if state == TIMED_OUT:
-        return Outcome(
-            TIMED_OUT, code, stdout, stderr, f"The script ran past its {timeout} s limit."
-        )
-    if state == CANCELLED:
-        return Outcome(CANCELLED, code, stdout, stderr, "The run was cancelled.")
-    if code == 0:
-        return Outcome(SUCCEEDED, 0, stdout, stderr)
-    return Outcome(FAILED, code, stdout, stderr, f"The script exited with code {code}.")

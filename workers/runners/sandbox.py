@@ -29,8 +29,15 @@ from skillfleet.settings import Settings
 from store.errors import StoreError
 from store.validation import validate_skill_dir
 from workers.errors import RunnerUnavailable
-from workers.runners.base import CancelCheck, Job, OutputCollector, Runner, script_environment
-from workers.runners.node import _die_with_worker, _outcome
+from workers.runners.base import (
+    CancelCheck,
+    Job,
+    OutputCollector,
+    Runner,
+    outcome_of,
+    script_environment,
+)
+from workers.runners.node import die_with_worker
 from workers.runners.spark import SparkRunner, copy_skill
 from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.streams import RunStream
@@ -127,7 +134,7 @@ class SandboxRunner:
             return Outcome(
                 FAILED, None, collector.text("stdout"), collector.text("stderr"), message
             )
-        return _outcome(state, code, collector, job.timeout)
+        return outcome_of(state, code, collector, job.timeout)
 
     def close(self) -> None:
         """Stop every idle micro-VM."""
@@ -222,7 +229,7 @@ class _MicroVM:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 pass_fds=[theirs.fileno()],
-                preexec_fn=_die_with_worker,  # noqa: PLW1509 - only a prctl call
+                preexec_fn=die_with_worker,  # noqa: PLW1509 - only a prctl call
             )
         finally:
             theirs.close()

@@ -16,8 +16,14 @@ import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
 
 from workers.errors import RunnerUnavailable
-from workers.runners.base import CancelCheck, Job, OutputCollector, command_for, script_environment
-from workers.runners.node import _outcome
+from workers.runners.base import (
+    CancelCheck,
+    Job,
+    OutputCollector,
+    command_for,
+    outcome_of,
+    script_environment,
+)
 from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.streams import RunStream
 
@@ -115,8 +121,13 @@ class SparkRunner:
             raise RunnerUnavailable(
                 f"The runner image {self.image} is missing; {BUILD_HINT}."
             ) from e
-        for container in self.leftovers():
-            _remove(container)
+        try:
+            for container in self.leftovers():
+                _remove(container)
+        except _ENGINE_ERRORS as e:
+            raise RunnerUnavailable(
+                f"Containers left by an earlier spark worker can't be removed: {e}"
+            ) from e
 
     def leftovers(self) -> list[Any]:
         """Every container labelled as a skillfleet run, running or not."""
@@ -163,7 +174,7 @@ class SparkRunner:
             reader.join(EXIT_WAIT_SECONDS)
             if reader.error is not None:
                 raise reader.error
-            return _outcome(state, code, collector, job.timeout)
+            return outcome_of(state, code, collector, job.timeout)
         finally:
             frames.close()
 

@@ -1,0 +1,285 @@
+"""Benchmark: the full run path against running the same script directly, in the same run.
+
+Run with `python bench/runs.py [--spark]`. It starts a real `skillfleet api` (gunicorn), a
+node worker and (with --spark) a Spark worker on a temporary SQLite data dir and the Redis at
+REDIS_URL (default redis://127.0.0.1:6379/14), then measures:
+
+- node run overhead: REST call -> broker -> Celery -> node worker -> subprocess -> Redis
+  stream -> result (`?wait=`), for a trivial Python script, against spawning that script
+  directly with subprocess; p50 of each and the difference;
+- throughput: runs per second with 16 clients calling at once;
+- first-output latency: from the script printing a line (its own timestamp) to an SSE client
+  receiving it;
+- spark (with --spark): a run against a bare `docker run` with the same flags and image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import io
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from workers.runners.base import SCRIPT_PATH  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SKILLFLEET = [sys.executable, "-m", "skillfleet"]
+# The interpreter the node runner finds on the scripts' PATH, so both sides start the same one.
+PYTHON3 = shutil.which("python3", path=SCRIPT_PATH) or "python3"
+ROUNDS = 60
+CONCURRENT_RUNS = 200
+CLIENTS = 16
+TRIVIAL = "print('ok')\n"
+STAMPED = "import time\nprint(repr(time.time()), flush=True)\ntime.sleep(0.2)\n"
+SPARK_FLAGS = [
+    "--network", "none", "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
+    "--security-opt", "no-new-privileges", "--pids-limit", "256", "--memory", "1g",
+    "--cpus", "2", "--user", "65534:65534",
+]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def skill_zip(name: str, execution: str, scripts: dict[str, str]) -> bytes:
+    header = (
+        f"---\nname: {name}\ndescription: Benchmark skill {name}.\nmetadata:\n"
+        f"  skillfleet.execution: {execution}\n  skillfleet.tier: read\n---\nBody.\n"
+    )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(f"{name}/SKILL.md", header)
+        for path, text in scripts.items():
+            archive.writestr(f"{name}/{path}", text)
+    return buffer.getvalue()
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def p95_ms(samples: list[float]) -> float:
+    return sorted(samples)[int(len(samples) * 0.95) - 1] * 1000
+
+
+class System:
+    """The API and workers as real processes on a temporary data dir."""
+
+    def __init__(self, root: Path, spark: bool) -> None:
+        self.root = root
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SKILLFLEET_")},
+            "SKILLFLEET_DATA_DIR": str(root / "var"),
+            "SKILLFLEET_PORT": str(self.port),
+            "SKILLFLEET_URL": self.url,
+            "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14"),
+            "PYTHONPATH": str(ROOT),
+        }
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.spark = spark
+
+    def cli(self, *arguments: str, env: dict[str, str] | None = None) -> str:
+        result = subprocess.run(
+            [*SKILLFLEET, *arguments], env=env or self.env, check=True, capture_output=True,
+            text=True,
+        )  # fmt: skip
+        return result.stdout.strip().splitlines()[-1]
+
+    def start(self, *arguments: str, env: dict[str, str] | None = None) -> None:
+        log = open(self.root / f"{arguments[-1]}.log", "wb")  # noqa: SIM115
+        self.processes.append(
+            subprocess.Popen([*SKILLFLEET, *arguments], env=env or self.env, stdout=log, stderr=log)
+        )
+
+    def __enter__(self) -> System:
+        self.cli("db", "upgrade")
+        token = self.cli("tokens", "create", "--owner", "bench")
+        self.headers = {"Authorization": f"Bearer {token}"}
+        key = self.cli("keys", "show")
+        self.start("api", "--workers", "2")
+        self._wait(lambda: httpx.get(f"{self.url}/api/health").status_code == 200)
+        node_env = dict(self.env, SKILLFLEET_MANIFEST_KEY=key)
+        node_env["SKILLFLEET_NODE_TOKEN"] = self.cli("nodes", "add", "bench")
+        self.start("worker", "node", "--name", "bench", env=node_env)
+        if self.spark:
+            spark_env = dict(node_env, SKILLFLEET_NODE_TOKEN=self.cli("nodes", "add", "spark"))
+            self.start("worker", "spark", env=spark_env)
+        self._wait(self._workers_ready)
+        return self
+
+    def _workers_ready(self) -> bool:
+        nodes = httpx.get(f"{self.url}/api/nodes", headers=self.headers).json()
+        alive = {n["name"] for n in nodes if n.get("alive")}
+        return "bench" in alive and (not self.spark or "spark" in alive)
+
+    def _wait(self, check: Any, limit: float = 60) -> None:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            try:
+                if check():
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("the system did not come up; see the logs in " + str(self.root))
+
+    def __exit__(self, *_exc: object) -> None:
+        for process in reversed(self.processes):
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+    def install(self, name: str, execution: str, scripts: dict[str, str]) -> None:
+        files = {"file": ("s.zip", skill_zip(name, execution, scripts))}
+        response = httpx.post(f"{self.url}/api/skills", headers=self.headers, files=files)
+        assert response.status_code == 201, response.text
+
+    def run(
+        self, client: httpx.Client, skill: str, script: str, node: str | None
+    ) -> dict[str, Any]:
+        arguments: dict[str, Any] = {"node": node} if node else {}
+        body = {"arguments": {"skill_name": skill, "script": script, "arguments": arguments}}
+        response = client.post("/api/tools/run_skill_script", params={"wait": 60}, json=body)
+        envelope: dict[str, Any] = response.json()
+        assert envelope.get("status") == "done", envelope
+        return envelope
+
+
+def timed(action: Any, rounds: int) -> list[float]:
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def bench_node(system: System, script: Path) -> dict[str, float]:
+    client = httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
+    for _ in range(5):  # warm up: packages synced, connections open
+        system.run(client, "trivial", "scripts/ok.py", "bench")
+        subprocess.run([PYTHON3, str(script)], capture_output=True, check=True)
+    full: list[float] = []
+    direct: list[float] = []
+    for _ in range(ROUNDS):  # interleaved, so both see the same machine
+        full += timed(lambda: system.run(client, "trivial", "scripts/ok.py", "bench"), 1)
+        direct += timed(
+            lambda: subprocess.run([PYTHON3, str(script)], capture_output=True, check=True), 1
+        )
+
+    def one(_index: int) -> None:
+        with httpx.Client(base_url=system.url, headers=system.headers, timeout=120) as own:
+            system.run(own, "trivial", "scripts/ok.py", "bench")
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+        list(pool.map(one, range(CONCURRENT_RUNS)))
+    throughput = CONCURRENT_RUNS / (time.perf_counter() - start)
+    return {
+        "full_p50": median_ms(full),
+        "full_p95": p95_ms(full),
+        "direct_p50": median_ms(direct),
+        "direct_p95": p95_ms(direct),
+        "throughput": throughput,
+    }
+
+
+def bench_first_output(system: System) -> list[float]:
+    client = httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
+    latencies = []
+    for _ in range(30):
+        body = {"arguments": {"skill_name": "stamped", "script": "scripts/stamp.py",
+                              "arguments": {"node": "bench"}}}  # fmt: skip
+        run_id = client.post("/api/tools/run_skill_script", json=body).json()["run_id"]
+        with client.stream("GET", f"/api/runs/{run_id}/events") as response:
+            for line in response.iter_lines():
+                if line.startswith("data: ") and '"text"' in line:
+                    received = time.time()
+                    printed = float(json.loads(line[6:])["text"])
+                    latencies.append(received - printed)
+                    break
+        client.get(f"/api/calls/{run_id}")  # keep the connection warm
+        time.sleep(0.25)
+    return latencies
+
+
+def bench_spark(system: System, root: Path, image: str) -> tuple[float, float]:
+    client = httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
+    folder = root / "bare"
+    folder.mkdir()
+    (folder / "ok.py").write_text(TRIVIAL)
+    folder.chmod(0o755)
+    (folder / "ok.py").chmod(0o644)
+    bare = ["docker", "run", "--rm", *SPARK_FLAGS, "-v", f"{folder}:/skill:ro", "-w", "/skill",
+            image, "python3", "ok.py"]  # fmt: skip
+    for _ in range(2):
+        system.run(client, "sparky", "scripts/ok.py", None)
+        subprocess.run(bare, capture_output=True, check=True)
+    ours: list[float] = []
+    base: list[float] = []
+    for _ in range(10):
+        ours += timed(lambda: system.run(client, "sparky", "scripts/ok.py", None), 1)
+        base += timed(lambda: subprocess.run(bare, capture_output=True, check=True), 1)
+    return median_ms(ours), median_ms(base)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--spark", action="store_true", help="also measure the Spark runner")
+    options = parser.parse_args()
+    image = os.environ.get("SKILLFLEET_RUNNER_IMAGE", "skillfleet/runner:latest")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        script = root / "ok.py"
+        script.write_text(TRIVIAL)
+        with System(root, options.spark) as system:
+            system.install("trivial", "node", {"scripts/ok.py": TRIVIAL})
+            system.install("stamped", "node", {"scripts/stamp.py": STAMPED})
+            if options.spark:
+                system.install("sparky", "spark", {"scripts/ok.py": TRIVIAL})
+            node = bench_node(system, script)
+            first = bench_first_output(system)
+            spark = bench_spark(system, root, image) if options.spark else None
+    overhead = node["full_p50"] - node["direct_p50"]
+    print(f"Node run, trivial Python script ({ROUNDS} runs each, interleaved)")
+    print(f"  full path (REST -> Celery -> worker -> stream)  p50 {node['full_p50']:7.1f} ms"
+          f"  p95 {node['full_p95']:7.1f} ms")  # fmt: skip
+    print(f"  spawning the script directly                    p50 {node['direct_p50']:7.1f} ms"
+          f"  p95 {node['direct_p95']:7.1f} ms")  # fmt: skip
+    print(f"  overhead p50 {overhead:.1f} ms; ratio {node['full_p50'] / node['direct_p50']:.2f}x")
+    print(
+        f"  throughput: {node['throughput']:.1f} runs/s ({CONCURRENT_RUNS} runs, {CLIENTS} clients)"
+    )
+    print(f"First output to SSE client ({len(first)} runs): p50 {median_ms(first):.2f} ms, "
+          f"p95 {p95_ms(first):.2f} ms")  # fmt: skip
+    if spark is not None:
+        ours, bare = spark
+        print(f"Spark run vs bare docker run (10 each): {ours:.0f} ms vs {bare:.0f} ms, "
+              f"ratio {ours / bare:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

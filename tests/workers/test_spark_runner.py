@@ -1,0 +1,360 @@
+"""The Spark runner on the real Docker engine, streaming into a real Redis run stream.
+
+Skill folders are built like the node cache builds them (dirs 0700, files 0600). Without an
+engine, the runner image or Redis the tests skip; with CI=true they fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import redis
+import requests
+from conftest import IN_CI, REDIS_URL, missing_service
+from docker.errors import DockerException, ImageNotFound
+
+from workers.errors import RunnerUnavailable
+from workers.runners.base import Job
+from workers.runners.spark import LABEL, TMPFS_OPTIONS, SparkRunner
+from workers.streams import RunStream, read_events
+
+pytestmark = pytest.mark.docker
+
+IMAGE = os.environ.get("SKILLFLEET_RUNNER_IMAGE", "skillfleet/runner:latest")
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[docker.DockerClient]:
+    try:
+        client = docker.from_env()
+        client.ping()
+        client.images.get(IMAGE)
+    except (DockerException, requests.exceptions.RequestException) as e:
+        what = "the runner image" if isinstance(e, ImageNotFound) else "a Docker engine"
+        if IN_CI:
+            pytest.fail(f"{what} is required in CI (CI=true): {e}")
+        pytest.skip(f"{what} is not available ({type(e).__name__})")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(REDIS_URL)
+    try:
+        connection.ping()
+    except redis.RedisError:
+        missing_service(f"Redis at {REDIS_URL}")
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def runner(engine: docker.DockerClient) -> Iterator[SparkRunner]:
+    yield SparkRunner(IMAGE, engine)
+    assert labelled(engine) == [], "a run's container was left behind"
+
+
+def labelled(engine: docker.DockerClient, run_id: str | None = None) -> list[Any]:
+    label = LABEL if run_id is None else f"{LABEL}={run_id}"
+    return list(engine.containers.list(all=True, filters={"label": label}))
+
+
+def skill(tmp_path: Path, name: str, text: str) -> Path:
+    """A skill folder as the node cache installs it: dirs 0700, files 0600."""
+    folder = tmp_path / "cache" / "demo@hash"
+    (folder / "scripts").mkdir(parents=True, exist_ok=True)
+    (folder / "SKILL.md").write_text("---\nname: demo\ndescription: A demo.\n---\n")
+    (folder / "scripts" / name).write_text(text)
+    for path in [folder, folder / "scripts"]:
+        path.chmod(0o700)
+    for path in [folder / "SKILL.md", folder / "scripts" / name]:
+        path.chmod(0o600)
+    return folder
+
+
+def job(script: str, timeout: int = 30, network: str = "none", **arguments: Any) -> Job:
+    return Job(str(uuid.uuid4()), "demo", "0" * 64, script, dict(arguments), timeout, network)
+
+
+def never() -> bool:
+    return False
+
+
+def texts(redis_client: redis.Redis, run_id: str, kind: str) -> list[str]:
+    return [e.data["text"] for e in read_events(redis_client, run_id) if e.kind == kind]
+
+
+def test_stdout_and_stderr_arrive_separately_and_in_order(tmp_path, runner, redis_client):
+    folder = skill(
+        tmp_path,
+        "talk.py",
+        "import sys\n"
+        "for i in range(3):\n"
+        "    sys.stdout.write(f'out {i}\\n'); sys.stdout.flush()\n"
+        "    sys.stderr.write(f'err {i}\\n'); sys.stderr.flush()\n",
+    )
+    the_job = job("scripts/talk.py")
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert (outcome.status, outcome.exit_code, outcome.error) == ("succeeded", 0, None)
+    assert outcome.stdout == "out 0\nout 1\nout 2\n"
+    assert outcome.stderr == "err 0\nerr 1\nerr 2\n"
+    assert "".join(texts(redis_client, the_job.run_id, "stdout")) == outcome.stdout
+    assert "".join(texts(redis_client, the_job.run_id, "stderr")) == outcome.stderr
+    first = read_events(redis_client, the_job.run_id)[0]
+    assert first.kind == "status" and first.data["status"] == "running"
+
+
+def test_a_line_printed_every_half_second_arrives_while_the_script_runs(
+    tmp_path, runner, redis_client
+):
+    folder = skill(
+        tmp_path,
+        "ticks.py",
+        "import time\nfor i in range(4):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n",
+    )
+    the_job = job("scripts/ticks.py")
+    first_line_at: list[float] = []
+
+    def watch() -> None:
+        after, deadline = "0-0", time.monotonic() + 30
+        while not first_line_at and time.monotonic() < deadline:
+            for event in read_events(redis_client, the_job.run_id, after, block_ms=1000):
+                after = event.id
+                if event.kind == "stdout" and not first_line_at:
+                    first_line_at.append(time.monotonic())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+    ended_at = time.monotonic()
+    watcher.join(timeout=30)
+
+    assert outcome.status == "succeeded"
+    assert outcome.stdout == "tick 0\ntick 1\ntick 2\ntick 3\n"
+    assert first_line_at, "no output arrived in the stream"
+    assert ended_at - first_line_at[0] > 1.2  # the first line came about 2 s before the end
+
+
+def test_a_non_zero_exit_fails_the_run_with_its_code(tmp_path, runner, redis_client):
+    folder = skill(tmp_path, "fail.py", "import sys\nprint('oops', file=sys.stderr)\nsys.exit(3)\n")
+    the_job = job("scripts/fail.py")
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert (outcome.status, outcome.exit_code, outcome.stderr) == ("failed", 3, "oops\n")
+    assert outcome.error == "The script exited with code 3."
+
+
+def test_a_script_past_its_timeout_is_killed_and_its_container_is_gone(
+    tmp_path, runner, engine, redis_client
+):
+    folder = skill(
+        tmp_path, "slow.py", "import time\nprint('started', flush=True)\ntime.sleep(60)\n"
+    )
+    the_job = job("scripts/slow.py", timeout=1)
+    started = time.monotonic()
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert outcome.status == "timed_out"
+    assert outcome.error == "The script ran past its 1 s limit."
+    assert outcome.stdout == "started\n"
+    assert time.monotonic() - started < 15
+    assert labelled(engine, the_job.run_id) == []
+
+
+def test_cancel_kills_the_container_and_the_run_is_cancelled(tmp_path, runner, redis_client):
+    folder = skill(
+        tmp_path,
+        "loop.py",
+        "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.1)\n",
+    )
+    the_job = job("scripts/loop.py")
+
+    def cancelled() -> bool:  # the user cancels once the first tick is in the stream
+        return bool(texts(redis_client, the_job.run_id, "stdout"))
+
+    started = time.monotonic()
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), cancelled)
+
+    assert (outcome.status, outcome.error) == ("cancelled", "The run was cancelled.")
+    assert outcome.stdout.startswith("tick\n")
+    assert time.monotonic() - started < 15
+
+
+def test_arguments_arrive_in_skillfleet_args_and_lucia_skill_args(tmp_path, runner, redis_client):
+    folder = skill(
+        tmp_path,
+        "args.py",
+        "import json, os\n"
+        "print(json.dumps([json.loads(os.environ[k]) for k in "
+        "('SKILLFLEET_ARGS', 'LUCIA_SKILL_ARGS')]))\n"
+        "print(os.environ['SKILLFLEET_RUN_ID'])\n",
+    )
+    the_job = job("scripts/args.py", word="héllo ✓", count=2, nested={"a": [1, None]})
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert outcome.status == "succeeded", outcome.stderr
+    both, run_id = outcome.stdout.splitlines()
+    assert json.loads(both) == [the_job.arguments, the_job.arguments]
+    assert run_id == the_job.run_id
+
+
+def test_the_skill_mount_is_read_only_and_writes_to_tmp_work(tmp_path, runner, redis_client):
+    folder = skill(
+        tmp_path,
+        "write.py",
+        "import errno, os\n"
+        "for path in ['note', '/skill/scripts/write.py', '/etc/note']:\n"
+        "    try:\n"
+        "        open(path, 'w').close()\n"
+        "        print(path, 'written')\n"
+        "    except OSError as e:\n"
+        "        print(path, errno.errorcode[e.errno])\n"
+        "open('/tmp/note', 'w').write('kept')\n"
+        "print(open('/tmp/note').read(), os.getcwd(), os.getuid(), sorted(os.listdir('.')))\n",
+    )
+    the_job = job("scripts/write.py")
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert outcome.status == "succeeded", outcome.stderr
+    assert outcome.stdout.splitlines() == [
+        "note EROFS",
+        "/skill/scripts/write.py EROFS",
+        "/etc/note EROFS",
+        "kept /skill 65534 ['SKILL.md', 'scripts']",
+    ]
+
+
+def test_the_run_container_has_exactly_the_hardening_flags(tmp_path, runner, engine, redis_client):
+    folder = skill(tmp_path, "wait.py", "import time\ntime.sleep(1)\n")
+    the_job = job("scripts/wait.py")
+    seen: list[dict[str, Any]] = []
+
+    def inspect_while_running() -> bool:  # the runner asks this every 0.2 s while it runs
+        if not seen:
+            (container,) = labelled(engine, the_job.run_id)
+            seen.append(container.attrs)
+        return False
+
+    outcome = runner.run(
+        the_job, folder, RunStream(redis_client, the_job.run_id), inspect_while_running
+    )
+
+    assert outcome.status == "succeeded", outcome.stderr
+    host, config = seen[0]["HostConfig"], seen[0]["Config"]
+    assert host["NetworkMode"] == "none"
+    assert host["ReadonlyRootfs"] is True
+    assert host["Tmpfs"] == {"/tmp": TMPFS_OPTIONS}
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["PidsLimit"] == 256
+    assert host["Memory"] == 1024**3
+    assert host["NanoCpus"] == 2_000_000_000
+    assert host["Privileged"] is False
+    assert config["User"] == "65534:65534"
+    assert config["WorkingDir"] == "/skill"
+    assert config["Labels"][LABEL] == the_job.run_id
+    (mount,) = seen[0]["Mounts"]
+    assert (mount["Destination"], mount["RW"]) == ("/skill", False)
+
+
+def test_only_a_bridge_run_gets_the_bridge_network(tmp_path, runner):
+    bridge = runner.container_options(job("scripts/a.py", network="bridge"), tmp_path)
+    closed = runner.container_options(job("scripts/a.py"), tmp_path)
+
+    assert (bridge["network_mode"], closed["network_mode"]) == ("bridge", "none")
+    different = {k for k in bridge if bridge[k] != closed[k]}
+    assert different == {"network_mode", "labels", "environment"}  # labels/env carry the run id
+
+
+def test_the_private_copy_of_the_skill_is_removed_after_the_run(
+    tmp_path, runner, redis_client, monkeypatch
+):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    folder = skill(tmp_path, "ok.py", "print('ok')\n")
+    the_job = job("scripts/ok.py")
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert (outcome.status, outcome.stdout) == ("succeeded", "ok\n")
+    assert list(scratch.iterdir()) == []
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"  # the cache itself is untouched
+
+
+def test_a_script_without_an_interpreter_fails_before_any_container(
+    tmp_path, runner, engine, redis_client
+):
+    folder = skill(tmp_path, "a.rb", "puts 1\n")
+    the_job = job("scripts/a.rb")
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert (outcome.status, outcome.exit_code) == ("failed", None)
+    assert outcome.error == "The script could not start: ValueError: no interpreter for '.rb'"
+    assert labelled(engine, the_job.run_id) == []
+
+
+def test_start_removes_leftover_containers_labelled_as_runs(engine, runner):
+    for command in (["sleep", "300"], ["true"]):  # one still running, one created only
+        leftover = engine.containers.create(
+            IMAGE, command, network_mode="none", labels={LABEL: str(uuid.uuid4())}
+        )
+        if command[0] == "sleep":
+            leftover.start()
+    assert len(labelled(engine)) == 2
+
+    runner.start()
+
+    assert labelled(engine) == []
+
+
+def test_start_with_a_missing_image_is_refused_naming_the_build_command(engine):
+    runner = SparkRunner("skillfleet/runner:no-such-tag", engine)
+
+    with pytest.raises(RunnerUnavailable) as refused:
+        runner.start()
+
+    assert "skillfleet/runner:no-such-tag is missing" in refused.value.message
+    assert "bash workers/runner/build-offline.sh" in refused.value.message
+    assert "docker build -t skillfleet/runner:latest workers/runner" in refused.value.message
+
+
+def test_start_without_an_engine_is_refused_clearly(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+
+    with pytest.raises(RunnerUnavailable) as refused:
+        SparkRunner(IMAGE).start()
+
+    assert refused.value.message.startswith("No Docker engine answers")
+
+
+def test_the_container_is_removed_even_when_publishing_output_fails(
+    tmp_path, runner, engine, redis_client
+):
+    folder = skill(tmp_path, "ok.py", "print('ok')\n")
+    the_job = job("scripts/ok.py")
+    stream = RunStream(redis_client, the_job.run_id)
+    redis_client.set(stream.key, "not a stream", ex=60)  # every XADD now fails
+
+    with pytest.raises(redis.ResponseError):
+        runner.run(the_job, folder, stream, never)
+
+    assert labelled(engine, the_job.run_id) == []
