@@ -13,6 +13,7 @@ from api.auth import install_auth
 from api.errors import SkillfleetApi, register_error_handlers
 from api.services import Services
 from skillfleet import __version__
+from skillfleet.logs import configure_logging
 from skillfleet.settings import Settings
 from store.limits import MAX_ZIP_BYTES
 
@@ -24,6 +25,7 @@ SWAGGER_DIR = Path(swagger_ui_bundle.swagger_ui_path)
 def create_app(settings: Settings | None = None, services: Services | None = None) -> Flask:
     """Build the API for `settings` (read from the environment when not given)."""
     settings = settings or (services.settings if services else Settings.from_env())
+    configure_logging(settings.log_level)
     services = services or Services.build(settings)
     app = Flask("skillfleet")
     app.config.update(_flask_config())

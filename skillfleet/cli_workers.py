@@ -180,6 +180,7 @@ def _serve(
     """Beat for `queue` and consume it; a worker that can't serve it beats but stays off it."""
     import time
 
+    from skillfleet.logs import configure_logging
     from store.db import make_engine, make_sessions
     from workers.app import create_celery
     from workers.context import redis_client
@@ -187,6 +188,7 @@ def _serve(
     from workers.heartbeat import Beater, Instance
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    configure_logging(settings.log_level)
     app = create_celery(settings)
     client = redis_client(settings)
     instance = Instance(role=role, queue=queue, name=name, features=features, reason=reason)

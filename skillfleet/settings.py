@@ -49,6 +49,7 @@ class Settings:
     dry_run: bool = False
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     task_events: bool = False
+    log_level: str = "info"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -113,6 +114,9 @@ class Settings:
             ),
             dry_run=_bool(env, "SKILLFLEET_DRY_RUN"),
             task_events=_bool(env, "SKILLFLEET_TASK_EVENTS"),
+            log_level=_choice(
+                env, "SKILLFLEET_LOG_LEVEL", ("debug", "info", "warning", "error"), "info"
+            ),
             visibility_timeout=_int(
                 env, "SKILLFLEET_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT
             ),

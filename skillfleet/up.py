@@ -188,19 +188,32 @@ def run_up(settings: Settings) -> int:
     with ExitStack() as running:
         if settings.redis_url is None:
             env["REDIS_URL"] = running.enter_context(embedded_redis(settings))
-        api = subprocess.Popen(_gunicorn_command(settings, workers=2), env=env)
+        # The API writes to this terminal: keep it for warnings; workers log to files.
+        api_env = {"SKILLFLEET_LOG_LEVEL": "warning", **env}
+        api = subprocess.Popen(_gunicorn_command(settings, workers=2), env=api_env)
         running.callback(_stop_child, api)
-        children = [api]
+        workers: dict[str, subprocess.Popen[bytes]] = {}
         if _wait_until_up(settings, api, lambda: stopping):
             spark_note = _spark_status(settings)
             workers = _start_workers(settings, env, running, spark=spark_note is None)
-            children += list(workers.values())
             _announce(settings, token, list(workers), spark_note)
-        while not stopping and all(child.poll() is None for child in children):
+        while not stopping and api.poll() is None:
+            _report_stopped_workers(settings, workers)
             time.sleep(0.2)
         click.echo("\nStopping skillfleet…")
     click.echo("Stopped.")
     return 0 if stopping else (api.returncode or 1)
+
+
+def _report_stopped_workers(
+    settings: Settings, workers: dict[str, subprocess.Popen[bytes]]
+) -> None:
+    """A worker that exits is reported once; the API and the other workers keep running."""
+    for label, child in list(workers.items()):
+        if child.poll() is not None:
+            log = settings.data_dir / "logs" / f"{label}.log"
+            click.echo(f"  worker {label} stopped (exit code {child.returncode}); see {log}")
+            del workers[label]
 
 
 def _start_workers(
@@ -291,9 +304,11 @@ def _announce(settings: Settings, token: str, workers: list[str], note: str | No
     click.echo(f"skillfleet is running on {url}")
     click.echo(f"  API docs:    {url}/api/docs")
     click.echo(f"  database:    {settings.database.split('://')[0]}")
-    click.echo(
-        f"  data:        {settings.data_dir}   (worker logs in {settings.data_dir / 'logs'})"
-    )
+    click.echo(f"  data:        {settings.data_dir}")
+    names = ", ".join("node " + w if w == LOCAL_NODE else w for w in workers)
+    click.echo(f"  workers:     {names} (logs in {settings.data_dir / 'logs'})")
+    if note:
+        click.echo(note)
     click.echo("  Press Ctrl-C to stop.")
     click.echo(f"  owner token: {token}")
     click.echo(f"  export SKILLFLEET_URL={url} SKILLFLEET_TOKEN={token}")
