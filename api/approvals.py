@@ -7,7 +7,7 @@ from typing import Any
 from flask_smorest import Blueprint
 from sqlalchemy import select
 
-from api.auth import owner
+from api.auth import owner_id
 from api.schemas import ApprovalQuerySchema, ApprovalSchema, DecisionSchema
 from api.services import services
 from broker.approvals import expire_due
@@ -23,12 +23,12 @@ blp = Blueprint("approvals", __name__, url_prefix="/api/approvals", description=
 @blp.response(200, ApprovalSchema(many=True))
 def list_approvals(query: dict[str, Any]) -> list[Approval]:
     """List your approvals, newest first; `?status=pending` for the open ones"""
-    owner_id = _owner_id()
-    statement = select(Approval).where(Approval.owner_id == owner_id)
+    caller = owner_id()
+    statement = select(Approval).where(Approval.owner_id == caller)
     if "status" in query:
         statement = statement.where(Approval.status == query["status"])
     with transaction(services().sessions) as session:
-        expire_due(session, owner_id)
+        expire_due(session, caller)
         return list(session.scalars(statement.order_by(Approval.created_at.desc())))
 
 
@@ -36,11 +36,11 @@ def list_approvals(query: dict[str, Any]) -> list[Approval]:
 @blp.response(200, ApprovalSchema)
 def get_approval(approval_id: str) -> Approval:
     """Show one approval"""
-    owner_id = _owner_id()
+    caller = owner_id()
     with transaction(services().sessions) as session:
-        expire_due(session, owner_id)
+        expire_due(session, caller)
         approval = session.get(Approval, approval_id)
-    if approval is None or approval.owner_id != owner_id:
+    if approval is None or approval.owner_id != caller:
         raise ApprovalNotFound(f"You have no approval '{approval_id}'.")
     return approval
 
@@ -50,10 +50,4 @@ def get_approval(approval_id: str) -> Approval:
 @blp.response(200, ApprovalSchema)
 def answer_approval(body: dict[str, Any], approval_id: str) -> Approval:
     """Answer an approval: approve, approve_for_chat or deny; an approved call then runs"""
-    return services().broker.answer(_owner_id(), approval_id, body["decision"])
-
-
-def _owner_id() -> int:
-    caller = owner()
-    assert caller.owner_id is not None
-    return caller.owner_id
+    return services().broker.answer(owner_id(), approval_id, body["decision"])

@@ -75,6 +75,13 @@ def owner() -> Principal:
     return found
 
 
+def owner_id() -> int:
+    """The calling owner's id (node tokens get 403)."""
+    found = owner().owner_id
+    assert found is not None
+    return found
+
+
 def node_or_owner(node: str) -> Principal:
     """An owner, or the node agent of exactly `node`; another node's token gets 404."""
     found = principal()

@@ -7,7 +7,7 @@ from typing import Any
 
 from flask_smorest import Blueprint
 
-from api.auth import owner
+from api.auth import owner_id
 from api.errors import ApiError
 from api.schemas import SettingsSchema
 from api.services import services
@@ -20,18 +20,12 @@ blp = Blueprint("settings", __name__, url_prefix="/api/settings", description="O
 SKILL_KEY = re.compile(r"skill:[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?@[0-9a-f]{8}")
 
 
-def _owner_id() -> int:
-    caller = owner()
-    assert caller.owner_id is not None
-    return caller.owner_id
-
-
 @blp.route("")
 @blp.response(200, SettingsSchema)
 def get_settings() -> dict[str, Any]:
     """Show the change tools and skill versions that run without asking"""
     with services().sessions() as session:
-        keys = owner_keys(session, _owner_id())
+        keys = owner_keys(session, owner_id())
     return {"auto_tools": [key.removeprefix("tool:") for key in keys]}
 
 
@@ -42,7 +36,7 @@ def put_settings(body: dict[str, Any]) -> dict[str, Any]:
     """Replace the list: change-tier tool names, or skill keys like skill:name@1a2b3c4d"""
     keys = [_key(entry) for entry in body["auto_tools"]]
     with transaction(services().sessions) as session:
-        set_owner_keys(session, _owner_id(), keys)
+        set_owner_keys(session, owner_id(), keys)
     return {"auto_tools": sorted(key.removeprefix("tool:") for key in set(keys))}
 
 

@@ -26,7 +26,7 @@ from broker.grants import CHAT, JOB, add_grant, grants_for
 from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
-from store.db import SessionFactory, transaction
+from store.db import SessionFactory, save, transaction
 from store.errors import SkillNotFound
 from store.models import Approval, Chat, ToolCall, utcnow
 from store.skills import SkillStore
@@ -192,7 +192,7 @@ class Broker:
     def _save(self, call: ToolCall, chat: Chat | None, counter: str | None = None) -> CallOutcome:
         call.finished_at = utcnow()
         with transaction(self.sessions) as session:
-            session.merge(call)
+            save(session, call)
             if chat is not None and counter is not None:
                 column = getattr(Chat, counter)
                 session.execute(update(Chat).where(Chat.id == chat.id).values({column: column + 1}))

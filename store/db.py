@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.orm import Session, sessionmaker
 
 SessionFactory = sessionmaker[Session]
@@ -39,3 +39,11 @@ def transaction(sessions: SessionFactory) -> Iterator[Session]:
     """A session that commits when the block ends and rolls back on any error."""
     with sessions() as session, session.begin():
         yield session
+
+
+def save(session: Session, row: object) -> None:
+    """Insert a new row, or update one read in another session (merge costs a SELECT)."""
+    if inspect(row).has_identity:
+        session.merge(row)
+    else:
+        session.add(row)

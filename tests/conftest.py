@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import create_engine, text
@@ -35,6 +36,18 @@ def missing_service(what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is required in CI (CI=true) but is not reachable.")
     pytest.skip(f"{what} is not reachable")
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    """The test Redis (db 15); missing it skips, or fails in CI."""
+    connection = redis.Redis.from_url(REDIS_URL)
+    try:
+        connection.ping()
+    except redis.RedisError:
+        missing_service(f"Redis at {REDIS_URL}")
+    yield connection
+    connection.close()
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import redis
 from celery import Celery
 
 from broker.context import RunStarted, ToolContext
-from store.db import SessionFactory, transaction
+from store.db import SessionFactory, save, transaction
 from store.packagestore import PackageStore
 from workers import heartbeat, naming
 from workers.errors import BackendUnavailable, NoRunner
@@ -54,7 +54,7 @@ class CeleryDispatcher:
         context.call.status = "running"
         context.call.run_id = run.id
         with transaction(self.sessions) as session:
-            session.merge(context.call)
+            save(session, context.call)
             session.add(run)
         try:
             self.celery.send_task(EXECUTE_TASK, args=[run.id], queue=queue)

@@ -60,9 +60,12 @@ class RunStream:
 
     def exit(self, state: str, exit_code: int | None, **details: Any) -> str:
         """The last event of a run; the stream then expires after an hour."""
-        entry = self._add("exit", {"status": state, "exit_code": exit_code, **details})
-        self.client.expire(self.key, FINISHED_TTL_SECONDS)
-        return entry
+        data = {"status": state, "exit_code": exit_code, **details}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xadd(self.key, {"kind": "exit", "data": json.dumps(data)})
+        pipe.expire(self.key, FINISHED_TTL_SECONDS)
+        entry = pipe.execute()[0]
+        return entry.decode() if isinstance(entry, bytes) else str(entry)
 
 
 def read_events(

@@ -5,28 +5,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
-import redis
-from conftest import REDIS_URL, missing_service
 
 from workers import naming
 from workers.runners.base import Job, command_for
 from workers.runners.node import NodeRunner
 from workers.streams import RunStream, read_events
-
-
-@pytest.fixture
-def client() -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(REDIS_URL)
-    try:
-        connection.ping()
-    except redis.RedisError:
-        missing_service(f"Redis at {REDIS_URL}")
-    yield connection
-    connection.close()
 
 
 def skill(tmp_path: Path, name: str, text: str) -> Path:
@@ -44,7 +28,7 @@ def never() -> bool:
     return False
 
 
-def test_a_python_script_gets_its_arguments_and_its_output_is_streamed(tmp_path, client):
+def test_a_python_script_gets_its_arguments_and_its_output_is_streamed(tmp_path, redis_client):
     folder = skill(
         tmp_path,
         "echo.py",
@@ -54,27 +38,27 @@ def test_a_python_script_gets_its_arguments_and_its_output_is_streamed(tmp_path,
         "print(os.getcwd())\n",
     )
     the_job = job("scripts/echo.py", word="hello")
-    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    outcome = NodeRunner().run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
     assert outcome.status == "succeeded" and outcome.exit_code == 0
     assert outcome.stdout == f"hello\n{folder}\n"
     assert outcome.stderr == "True\n"
-    kinds = [e.kind for e in read_events(client, the_job.run_id)]
+    kinds = [e.kind for e in read_events(redis_client, the_job.run_id)]
     assert kinds[0] == "status" and "stdout" in kinds and "stderr" in kinds
 
 
-def test_a_failing_script_fails_with_its_exit_code(tmp_path, client):
+def test_a_failing_script_fails_with_its_exit_code(tmp_path, redis_client):
     folder = skill(tmp_path, "fail.sh", "echo oops >&2\nexit 3\n")
     the_job = job("scripts/fail.sh")
-    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    outcome = NodeRunner().run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
     assert (outcome.status, outcome.exit_code, outcome.stderr) == ("failed", 3, "oops\n")
 
 
-def test_a_script_past_its_timeout_is_killed_with_its_children(tmp_path, client):
+def test_a_script_past_its_timeout_is_killed_with_its_children(tmp_path, redis_client):
     marker = tmp_path / "child-alive"
     folder = skill(tmp_path, "slow.sh", f"(sleep 3; touch {marker}) &\necho started\nsleep 30\n")
     the_job = job("scripts/slow.sh", timeout=1)
     started = time.monotonic()
-    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    outcome = NodeRunner().run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
     assert outcome.status == "timed_out"
     assert time.monotonic() - started < 10
     assert outcome.stdout == "started\n"
@@ -82,29 +66,29 @@ def test_a_script_past_its_timeout_is_killed_with_its_children(tmp_path, client)
     assert not marker.exists()
 
 
-def test_cancel_stops_the_process_group(tmp_path, client):
+def test_cancel_stops_the_process_group(tmp_path, redis_client):
     folder = skill(
         tmp_path,
         "loop.py",
         "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.1)\n",
     )
     the_job = job("scripts/loop.py")
-    client.set(naming.run_cancel(the_job.run_id), "1", ex=60)
+    redis_client.set(naming.run_cancel(the_job.run_id), "1", ex=60)
     outcome = NodeRunner().run(
-        the_job, folder, RunStream(client, the_job.run_id),
-        lambda: bool(client.exists(naming.run_cancel(the_job.run_id))),
+        the_job, folder, RunStream(redis_client, the_job.run_id),
+        lambda: bool(redis_client.exists(naming.run_cancel(the_job.run_id))),
     )  # fmt: skip
     assert outcome.status == "cancelled"
 
 
-def test_output_lines_arrive_while_the_script_runs(tmp_path, client):
+def test_output_lines_arrive_while_the_script_runs(tmp_path, redis_client):
     folder = skill(
         tmp_path,
         "ticks.py",
         "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.5)\n",
     )
     the_job = job("scripts/ticks.py")
-    stream = RunStream(client, the_job.run_id)
+    stream = RunStream(redis_client, the_job.run_id)
     import threading
 
     seen: list[float] = []
@@ -112,7 +96,7 @@ def test_output_lines_arrive_while_the_script_runs(tmp_path, client):
     def watch() -> None:
         after = "0-0"
         while len(seen) < 3:
-            for event in read_events(client, the_job.run_id, after, block_ms=5000):
+            for event in read_events(redis_client, the_job.run_id, after, block_ms=5000):
                 after = event.id
                 if event.kind == "stdout":
                     seen.append(time.monotonic())
@@ -140,21 +124,21 @@ def test_interpreters_are_chosen_by_extension():
     ]
 
 
-def test_a_missing_interpreter_fails_the_run_clearly(tmp_path, client):
+def test_a_missing_interpreter_fails_the_run_clearly(tmp_path, redis_client):
     folder = skill(tmp_path, "a.cs", "// no dotnet here\n")
     the_job = job("scripts/a.cs")
-    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    outcome = NodeRunner().run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
     if outcome.status == "failed" and outcome.exit_code is None:
         assert "could not start" in outcome.stderr
     else:  # a machine with dotnet runs it
         assert outcome.status in ("succeeded", "failed")
 
 
-def test_json_round_trip_of_unicode_arguments(tmp_path, client):
+def test_json_round_trip_of_unicode_arguments(tmp_path, redis_client):
     folder = skill(
         tmp_path, "u.py", "import json, os\nprint(json.loads(os.environ['SKILLFLEET_ARGS'])['t'])\n"
     )
     the_job = job("scripts/u.py", t="héllo ✓")
-    outcome = NodeRunner().run(the_job, folder, RunStream(client, the_job.run_id), never)
+    outcome = NodeRunner().run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
     assert outcome.stdout == "héllo ✓\n"
     assert json.loads(json.dumps(the_job.arguments)) == {"t": "héllo ✓"}

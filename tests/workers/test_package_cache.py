@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from conftest import REDIS_URL, missing_service
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from factories import skill_files, write_skill
 from fleet import Fleet, fleet, wait_until
@@ -368,17 +367,6 @@ def test_a_hash_a_queued_run_still_uses_stays_after_the_skill_changed(api, cache
 # -- the sync loop -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def live_redis() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.RedisError:
-        missing_service(f"Redis at {REDIS_URL}")
-    yield client
-    client.close()
-
-
 @contextmanager
 def running_loop(loop: SyncLoop) -> Iterator[SyncLoop]:
     loop.start()
@@ -388,9 +376,9 @@ def running_loop(loop: SyncLoop) -> Iterator[SyncLoop]:
         loop.stop()
 
 
-def test_the_loop_syncs_at_start_and_when_a_skill_is_imported(api, cache, live_redis):
+def test_the_loop_syncs_at_start_and_when_a_skill_is_imported(api, cache, redis_client):
     first = install(api, "demo")
-    with running_loop(SyncLoop(cache, live_redis, NODE, every=3600)) as loop:
+    with running_loop(SyncLoop(cache, redis_client, NODE, every=3600)) as loop:
         wait_until(lambda: loop.syncs >= 1 and loop.subscribed.is_set(), WAIT_SECONDS, "a sync")
         assert cache.held()["demo"] == [first.hash]
         imported = api.import_skill("fresh", {}, {})
@@ -398,8 +386,8 @@ def test_the_loop_syncs_at_start_and_when_a_skill_is_imported(api, cache, live_r
         assert cache.held()["fresh"] == [imported["hash"]]
 
 
-def test_the_loop_syncs_when_the_owner_asks_that_node_to(api, cache, live_redis):
-    with running_loop(SyncLoop(cache, live_redis, NODE, every=3600)) as loop:
+def test_the_loop_syncs_when_the_owner_asks_that_node_to(api, cache, redis_client):
+    with running_loop(SyncLoop(cache, redis_client, NODE, every=3600)) as loop:
         wait_until(lambda: loop.syncs >= 1 and loop.subscribed.is_set(), WAIT_SECONDS, "a sync")
         skill = install(api, "quiet")  # straight into the store: nobody was told
         with api.http() as owner:
@@ -408,9 +396,9 @@ def test_the_loop_syncs_when_the_owner_asks_that_node_to(api, cache, live_redis)
         assert cache.held()["quiet"] == [skill.hash]
 
 
-def test_a_failing_sync_never_ends_the_loop(cache_dir, node_token, public_key, live_redis):
+def test_a_failing_sync_never_ends_the_loop(cache_dir, node_token, public_key, redis_client):
     unreachable = PackageCache(cache_dir, "http://127.0.0.1:1", NODE, node_token, public_key)
-    with running_loop(SyncLoop(unreachable, live_redis, NODE, every=0.1)) as loop:
+    with running_loop(SyncLoop(unreachable, redis_client, NODE, every=0.1)) as loop:
         wait_until(lambda: loop.syncs >= 3, WAIT_SECONDS, "three failed syncs")
         assert loop.is_alive()
     unreachable.close()
@@ -424,10 +412,10 @@ def test_the_loop_keeps_syncing_on_time_while_redis_is_away(api, cache):
         assert "demo" in cache.held() and not loop.subscribed.is_set()
 
 
-def test_an_unexpected_sync_failure_never_ends_the_loop_either(api, cache, cache_dir, live_redis):
+def test_an_unexpected_sync_failure_never_ends_the_loop_either(api, cache, cache_dir, redis_client):
     install(api, "demo")
     shutil.rmtree(cache_dir)  # installing has nowhere to write: an OSError, not a refusal
-    with running_loop(SyncLoop(cache, live_redis, NODE, every=0.1)) as loop:
+    with running_loop(SyncLoop(cache, redis_client, NODE, every=0.1)) as loop:
         wait_until(lambda: loop.syncs >= 2, WAIT_SECONDS, "two failed syncs")
         assert loop.is_alive()
     assert not cache_dir.exists()

@@ -19,7 +19,7 @@ import docker
 import pytest
 import redis
 import requests
-from conftest import IN_CI, REDIS_URL, missing_service
+from conftest import IN_CI
 from docker.errors import DockerException
 
 from skillfleet.settings import Settings
@@ -38,17 +38,6 @@ kvm = [
     pytest.mark.kvm,
     pytest.mark.skipif(not WITH_KVM, reason="micro-VM tests run with SKILLFLEET_TEST_KVM=1"),
 ]
-
-
-@pytest.fixture
-def redis_client() -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(REDIS_URL)
-    try:
-        connection.ping()
-    except redis.RedisError:
-        missing_service(f"Redis at {REDIS_URL}")
-    yield connection
-    connection.close()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import docker
 import pytest
 import redis
 import requests
-from conftest import IN_CI, REDIS_URL, missing_service
+from conftest import IN_CI
 from docker.errors import DockerException, ImageNotFound
 
 from workers.errors import RunnerUnavailable
@@ -46,17 +46,6 @@ def engine() -> Iterator[docker.DockerClient]:
         pytest.skip(f"{what} is not available ({type(e).__name__})")
     yield client
     client.close()
-
-
-@pytest.fixture
-def redis_client() -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(REDIS_URL)
-    try:
-        connection.ping()
-    except redis.RedisError:
-        missing_service(f"Redis at {REDIS_URL}")
-    yield connection
-    connection.close()
 
 
 @pytest.fixture
