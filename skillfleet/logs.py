@@ -19,5 +19,6 @@ def configure_logging(level: str) -> None:
             structlog.dev.ConsoleRenderer(colors=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(number),
-        cache_logger_on_first_use=True,
+        # Not cached: tests (and reconfiguration) must see every logger follow the config.
+        cache_logger_on_first_use=False,
     )
