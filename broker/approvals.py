@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -46,10 +46,6 @@ def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str 
     session.add(approval)
     return approval
 
-
-def aware(moment: datetime) -> datetime:
-    """SQLite returns naive datetimes; every time here is UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def expire_due(session: Session, owner_id: int | None = None) -> int:

@@ -160,7 +160,7 @@ class Broker:
         )
         structlog.contextvars.bind_contextvars(call_id=call.id)
         try:
-            result = plan.tool.handler(context, plan.arguments) if plan.tool.handler else None
+            result = plan.tool.handler(context, plan.arguments)
         except Exception as e:  # every failure becomes an envelope; ours keep their message
             outcome = self._finish(call, chat, plan, error=e)
             if getattr(e, "service_down", False):

@@ -40,13 +40,6 @@ class UnknownTool(BrokerError):
     status = 404
 
 
-class TurnLimit(BrokerError):
-    """Raised when a turn makes more tool calls than it may."""
-
-    code = "turn_limit"
-    status = 429
-
-
 class ToolNotImplemented(BrokerError):
     """Raised when a listed tool has no implementation in this release yet."""
 

@@ -17,13 +17,13 @@ Handler = Callable[["ToolContext", dict[str, Any]], Any]
 
 @dataclass(frozen=True)
 class Tool:
-    """One tool; `handler` is None for a tool listed but not implemented yet."""
+    """One tool an agent can call, with the tier the policy sees."""
 
     name: str
     tier: Tier
     description: str
     parameters: dict[str, Any]
-    handler: Handler | None = None
+    handler: Handler
     aliases: tuple[str, ...] = ()
 
     def function_definitions(self) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
@@ -23,11 +22,6 @@ class Principal:
     owner_id: int | None = None
     owner_name: str | None = None
     node_name: str | None = None
-
-
-def _aware(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes; they were stored in UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def token_digest(token: str) -> str:
@@ -81,7 +75,7 @@ def authenticate(session: Session, token: str) -> Principal | None:
     now = utcnow()
     last = row.last_used_at
     # Record use at most once a minute, so reads don't turn into writes.
-    if last is None or (now - _aware(last)).total_seconds() > 60:
+    if last is None or (now - last).total_seconds() > 60:
         row.last_used_at = now
     if row.kind == "node":
         return Principal(kind="node", node_name=row.node_name)
