@@ -46,7 +46,6 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
         log.info("run already claimed or ended; nothing to do", run_id=run_id)
         return None
     stream = RunStream(context.redis, run_id)
-    stream.status("started", worker=context.instance.id, node=run.node)
     try:
         # `using` keeps a sync from removing this hash while the script runs.
         with context.packages.using(run.skill_name, run.skill_hash) as folder:
