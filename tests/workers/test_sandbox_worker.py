@@ -1,0 +1,47 @@
+"""A sandbox worker on a host where Hyperlight can't start stays off the queue and says why."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import REDIS_URL
+from fleet import fleet, wait_until
+
+from skillfleet.settings import Settings
+from workers import heartbeat, naming
+from workers.dispatch import NO_SANDBOX
+
+
+@pytest.mark.skipif(
+    os.environ.get("SKILLFLEET_TEST_KVM") == "1", reason="on a KVM host the worker serves"
+)
+def test_a_sandbox_worker_that_cannot_start_hyperlight_beats_but_serves_nothing(
+    tmp_path: Path, database_url: str
+):
+    settings = Settings(data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL)
+    with fleet(settings) as running:
+        running.start("sandbox", "worker", "sandbox", env=running.node_env(naming.SANDBOX))
+        with running.http() as client:
+            sandbox = wait_until(
+                lambda: next(
+                    (n for n in client.get("/api/nodes").json() if n["name"] == naming.SANDBOX
+                     and n["workers"]),
+                    None,
+                ),
+                30,
+                "the sandbox worker's heartbeat",
+            )  # fmt: skip
+            [worker] = sandbox["workers"]
+            assert worker["serving"] is False
+            assert "Hyperlight" in worker["reason"] or "KVM" in worker["reason"]
+            assert heartbeat.live_workers(running.redis, naming.SANDBOX) == []
+            assert "Not consuming 'sandbox'" in running.log_text("sandbox")
+            running.import_skill(
+                "boxed", {"skillfleet.tier": "read", "skillfleet.execution": "sandbox"},
+                {"scripts/b.py": "print('hi')\n"},
+            )  # fmt: skip
+            body = {"arguments": {"skill_name": "boxed", "script": "scripts/b.py", "arguments": {}}}
+            envelope = client.post("/api/tools/run_skill_script", json=body).json()
+    assert envelope["error"] == {"code": "no_runner", "message": NO_SANDBOX}
