@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SKILLFLEET = [sys.executable, "-m", "skillfleet"]
 # The interpreter the node runner finds on the scripts' PATH, so both sides start the same one.
 PYTHON3 = shutil.which("python3", path=SCRIPT_PATH) or "python3"
+# A node name of this run's own, so no worker left from another run takes its tasks.
+NODE = f"bench-{os.getpid()}"
 ROUNDS = 60
 CONCURRENT_RUNS = 400
 CLIENTS = 16
@@ -113,14 +115,14 @@ class System:
 
     def __enter__(self) -> System:
         self.cli("db", "upgrade")
-        token = self.cli("tokens", "create", "--owner", "bench")
+        token = self.cli("tokens", "create", "--owner", NODE)
         self.headers = {"Authorization": f"Bearer {token}"}
         key = self.cli("keys", "show")
         self.start("api", "--workers", "2")
         self._wait(lambda: httpx.get(f"{self.url}/api/health").status_code == 200)
         node_env = dict(self.env, SKILLFLEET_MANIFEST_KEY=key)
-        node_env["SKILLFLEET_NODE_TOKEN"] = self.cli("nodes", "add", "bench")
-        self.start("worker", "node", "--name", "bench", env=node_env)
+        node_env["SKILLFLEET_NODE_TOKEN"] = self.cli("nodes", "add", NODE)
+        self.start("worker", "node", "--name", NODE, env=node_env)
         if self.spark:
             spark_env = dict(node_env, SKILLFLEET_NODE_TOKEN=self.cli("nodes", "add", "spark"))
             self.start("worker", "spark", env=spark_env)
@@ -130,7 +132,7 @@ class System:
     def _workers_ready(self) -> bool:
         nodes = httpx.get(f"{self.url}/api/nodes", headers=self.headers).json()
         alive = {n["name"] for n in nodes if n.get("alive")}
-        return "bench" in alive and (not self.spark or "spark" in alive)
+        return NODE in alive and (not self.spark or "spark" in alive)
 
     def _wait(self, check: Any, limit: float = 60) -> None:
         deadline = time.monotonic() + limit
@@ -180,12 +182,12 @@ def timed(action: Any, rounds: int) -> list[float]:
 def bench_node(system: System, script: Path) -> dict[str, float]:
     client = httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
     for _ in range(5):  # warm up: packages synced, connections open
-        system.run(client, "trivial", "scripts/ok.py", "bench")
+        system.run(client, "trivial", "scripts/ok.py", NODE)
         subprocess.run([PYTHON3, str(script)], capture_output=True, check=True)
     full: list[float] = []
     direct: list[float] = []
     for _ in range(ROUNDS):  # interleaved, so both see the same machine
-        full += timed(lambda: system.run(client, "trivial", "scripts/ok.py", "bench"), 1)
+        full += timed(lambda: system.run(client, "trivial", "scripts/ok.py", NODE), 1)
         direct += timed(
             lambda: subprocess.run([PYTHON3, str(script)], capture_output=True, check=True), 1
         )
@@ -194,7 +196,7 @@ def bench_node(system: System, script: Path) -> dict[str, float]:
         """One agent keeping its connection, making its share of the runs one after another."""
         with httpx.Client(base_url=system.url, headers=system.headers, timeout=120) as own:
             for _ in range(CONCURRENT_RUNS // CLIENTS):
-                system.run(own, "trivial", "scripts/ok.py", "bench")
+                system.run(own, "trivial", "scripts/ok.py", NODE)
 
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=CLIENTS) as pool:
@@ -214,7 +216,7 @@ def bench_first_output(system: System) -> list[float]:
     latencies = []
     for _ in range(30):
         body = {"arguments": {"skill_name": "stamped", "script": "scripts/stamp.py",
-                              "arguments": {"node": "bench"}}}  # fmt: skip
+                              "arguments": {"node": NODE}}}  # fmt: skip
         run_id = client.post("/api/tools/run_skill_script", json=body).json()["run_id"]
         with client.stream("GET", f"/api/runs/{run_id}/events") as response:
             for line in response.iter_lines():

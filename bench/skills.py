@@ -11,6 +11,7 @@ baseline measured in the same run:
 from __future__ import annotations
 
 import io
+import os
 import random
 import shutil
 import statistics
@@ -61,7 +62,8 @@ def timed(action: Callable[[], object], rounds: int) -> list[float]:
 
 
 def make_app(root: Path):  # type: ignore[no-untyped-def]
-    settings = Settings(data_dir=root / "var")
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14")
+    settings = Settings(data_dir=root / "var", redis_url=redis_url, dry_run=True)
     settings.data_dir.mkdir(parents=True)
     upgrade(settings.database)
     app = create_app(settings)

@@ -28,6 +28,7 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        worker_disable_rate_limits=True,  # no task has a rate limit; skip the bookkeeping
         task_ignore_result=True,
         task_default_queue=naming.CONTROL,
         task_serializer="json",

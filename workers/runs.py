@@ -78,6 +78,7 @@ def claim(sessions: SessionFactory, run_id: str, worker: str) -> Run | None:
             .where(Run.id == run_id, Run.status == QUEUED)
             .values(status=RUNNING, worker=worker, started_at=utcnow())
             .returning(Run)
+            .execution_options(synchronize_session=False)
         )
         return claimed.one_or_none()
 
@@ -102,6 +103,7 @@ def finish(
             .where(Run.id == run_id, Run.status == RUNNING)
             .values(**values)
             .returning(Run)
+            .execution_options(synchronize_session=False)
         ).one_or_none()
         if run is None:
             return False
@@ -110,28 +112,28 @@ def finish(
 
 
 def _answer_call(session: Any, run: Run) -> None:
-    """The tool call that started the run ends with the run's result."""
+    """The tool call that started the run ends with the run's result (one UPDATE)."""
     if run.call_id is None:
         return
-    call = session.get(ToolCall, run.call_id)
-    if call is None:
-        return
-    call.status = "done" if run.status == SUCCEEDED else "failed"
-    call.result = shape_result(run_result(run))
+    values: dict[str, Any] = {
+        "status": "done" if run.status == SUCCEEDED else "failed",
+        "result": shape_result(run_result(run)),
+        "finished_at": utcnow(),
+    }
     if run.status != SUCCEEDED:
-        call.error_code = "script_failed" if run.status == FAILED else run.status
-        call.error_message = run.error or f"The script ended {run.status.replace('_', ' ')}."
-    call.finished_at = utcnow()
-    if call.chat_id is not None and run.status == TIMED_OUT:
-        session.execute(
-            update(Chat)
-            .where(Chat.id == call.chat_id)
-            .values(timed_out_calls=Chat.timed_out_calls + 1)
-        )
-    elif call.chat_id is not None and run.status != SUCCEEDED:
-        session.execute(
-            update(Chat).where(Chat.id == call.chat_id).values(failed_calls=Chat.failed_calls + 1)
-        )
+        values["error_code"] = "script_failed" if run.status == FAILED else run.status
+        values["error_message"] = run.error or f"The script ended {run.status.replace('_', ' ')}."
+    chat_id = session.execute(
+        update(ToolCall)
+        .where(ToolCall.id == run.call_id)
+        .values(**values)
+        .returning(ToolCall.chat_id)
+        .execution_options(synchronize_session=False)
+    ).scalar_one_or_none()
+    if chat_id is None or run.status == SUCCEEDED:
+        return
+    column = Chat.timed_out_calls if run.status == TIMED_OUT else Chat.failed_calls
+    session.execute(update(Chat).where(Chat.id == chat_id).values({column: column + 1}))
 
 
 def run_result(run: Run) -> dict[str, Any]:
