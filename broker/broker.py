@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -74,7 +74,7 @@ class Broker:
         except Exception as e:  # bad arguments are answered before any policy runs
             return self._finish(call, chat, None, error=e)
         _describe(call, plan)
-        decision = self.policy.decide(self._facts(owner_id, call, chat, plan, calls_this_turn))
+        decision = self._decide(owner_id, call, chat, plan, calls_this_turn)
         if calls_this_turn > MAX_CALLS_PER_TURN and decision.action != "deny":
             # The limit holds even under an operator's policy that forgot the rule.
             decision = Decision("deny", TURN_LIMIT_RULE)
@@ -97,25 +97,37 @@ class Broker:
             )
         return (earlier or 0) + 1
 
-    def _facts(
+    def _decide(
         self, owner_id: int, call: ToolCall, chat: Chat | None, plan: CallPlan, number: int
-    ) -> CallFacts:
-        with self.sessions() as session:
-            grants = grants_for(session, owner_id, chat.id if chat else None, call.job_run_id)
-        key = plan.grant_key
-        in_job = call.job_run_id is not None
-        return CallFacts(
+    ) -> Decision:
+        """The policy's verdict; grants are read only when they could change it."""
+        base = CallFacts(
             tool=plan.tool.name,
             tier=plan.tier,
             mode=call.mode,
-            in_job=in_job,
-            granted=key is not None and (key in grants.chat or key in grants.job),
-            job_granted=in_job and key is not None and key in grants.job,
-            owner_allowed=key is not None and key in grants.owner,
+            in_job=call.job_run_id is not None,
             skill_enabled=plan.skill_enabled,
             skill_locked=plan.skill_locked,
             target_is_draft=plan.target_is_draft,
             calls_this_turn=number,
+        )
+        key = plan.grant_key
+        if key is None:
+            return self.policy.decide(base)
+        # A decision costs microseconds and a grants query a database round trip: when every
+        # combination of grant facts gives the same verdict, the grants don't matter.
+        verdicts = {self.policy.decide(case) for case in _grant_cases(base)}
+        if len(verdicts) == 1:
+            return verdicts.pop()
+        with self.sessions() as session:
+            grants = grants_for(session, owner_id, chat.id if chat else None, call.job_run_id)
+        return self.policy.decide(
+            replace(
+                base,
+                granted=key in grants.chat or key in grants.job,
+                job_granted=base.in_job and key in grants.job,
+                owner_allowed=key in grants.owner,
+            )
         )
 
     def _refuse(
@@ -306,6 +318,17 @@ class Broker:
                 deadline = min(deadline, time.monotonic() + 0.5)  # one more look, then answer
                 continue
             time.sleep(POLL_SECONDS)
+
+
+def _grant_cases(base: CallFacts) -> list[CallFacts]:
+    """The call with every value the three grant facts can take (job grants only in a job)."""
+    jobs = (False, True) if base.in_job else (False,)
+    return [
+        replace(base, granted=granted, job_granted=job, owner_allowed=owner)
+        for granted in (False, True)
+        for job in jobs
+        for owner in (False, True)
+    ]
 
 
 def _describe(call: ToolCall, plan: CallPlan) -> None:
