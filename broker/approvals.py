@@ -47,7 +47,6 @@ def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str 
     return approval
 
 
-
 def expire_due(session: Session, owner_id: int | None = None) -> int:
     """Mark pending approvals past their time `expired`, and their calls too."""
     now = utcnow()
