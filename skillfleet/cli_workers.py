@@ -205,10 +205,11 @@ def _serve(
     beater = Beater(client, instance, serving, refresh)
     if before is not None:
         before(client)
+    if not serving:
+        click.echo(f"Not consuming '{queue}': {reason}", err=True)
     beater.start()
     try:
         if not serving:
-            click.echo(f"Not consuming '{queue}': {reason}", err=True)
             while True:
                 time.sleep(3600)
         app.worker_main(

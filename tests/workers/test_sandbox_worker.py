@@ -22,22 +22,28 @@ def test_a_sandbox_worker_that_cannot_start_hyperlight_beats_but_serves_nothing(
 ):
     settings = Settings(data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL)
     with fleet(settings) as running:
-        running.start("sandbox", "worker", "sandbox", env=running.node_env(naming.SANDBOX))
+        process = running.start(
+            "sandbox", "worker", "sandbox", env=running.node_env(naming.SANDBOX)
+        )
+        mine = f":{process.pid}:"  # instance ids hold the pid; other tests' workers may linger
+
+        def my_worker() -> dict | None:
+            for node in client.get("/api/nodes").json():
+                for worker in node["workers"]:
+                    if node["name"] == naming.SANDBOX and mine in worker["id"]:
+                        return dict(worker)
+            return None
+
         with running.http() as client:
-            sandbox = wait_until(
-                lambda: next(
-                    (n for n in client.get("/api/nodes").json() if n["name"] == naming.SANDBOX
-                     and n["workers"]),
-                    None,
-                ),
-                30,
-                "the sandbox worker's heartbeat",
-            )  # fmt: skip
-            [worker] = sandbox["workers"]
+            worker = wait_until(my_worker, 30, "the sandbox worker's heartbeat")
             assert worker["serving"] is False
             assert "Hyperlight" in worker["reason"] or "KVM" in worker["reason"]
             assert heartbeat.live_workers(running.redis, naming.SANDBOX) == []
-            assert "Not consuming 'sandbox'" in running.log_text("sandbox")
+            wait_until(
+                lambda: "Not consuming 'sandbox'" in running.log_text("sandbox"),
+                10,
+                "the worker to say why it serves nothing",
+            )
             running.import_skill(
                 "boxed", {"skillfleet.tier": "read", "skillfleet.execution": "sandbox"},
                 {"scripts/b.py": "print('hi')\n"},
