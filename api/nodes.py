@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import marshmallow as ma
 import redis
 import structlog
 from flask import Response
@@ -14,6 +13,7 @@ from sqlalchemy import select
 
 from api.auth import node_or_owner, owner
 from api.errors import ApiError
+from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema
 from api.services import services
 from store.errors import PackageNotFound
 from store.models import Node
@@ -23,42 +23,6 @@ from workers import heartbeat, naming
 log = structlog.get_logger(__name__)
 
 blp = Blueprint("nodes", __name__, url_prefix="/api/nodes", description="Managed nodes")
-
-
-class NodeWorkerSchema(ma.Schema):
-    id = ma.fields.String()
-    role = ma.fields.String()
-    queue = ma.fields.String()
-    host = ma.fields.String()
-    serving = ma.fields.Boolean()
-    alive = ma.fields.Boolean()
-    last_heartbeat = ma.fields.String(metadata={"description": "ISO 8601 time"})
-    features = ma.fields.List(ma.fields.String())
-    reason = ma.fields.String(allow_none=True)
-
-
-class NodeSchema(ma.Schema):
-    name = ma.fields.String()
-    registered = ma.fields.Boolean(metadata={"description": "Added with `skillfleet nodes add`"})
-    alive = ma.fields.Boolean(metadata={"description": "A worker of it beat recently"})
-    workers = ma.fields.List(ma.fields.Nested(NodeWorkerSchema))
-    features = ma.fields.List(ma.fields.String(), metadata={"description": "skills, docker, kvm"})
-    hashes = ma.fields.Dict(
-        keys=ma.fields.String(),
-        values=ma.fields.List(ma.fields.String()),
-        metadata={"description": "Skill name to the package hashes the node holds"},
-    )
-    last_heartbeat = ma.fields.String(allow_none=True)
-
-
-class SignedManifestSchema(ma.Schema):
-    manifest = ma.fields.Dict(metadata={"description": "node, issued_at and packages"})
-    signature = ma.fields.String(metadata={"description": "Ed25519 over the canonical JSON"})
-
-
-class SyncRequestSchema(ma.Schema):
-    node = ma.fields.String()
-    receivers = ma.fields.Integer(metadata={"description": "Agents listening right now"})
 
 
 @blp.route("")

@@ -228,3 +228,39 @@ class RunSchema(ma.Schema):
     created_at = ma.fields.DateTime()
     started_at = ma.fields.DateTime(allow_none=True)
     finished_at = ma.fields.DateTime(allow_none=True)
+
+
+class NodeWorkerSchema(ma.Schema):
+    id = ma.fields.String()
+    role = ma.fields.String()
+    queue = ma.fields.String()
+    host = ma.fields.String()
+    serving = ma.fields.Boolean()
+    alive = ma.fields.Boolean()
+    last_heartbeat = ma.fields.String(metadata={"description": "ISO 8601 time"})
+    features = ma.fields.List(ma.fields.String())
+    reason = ma.fields.String(allow_none=True)
+
+
+class NodeSchema(ma.Schema):
+    name = ma.fields.String()
+    registered = ma.fields.Boolean(metadata={"description": "Added with `skillfleet nodes add`"})
+    alive = ma.fields.Boolean(metadata={"description": "A worker of it beat recently"})
+    workers = ma.fields.List(ma.fields.Nested(NodeWorkerSchema))
+    features = ma.fields.List(ma.fields.String(), metadata={"description": "skills, docker, kvm"})
+    hashes = ma.fields.Dict(
+        keys=ma.fields.String(),
+        values=ma.fields.List(ma.fields.String()),
+        metadata={"description": "Skill name to the package hashes the node holds"},
+    )
+    last_heartbeat = ma.fields.String(allow_none=True)
+
+
+class SignedManifestSchema(ma.Schema):
+    manifest = ma.fields.Dict(metadata={"description": "node, issued_at and packages"})
+    signature = ma.fields.String(metadata={"description": "Ed25519 over the canonical JSON"})
+
+
+class SyncRequestSchema(ma.Schema):
+    node = ma.fields.String()
+    receivers = ma.fields.Integer(metadata={"description": "Agents listening right now"})

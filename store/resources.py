@@ -50,8 +50,8 @@ def _refuse_escape(path: str) -> None:
         raise InvalidResourcePath("The path may not climb out of the skill folder with '..'.")
 
 
-def resolve_resource(root: Path, path: object) -> Path:
-    """The regular file `path` names inside `root`; never follows a link out of it."""
+def resolve_resource(root: Path, path: object) -> tuple[str, Path]:
+    """The clean relative path and the regular file it names inside `root`; no link is followed."""
     rel = check_relative_path(path)
     target = root / rel
     try:
@@ -65,16 +65,16 @@ def resolve_resource(root: Path, path: object) -> Path:
     resolved_root = root.resolve()
     if not target.resolve().is_relative_to(resolved_root):
         raise InvalidResourcePath("The path leads out of the skill folder.")
-    return target
+    return rel, target
 
 
 def read_resource(root: Path, path: object, limit: int = MAX_RESOURCE_BYTES) -> tuple[str, bytes]:
     """The clean path and bytes of one skill file, refusing files over `limit`."""
-    target = resolve_resource(root, path)
+    rel, target = resolve_resource(root, path)
     size = target.stat().st_size
     if size > limit:
         raise ResourceTooLarge(
-            f"'{check_relative_path(path)}' is {size} bytes; files over {limit // 1024} KiB "
+            f"'{rel}' is {size} bytes; files over {limit // 1024} KiB "
             "can't be returned to an agent."
         )
-    return check_relative_path(path), target.read_bytes()
+    return rel, target.read_bytes()
