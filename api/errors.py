@@ -8,13 +8,12 @@ from typing import Any
 import kombu.exceptions
 import marshmallow as ma
 import redis
+import sqlalchemy.exc
 from flask import Flask, Response, jsonify
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
 
-from broker.errors import BrokerError
-from store.errors import StoreError
-from workers.errors import RunError
+from store.errors import SkillfleetError
 
 
 class ErrorSchema(ma.Schema):
@@ -86,7 +85,7 @@ class SkillfleetApi(Api):  # type: ignore[misc]
 
 
 def register_error_handlers(app: Flask) -> None:
-    def domain_error(error: StoreError | BrokerError | RunError) -> Response:
+    def domain_error(error: SkillfleetError) -> Response:
         return error_response(
             error.status, error.code, error.message, getattr(error, "errors", None)
         )
@@ -99,20 +98,25 @@ def register_error_handlers(app: Flask) -> None:
             422, "invalid_request", "The request body is not valid.", error.messages
         )
 
-    def redis_down(error: redis.RedisError) -> Response:
+    def redis_down(error: Exception) -> Response:
         return error_response(
             503,
-            "redis_unavailable",
+            "service_unavailable",
             "The queue and output streams (Redis) can't be reached; try again shortly.",
+        )
+
+    def database_down(error: Exception) -> Response:
+        return error_response(
+            503, "service_unavailable", "The database can't be reached; try again shortly."
         )
 
     app.register_error_handler(redis.ConnectionError, redis_down)
     app.register_error_handler(redis.TimeoutError, redis_down)
     app.register_error_handler(kombu.exceptions.OperationalError, redis_down)
-    app.register_error_handler(RunError, domain_error)
+    app.register_error_handler(sqlalchemy.exc.OperationalError, database_down)
+    app.register_error_handler(sqlalchemy.exc.InterfaceError, database_down)
     app.register_error_handler(ma.ValidationError, invalid_body)
-    app.register_error_handler(StoreError, domain_error)
-    app.register_error_handler(BrokerError, domain_error)
+    app.register_error_handler(SkillfleetError, domain_error)
     app.register_error_handler(ApiError, api_error)
 
 

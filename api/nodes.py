@@ -117,7 +117,7 @@ def _check_node(node: str) -> None:
 
 
 def _check_name(node: str) -> None:
-    if not naming.NODE_NAME.fullmatch(node):
+    if not naming.is_node_name(node):
         raise ApiError(404, "node_not_found", f"No node is named '{node}'.")
 
 

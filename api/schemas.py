@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import marshmallow as ma
 
+from store.hashing import shown_key
+
 
 class HealthSchema(ma.Schema):
     status = ma.fields.String()
@@ -149,7 +151,7 @@ class ApprovalSchema(ma.Schema):
     id = ma.fields.String()
     call_id = ma.fields.String()
     status = ma.fields.String(
-        metadata={"description": "pending, approved, approved_for_chat, denied, expired or void"}
+        metadata={"description": "pending, approved, approved_for_chat, denied, expired or stale"}
     )
     tool = ma.fields.String()
     tier = ma.fields.String()
@@ -157,7 +159,11 @@ class ApprovalSchema(ma.Schema):
     skill_name = ma.fields.String(allow_none=True)
     skill_hash = ma.fields.String(allow_none=True)
     node = ma.fields.String(allow_none=True)
-    grant_key = ma.fields.String(allow_none=True)
+    grant_key = ma.fields.Function(
+        lambda approval: shown_key(approval.grant_key) if approval.grant_key else None,
+        allow_none=True,
+        metadata={"description": "The grant key as shown, skill:<name>@<hash8>"},
+    )
     rule = ma.fields.String(allow_none=True)
     warning = ma.fields.String()
     offers_chat_grant = ma.fields.Boolean()
@@ -169,7 +175,7 @@ class ApprovalSchema(ma.Schema):
 class ApprovalQuerySchema(ma.Schema):
     status = ma.fields.String(
         validate=ma.validate.OneOf(
-            ["pending", "approved", "approved_for_chat", "denied", "expired", "void"]
+            ["pending", "approved", "approved_for_chat", "denied", "expired", "stale"]
         )
     )
 
@@ -192,7 +198,7 @@ class ChatSchema(ma.Schema):
 class GrantSchema(ma.Schema):
     scope = ma.fields.String()
     subject = ma.fields.String()
-    key = ma.fields.String()
+    key = ma.fields.Function(lambda grant: shown_key(grant.key))
     created_at = ma.fields.DateTime()
 
 

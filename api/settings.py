@@ -15,9 +15,11 @@ from broker.errors import UnknownTool
 from broker.grants import owner_keys, set_owner_keys, tool_key
 from broker.tiers import Tier
 from store.db import transaction
+from store.errors import SkillNotFound
+from store.hashing import grant_key, shown_key
 
 blp = Blueprint("settings", __name__, url_prefix="/api/settings", description="Owner settings")
-SKILL_KEY = re.compile(r"skill:[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?@[0-9a-f]{8}")
+SKILL_KEY = re.compile(r"skill:([a-z0-9-]{1,64})@([0-9a-f]{8}|[0-9a-f]{64})")
 
 
 @blp.route("")
@@ -26,7 +28,7 @@ def get_settings() -> dict[str, Any]:
     """Show the change tools and skill versions that run without asking"""
     with services().sessions() as session:
         keys = owner_keys(session, owner_id())
-    return {"auto_tools": [key.removeprefix("tool:") for key in keys]}
+    return {"auto_tools": [shown_key(key).removeprefix("tool:") for key in keys]}
 
 
 @blp.route("", methods=["PUT"])
@@ -34,17 +36,32 @@ def get_settings() -> dict[str, Any]:
 @blp.response(200, SettingsSchema)
 def put_settings(body: dict[str, Any]) -> dict[str, Any]:
     """Replace the list: change-tier tool names, or skill keys like skill:name@1a2b3c4d"""
-    keys = [_key(entry) for entry in body["auto_tools"]]
+    caller = owner_id()
+    keys = [_key(caller, entry) for entry in body["auto_tools"]]
     with transaction(services().sessions) as session:
-        set_owner_keys(session, owner_id(), keys)
-    return {"auto_tools": sorted(key.removeprefix("tool:") for key in set(keys))}
+        set_owner_keys(session, caller, keys)
+    return {"auto_tools": sorted(shown_key(key).removeprefix("tool:") for key in set(keys))}
 
 
-def _key(entry: str) -> str:
+def _key(caller: int, entry: str) -> str:
+    """The stored key of a setting; a skill key is bound to the full hash it names now."""
     if entry.startswith("skill:"):
-        if not SKILL_KEY.fullmatch(entry):
+        match = SKILL_KEY.fullmatch(entry)
+        if match is None:
             raise ApiError(422, "invalid_setting", f"'{entry}' is not a skill:<name>@<hash8> key.")
-        return entry
+        name, prefix = match.groups()
+        try:
+            skill = services().store.get(caller, name)
+        except SkillNotFound:
+            raise ApiError(422, "invalid_setting", f"You have no skill named '{name}'.") from None
+        if not skill.hash.startswith(prefix):
+            raise ApiError(
+                422,
+                "invalid_setting",
+                f"'{entry}' does not name the current version of '{name}' "
+                f"(its key is now {shown_key(grant_key(name, skill.hash))}).",
+            )
+        return grant_key(name, skill.hash)
     try:
         tool = services().broker.registry.get(entry)
     except UnknownTool:

@@ -9,7 +9,7 @@ from flask import Response, request
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api.auth import owner
+from api.auth import owner_id
 from api.errors import ApiError
 from api.nodes import broadcast_sync
 from api.schemas import (
@@ -45,9 +45,8 @@ class Skills(MethodView):
     @blp.arguments(SkillListQuerySchema, location="query")
     @blp.response(200, SkillSchema(many=True))
     def get(self, query: dict[str, Any]) -> list[Skill]:
-        """List every installed skill, built-ins included"""
-        owner()
-        skills = services().store.installed()
+        """List your skills and the shared ones (built-ins, configured paths)"""
+        skills = services().store.installed(owner_id())
         if "enabled" in query:
             skills = [s for s in skills if s.enabled == query["enabled"]]
         return skills
@@ -57,17 +56,17 @@ class Skills(MethodView):
     @blp.response(201, ImportedSkillSchema)
     def post(self, query: dict[str, Any]) -> dict[str, Any]:
         """Import a skill from a zip upload or a GitHub folder address"""
-        caller = owner()
+        caller = owner_id()
         store = services().store
         if request.mimetype == "multipart/form-data":
-            skill = _import_upload(caller.owner_id, query["replace"])
+            skill = _import_upload(caller, query["replace"])
         elif request.is_json:
             body = GitHubImportSchema().load(_json_object())
             settings = services().settings
             skill = import_github(
                 store,
                 body["github"],
-                owner_id=caller.owner_id,
+                owner_id=caller,
                 api_base=settings.github_api_url,
                 token=settings.github_token,
                 enable=body["enable"],
@@ -83,7 +82,7 @@ class Skills(MethodView):
         return _imported(skill)
 
 
-def _import_upload(owner_id: int | None, replace: bool) -> Skill:
+def _import_upload(owner_id: int, replace: bool) -> Skill:
     upload = request.files.get("file")
     if upload is None:
         raise ApiError(400, "file_missing", "The multipart form has no 'file' field.")
@@ -131,18 +130,16 @@ class SkillItem(MethodView):
     @blp.response(200, SkillDetailSchema)
     def get(self, name: str) -> dict[str, Any]:
         """Show one skill with its files"""
-        owner()
         store = services().store
-        skill = store.get(name)
+        skill = store.get(owner_id(), name)
         detail = {key: getattr(skill, key) for key in SkillSchema().fields}
         detail["files"] = [{"path": f.path, "size": f.size} for f in store.files(skill)]
         return detail
 
     @blp.response(204)
     def delete(self, name: str) -> None:
-        """Delete an owned skill (built-ins and configured skills are read-only)"""
-        owner()
-        services().store.delete(name)
+        """Delete one of your skills (built-ins and configured skills are read-only)"""
+        services().store.delete(owner_id(), name)
         broadcast_sync()
 
 
@@ -150,8 +147,8 @@ class SkillItem(MethodView):
 @blp.response(200, content_type="application/octet-stream")
 def skill_file(name: str, path: str) -> Response:
     """Download one file of a skill"""
-    owner()
-    clean, data = services().store.read_file(name, path, MAX_FILE_BYTES)
+    store = services().store
+    clean, data = store.read_file(store.get(owner_id(), name), path, MAX_FILE_BYTES)
     mimetype = mimetypes.guess_type(clean)[0] or "application/octet-stream"
     if mimetype.startswith("text/") or clean.endswith((".md", ".py", ".sh", ".js", ".mjs")):
         mimetype = "text/plain; charset=utf-8"
@@ -163,8 +160,7 @@ def skill_file(name: str, path: str) -> Response:
 @blp.response(201, SkillSchema)
 def duplicate(body: dict[str, Any], name: str) -> Skill:
     """Copy a skill (a built-in, say) into an owned skill under a new name"""
-    caller = owner()
-    copy = services().store.duplicate(name, body["name"], caller.owner_id)
+    copy = services().store.duplicate(owner_id(), name, body["name"])
     broadcast_sync()
     return copy
 
@@ -174,7 +170,6 @@ def duplicate(body: dict[str, Any], name: str) -> Skill:
 @blp.response(200, SkillSchema)
 def set_enabled(body: dict[str, Any], name: str) -> Skill:
     """Enable or disable a skill; with `hash`, only if it is still the content you reviewed"""
-    owner()
-    skill = services().store.set_enabled(name, body["enabled"], body["hash"])
+    skill = services().store.set_enabled(owner_id(), name, body["enabled"], body["hash"])
     broadcast_sync()
     return skill

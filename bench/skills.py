@@ -24,11 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sqlalchemy import select  # noqa: E402
+
 from api import create_app  # noqa: E402
 from skillfleet.settings import Settings  # noqa: E402
 from store.db import transaction  # noqa: E402
 from store.hashing import content_hash  # noqa: E402
 from store.migrate import upgrade  # noqa: E402
+from store.models import Owner  # noqa: E402
 from store.skillmd import parse_skill_md  # noqa: E402
 from store.tokens import create_owner_token  # noqa: E402
 
@@ -130,9 +133,11 @@ def bench_list(root: Path) -> dict[str, list[float]]:
     install_many(app, auth, 199)  # + the built-in skill-authoring = 200
     services = app.extensions["skillfleet"]
     client = app.test_client()
-    catalog.extend(services.store.catalog())
+    with services.sessions() as session:
+        owner = session.scalar(select(Owner.id).where(Owner.name == "bench"))
+    catalog.extend(services.store.catalog(owner))
     assert len(catalog) == 200
-    folders.extend(services.store.folder(s) for s in services.store.installed())
+    folders.extend(services.store.folder(s) for s in services.store.installed(owner))
 
     def call(path: str, body: dict[str, object] | None = None) -> Callable[[], None]:
         def action() -> None:

@@ -8,20 +8,23 @@ from datetime import timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from broker import callstate
+from broker.callstate import CallStatus
 from broker.classify import CallPlan
 from broker.errors import ApprovalAnswered, ApprovalNotFound
 from broker.warnings import warning_for
-from store.models import Approval, Chat, ToolCall, utcnow
+from store.models import Approval, ToolCall, utcnow
 
 APPROVAL_LIFE = timedelta(minutes=30)
 PENDING = "pending"
 ANSWERING = "answering"
+STALE = "stale"
 DECISIONS = ("approve", "approve_for_chat", "deny")
 ANSWERED = {"approve": "approved", "approve_for_chat": "approved_for_chat", "deny": "denied"}
 
 
 def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str | None) -> Approval:
-    """A pending approval bound to this call's tool, arguments, skill hash and node."""
+    """A pending approval bound to this call's tool, arguments, full skill hash and node."""
     now = utcnow()
     approval = Approval(
         id=str(uuid.uuid4()),
@@ -38,7 +41,7 @@ def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str 
         grant_key=plan.grant_key,
         rule=rule,
         warning=warning_for(plan),
-        offers_chat_grant=plan.grant_key is not None,
+        offers_chat_grant=plan.offers_grant(in_job=call.job_run_id is not None),
         status=PENDING,
         created_at=now,
         expires_at=now + APPROVAL_LIFE,
@@ -57,28 +60,13 @@ def expire_due(session: Session, owner_id: int | None = None) -> int:
     for approval in expired:
         approval.status = "expired"
         approval.answered_at = now
-        _finish_call(
+        callstate.answer(
             session,
             approval.call_id,
-            "expired",
-            "approval_expired",
-            "Nobody answered the approval within 30 minutes.",
+            CallStatus.EXPIRED,
+            error=("approval_expired", "Nobody answered the approval within 30 minutes."),
         )
-        if approval.chat_id is not None:
-            session.execute(
-                update(Chat)
-                .where(Chat.id == approval.chat_id)
-                .values(expired_calls=Chat.expired_calls + 1)
-            )
     return len(expired)
-
-
-def _finish_call(session: Session, call_id: str, status: str, code: str, message: str) -> None:
-    session.execute(
-        update(ToolCall)
-        .where(ToolCall.id == call_id)
-        .values(status=status, error_code=code, error_message=message, finished_at=utcnow())
-    )
 
 
 def claim_for_answer(session: Session, owner_id: int, approval_id: str) -> Approval:
@@ -104,18 +92,16 @@ def claim_for_answer(session: Session, owner_id: int, approval_id: str) -> Appro
 def deny(session: Session, approval: Approval) -> None:
     approval.status = "denied"
     approval.answered_at = utcnow()
-    _finish_call(
-        session, approval.call_id, "denied", "owner_denied", "The owner declined this call."
+    callstate.answer(
+        session,
+        approval.call_id,
+        CallStatus.DENIED,
+        error=("owner_denied", "The owner declined this call."),
     )
-    if approval.chat_id is not None:
-        session.execute(
-            update(Chat)
-            .where(Chat.id == approval.chat_id)
-            .values(declined_calls=Chat.declined_calls + 1)
-        )
 
 
-def void(session: Session, approval: Approval, reason: str) -> None:
-    approval.status = "void"
+def make_stale(session: Session, approval: Approval, reason: str) -> None:
+    """The skill is no longer the one the owner was shown: the approval is void, nothing runs."""
+    approval.status = STALE
     approval.answered_at = utcnow()
-    _finish_call(session, approval.call_id, "failed", "skill_changed", reason)
+    callstate.answer(session, approval.call_id, CallStatus.FAILED, error=("skill_changed", reason))

@@ -9,15 +9,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
-from sqlalchemy import func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from broker import approvals
-from broker.calls import OPEN_STATES, CallOutcome, CallRequest
+from broker import approvals, callstate
+from broker.calls import CallOutcome, CallRequest
+from broker.callstate import OPEN_STATES, CallStatus
 from broker.classify import CallPlan, plan_call
 from broker.context import Dispatcher, RecordingDispatcher, RunStarted, ToolContext
 from broker.errors import (
-    ApprovalVoid,
+    ApprovalStale,
     CallNotFound,
     GrantNotOffered,
     InvalidCall,
@@ -26,14 +27,15 @@ from broker.grants import CHAT, JOB, add_grant, grants_for
 from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
-from store.db import SessionFactory, save, transaction
-from store.errors import SkillNotFound
+from broker.turns import MAX_CALLS_PER_TURN, admit, turn_key
+from store.db import SessionFactory, transaction
+from store.errors import ServiceUnavailable, SkillfleetError, SkillNotFound
 from store.models import Approval, Chat, ToolCall, utcnow
 from store.skills import SkillStore
 
 log = structlog.get_logger(__name__)
+SERVICE_DOWN = ("service_unavailable", "A service the call needs could not be reached.")
 
-MAX_CALLS_PER_TURN = 50
 TURN_LIMIT_RULE = "turn-call-limit"
 MAX_WAIT_SECONDS = 60.0
 POLL_SECONDS = 0.1
@@ -41,7 +43,7 @@ POLL_SECONDS = 0.1
 
 @dataclass
 class Broker:
-    """Decides and runs tool calls for owners, recording each one."""
+    """Decides and runs tool calls for owners; every call's state goes through `callstate`."""
 
     registry: Registry
     policy: Policy
@@ -54,9 +56,16 @@ class Broker:
     # -- a call -------------------------------------------------------------------
 
     def call(self, owner_id: int, request: CallRequest) -> CallOutcome:
+        """Answer one call: fail it, refuse it, ask the owner, or run it."""
         tool = self.registry.get(request.tool)
         request.check()
-        chat = self._chat(owner_id, request.chat_id) if request.chat_id else None
+        try:
+            chat = self._chat(owner_id, request.chat_id) if request.chat_id else None
+            number = admit(
+                self.sessions, owner_id, turn_key(request.turn_id, chat.id if chat else None)
+            )
+        except SQLAlchemyError as e:
+            raise ServiceUnavailable("The database can't be reached; try again shortly.") from e
         call = ToolCall(
             id=str(uuid.uuid4()),
             owner_id=owner_id,
@@ -66,36 +75,23 @@ class Broker:
             tool=tool.name,
             tier=str(tool.tier),
             mode=request.mode,
-            status="deciding",
+            status=CallStatus.DECIDING,
         )
         try:
-            calls_this_turn = self._count_turn(owner_id, request.turn_id)
-            plan = plan_call(tool, request.arguments, self.store)
-        except Exception as e:  # bad arguments are answered before any policy runs
-            return self._finish(call, chat, None, error=e)
+            plan = plan_call(tool, request.arguments, self.store, owner_id)
+        except SkillfleetError as e:  # a call that can only fail fails before any policy
+            return self._fail(call, None, e)
         _describe(call, plan)
-        decision = self._decide(owner_id, call, chat, plan, calls_this_turn)
-        if calls_this_turn > MAX_CALLS_PER_TURN and decision.action != "deny":
+        decision = self._decide(owner_id, call, chat, plan, number)
+        if number > MAX_CALLS_PER_TURN and decision.action != "deny":
             # The limit holds even under an operator's policy that forgot the rule.
             decision = Decision("deny", TURN_LIMIT_RULE)
         call.rule = decision.rule
         if decision.action == "deny":
-            return self._refuse(call, chat, plan, decision, calls_this_turn)
+            return self._refuse(call, decision, number)
         if decision.action == "require_approval":
             return self._ask(call, plan, decision)
-        return self._run(call, chat, plan)
-
-    def _count_turn(self, owner_id: int, turn_id: str | None) -> int:
-        """This call's number within its turn (1 for the first call)."""
-        if turn_id is None:
-            return 1
-        with self.sessions() as session:
-            earlier = session.scalar(
-                select(func.count())
-                .select_from(ToolCall)
-                .where(ToolCall.owner_id == owner_id, ToolCall.turn_id == turn_id)
-            )
-        return (earlier or 0) + 1
+        return self._run(call, chat, plan, new=True)
 
     def _decide(
         self, owner_id: int, call: ToolCall, chat: Chat | None, plan: CallPlan, number: int
@@ -121,6 +117,7 @@ class Broker:
             return verdicts.pop()
         with self.sessions() as session:
             grants = grants_for(session, owner_id, chat.id if chat else None, call.job_run_id)
+        # Keys hold the full content hash, so a grant matches exactly one version of a skill.
         return self.policy.decide(
             replace(
                 base,
@@ -130,9 +127,7 @@ class Broker:
             )
         )
 
-    def _refuse(
-        self, call: ToolCall, chat: Chat | None, plan: CallPlan, decision: Decision, number: int
-    ) -> CallOutcome:
+    def _refuse(self, call: ToolCall, decision: Decision, number: int) -> CallOutcome:
         message = f"HOST: the policy refused this call (rule: {decision.rule})."
         if decision.rule is None:
             message = "HOST: no policy rule allows this call, so it is refused (default: deny)."
@@ -141,22 +136,21 @@ class Broker:
                 f"HOST: this turn already made {MAX_CALLS_PER_TURN} tool calls, the most a turn "
                 f"may make (rule: {decision.rule}); finish the turn and start a new one."
             )
-        call.status = "denied"
         call.error_code = "policy_denied"
         call.error_message = message
-        return self._save(call, chat, counter="declined_calls")
+        return self._record(call, CallStatus.DENIED)
 
     def _ask(self, call: ToolCall, plan: CallPlan, decision: Decision) -> CallOutcome:
-        call.status = "pending_approval"
         with transaction(self.sessions) as session:
-            session.add(call)
+            callstate.record(session, call, CallStatus.PENDING_APPROVAL)
             session.flush()
             approval = approvals.create_approval(session, call, plan, decision.rule)
             call.approval_id = approval.id
         log.info("call waits for approval", call_id=call.id, tool=call.tool, rule=decision.rule)
         return CallOutcome.of(call)
 
-    def _run(self, call: ToolCall, chat: Chat | None, plan: CallPlan) -> CallOutcome:
+    def _run(self, call: ToolCall, chat: Chat | None, plan: CallPlan, *, new: bool) -> CallOutcome:
+        """Run an allowed call; `new` when the call has no row yet (not asked first)."""
         context = ToolContext(
             call_id=call.id,
             owner_id=call.owner_id,
@@ -173,41 +167,64 @@ class Broker:
         structlog.contextvars.bind_contextvars(call_id=call.id)
         try:
             result = plan.tool.handler(context, plan.arguments)
+        except ServiceUnavailable:
+            if not new:
+                self._end(call, CallStatus.FAILED, error=SERVICE_DOWN)
+            raise  # the service is down, not the call wrong: the API answers 503
         except Exception as e:  # every failure becomes an envelope; ours keep their message
-            outcome = self._finish(call, chat, plan, error=e)
-            if getattr(e, "service_down", False):
-                raise  # the service is down, not the call wrong: the API answers 503
-            return outcome
+            if isinstance(e, SQLAlchemyError):
+                raise ServiceUnavailable("The database can't be reached; try again.") from e
+            return self._fail(call, plan, e, new=new)
         finally:
             structlog.contextvars.unbind_contextvars("call_id")
         if isinstance(result, RunStarted):
             return CallOutcome.of(call)  # the dispatcher saved the call with its run
-        call.status = "done"
         call.result = shape_result(result)
-        return self._save(call, chat)
+        if new:
+            return self._record(call, CallStatus.DONE)
+        return self._end(call, CallStatus.DONE, result=call.result)
 
-    def _finish(
-        self, call: ToolCall, chat: Chat | None, plan: CallPlan | None, error: Exception
+    def _fail(
+        self, call: ToolCall, plan: CallPlan | None, error: Exception, *, new: bool = True
     ) -> CallOutcome:
         code, message = tool_failure(error)
         if code == "tool_failed":
             log.error(
                 "tool failed", call_id=call.id, tool=call.tool, error_type=type(error).__name__
             )
-        call.status = "failed"
         call.error_code = code
         call.error_message = message
         if plan is not None:
             _describe(call, plan)
-        return self._save(call, chat, counter="failed_calls")
+        if new:
+            return self._record(call, CallStatus.FAILED)
+        return self._end(call, CallStatus.FAILED, error=(code, message))
 
-    def _save(self, call: ToolCall, chat: Chat | None, counter: str | None = None) -> CallOutcome:
-        call.finished_at = utcnow()
+    def _record(self, call: ToolCall, status: CallStatus) -> CallOutcome:
+        try:
+            with transaction(self.sessions) as session:
+                callstate.record(session, call, status)
+        except IntegrityError:
+            # The chat was deleted while the call was being answered: keep the call, not the link.
+            call.chat_id = None
+            with transaction(self.sessions) as session:
+                callstate.record(session, call, status)
+        return CallOutcome.of(call)
+
+    def _end(
+        self,
+        call: ToolCall,
+        status: CallStatus,
+        *,
+        result: Any = None,
+        error: tuple[str, str] | None = None,
+    ) -> CallOutcome:
+        """End a call that already has a row (it waited for the owner)."""
         with transaction(self.sessions) as session:
-            save(session, call)
-            if chat is not None and counter is not None:
-                column = getattr(Chat, counter)
-                session.execute(update(Chat).where(Chat.id == chat.id).values({column: column + 1}))
+            callstate.answer(session, call.id, status, result=result, error=error)
+        call.status = status
+        if error is not None:
+            call.error_code, call.error_message = error
         return CallOutcome.of(call)
 
     def _chat(self, owner_id: int, external_id: str) -> Chat:
@@ -240,26 +257,28 @@ class Broker:
                 return approval
             if decision == "approve_for_chat" and not approval.offers_chat_grant:
                 raise GrantNotOffered(
-                    f"{approval.tool} is never offered for a whole chat; approve it once instead."
+                    f"{approval.tool} ({approval.tier}) is never offered for a whole chat; "
+                    "approve it once instead."
                 )
             stale = self._stale_reason(approval)
             if stale is not None:
-                approvals.void(session, approval, stale)
+                approvals.make_stale(session, approval, stale)
             else:
                 approval.status = approvals.ANSWERED[decision]
                 approval.answered_at = utcnow()
                 if decision == "approve_for_chat":
                     self._grant_for_chat(session, approval)
         if stale is not None:
-            raise ApprovalVoid(stale)
+            raise ApprovalStale(stale)
         self._resume(approval)
         return approval
 
     def _stale_reason(self, approval: Approval) -> str | None:
+        """Why the approved call may no longer run: its skill is not the exact one shown."""
         if approval.skill_name is None:
             return None
         try:
-            skill = self.store.get(approval.skill_name)
+            skill = self.store.get(approval.owner_id, approval.skill_name)
         except SkillNotFound:
             return f"The skill '{approval.skill_name}' was removed after you were asked."
         if skill.hash != approval.skill_hash:
@@ -292,11 +311,15 @@ class Broker:
         assert call is not None
         tool = self.registry.get(approval.tool)
         try:
-            plan = plan_call(tool, _replayable(approval), self.store)
-        except Exception as e:
-            self._finish(call, chat, None, error=e)
+            plan = plan_call(tool, _replayable(approval), self.store, approval.owner_id)
+        except SkillfleetError as e:
+            self._fail(call, None, e, new=False)
             return
-        self._run(call, chat, plan)
+        if plan.skill is not None and plan.skill.hash != approval.skill_hash:
+            # The skill changed between the stale check and now: run nothing.
+            self._end(call, CallStatus.FAILED, error=("skill_changed", "The skill changed."))
+            return
+        self._run(call, chat, plan, new=False)
 
     def get_call(self, owner_id: int, call_id: str, wait: float = 0) -> ToolCall:
         """The owner's call; with `wait`, after it reached an end state or the time ran out."""
@@ -304,7 +327,7 @@ class Broker:
         while True:
             with self.sessions() as session:
                 call = session.get(ToolCall, call_id)
-            if call is not None and call.status == "pending_approval":
+            if call is not None and call.status == CallStatus.PENDING_APPROVAL:
                 with transaction(self.sessions) as session:
                     if approvals.expire_due(session, owner_id):
                         call = session.get(ToolCall, call_id)
@@ -313,7 +336,7 @@ class Broker:
             left = deadline - time.monotonic()
             if call.status not in OPEN_STATES or left <= 0:
                 return call
-            if call.status == "running" and call.run_id and self.run_waiter is not None:
+            if call.status == CallStatus.RUNNING and call.run_id and self.run_waiter is not None:
                 self.run_waiter(call.run_id, left)
                 deadline = min(deadline, time.monotonic() + 0.5)  # one more look, then answer
                 continue

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.callstate import OPEN_STATES
 from broker.errors import InvalidCall
 from store.models import ToolCall
 
+__all__ = ["OPEN_STATES", "CallOutcome", "CallRequest"]
+
 MODES = ("execute", "plan")
 MAX_ID_CHARS = 200
-# Call states that can still change; everything else is an end state.
-OPEN_STATES = ("pending_approval", "running")
 
 
 @dataclass(frozen=True)

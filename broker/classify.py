@@ -10,23 +10,34 @@ from typing import Any
 import jsonschema
 
 from broker.arguments import MISSING, normalize
-from broker.errors import InvalidCall, SchemaMismatch, ScriptNotFound
+from broker.errors import (
+    InvalidCall,
+    SchemaMismatch,
+    ScriptNotFound,
+    SkillDisabled,
+    ToolNotImplemented,
+)
 from broker.grants import tool_key
 from broker.registry import Tool
 from broker.tiers import Tier
 from store.errors import SkillNotFound
 from store.hashing import grant_key
 from store.models import Skill
+from store.names import is_valid_name
 from store.schemas import schema_for
 from store.skills import SkillStore
-from store.validation import is_valid_name
 
 SKILL_TOOLS = frozenset(
     {"load_skill", "read_skill_resource", "run_skill_script", "get_skill", "draft_skill",
      "edit_skill"}
 )  # fmt: skip
+# Tools that act on an existing skill: naming none fails the call at once.
+NEEDS_SKILL = SKILL_TOOLS - {"draft_skill"}
+# Tools that only work on an enabled skill.
+NEEDS_ENABLED = frozenset({"load_skill", "read_skill_resource", "run_skill_script"})
 RUN = "run_skill_script"
 NEVER_GRANTED = frozenset({"edit_skill"})
+DISABLED = "HOST: that skill is no longer enabled."
 
 
 @dataclass(frozen=True)
@@ -46,12 +57,25 @@ class CallPlan:
     node: str | None = None
     network: str = "none"
 
+    def offers_grant(self, in_job: bool) -> bool:
+        """Whether "approve always" may be offered: in a chat, never for destructive calls.
 
-def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallPlan:
-    """Classify a call; for run_skill_script also read and check its script arguments once."""
+        In a job the grant is saved to the job, whose grants may allow destructive tools.
+        """
+        return self.grant_key is not None and (in_job or self.tier != Tier.DESTRUCTIVE)
+
+
+def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore, owner_id: int) -> CallPlan:
+    """Classify a call; a call that could only fail fails here, before any policy or owner.
+
+    For run_skill_script the script and its arguments are read and checked once.
+    """
+    if not tool.implemented:
+        raise ToolNotImplemented(f"HOST: {tool.name} is not available in this release yet.")
+    skill = _named_skill(tool, arguments, store, owner_id)
     if tool.name == RUN:
-        return _plan_run(tool, arguments, store)
-    skill = _named_skill(arguments, store) if tool.name in SKILL_TOOLS else None
+        assert skill is not None
+        return _plan_run(tool, arguments, store, skill)
     key = None if tool.name in NEVER_GRANTED else tool_key(tool.name)
     locked = skill is not None and (skill.locked or skill.read_only or skill.author != "assistant")
     return CallPlan(
@@ -66,21 +90,30 @@ def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallP
     )
 
 
-def _named_skill(arguments: dict[str, Any], store: SkillStore) -> Skill | None:
+def _named_skill(
+    tool: Tool, arguments: dict[str, Any], store: SkillStore, owner_id: int
+) -> Skill | None:
+    """The skill a skill tool names, as the owner sees it; None for other tools."""
+    if tool.name not in SKILL_TOOLS:
+        return None
     name = arguments.get("skill_name", arguments.get("skillName", arguments.get("name")))
-    if not isinstance(name, str) or not is_valid_name(name):
+    if tool.name not in NEEDS_SKILL and not (isinstance(name, str) and is_valid_name(name)):
         return None
+    if not isinstance(name, str) or not name:
+        raise InvalidCall("HOST: 'skill_name' must name a skill, as list_skills gives it.")
     try:
-        return store.get(name)
+        skill = store.get(owner_id, name)
     except SkillNotFound:
-        return None
+        if tool.name not in NEEDS_SKILL:
+            return None
+        shown = name if len(name) <= 64 else name[:61] + "..."
+        raise SkillNotFound(f"HOST: there is no skill named {shown!r}; call list_skills.") from None
+    if tool.name in NEEDS_ENABLED and not skill.enabled:
+        raise SkillDisabled(DISABLED)
+    return skill
 
 
-def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallPlan:
-    skill = _named_skill(arguments, store)
-    if skill is None:
-        # A call naming no valid skill is a change with no grant: the broker asks (seed 000).
-        return CallPlan(tool=tool, tier=str(Tier.CHANGE), arguments=arguments, grant_key=None)
+def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: Skill) -> CallPlan:
     script = arguments.get("script")
     if not isinstance(script, str) or not script:
         raise InvalidCall(
@@ -90,7 +123,7 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallP
     if script not in scripts:
         listed = ", ".join(scripts) or "none"
         raise ScriptNotFound(
-            f"HOST: the skill '{skill.name}' has no script '{script}'; it has: {listed}."
+            f"HOST: the skill '{skill.name}' has no script {script[:200]!r}; it has: {listed}."
         )
     normalised = normalize(
         arguments.get("arguments"),

@@ -1,15 +1,13 @@
 """Errors raised by the broker; each carries a stable code and the HTTP status it maps to."""
 
+from store.errors import SkillfleetError
 
-class BrokerError(Exception):
+
+class BrokerError(SkillfleetError):
     """Root of every broker error."""
 
-    code: str = "broker_error"
-    status: int = 400
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    code = "broker_error"
+    status = 400
 
 
 class PolicyError(BrokerError):
@@ -54,10 +52,10 @@ class InvalidCall(BrokerError):
     status = 400
 
 
-class SkillNotEnabled(BrokerError):
+class SkillDisabled(BrokerError):
     """Raised when a call names a skill that is installed but switched off."""
 
-    code = "skill_not_enabled"
+    code = "skill_disabled"
     status = 403
 
 
@@ -75,10 +73,10 @@ class ApprovalAnswered(BrokerError):
     status = 409
 
 
-class ApprovalVoid(BrokerError):
+class ApprovalStale(BrokerError):
     """Raised when the skill changed after the owner was asked, so the approval no longer fits."""
 
-    code = "approval_void"
+    code = "approval_stale"
     status = 409
 
 

@@ -25,6 +25,7 @@ class Tool:
     parameters: dict[str, Any]
     handler: Handler
     aliases: tuple[str, ...] = ()
+    implemented: bool = True  # a tool not built yet is never listed and fails at once
 
     def function_definitions(self) -> list[dict[str, Any]]:
         """OpenAI-style function definitions, one for the tool and one per alias."""
@@ -63,4 +64,10 @@ class Registry:
         return iter(self.tools.values())
 
     def definitions(self) -> list[dict[str, Any]]:
-        return [d for tool in self.tools.values() for d in tool.function_definitions()]
+        """Function definitions of the tools that work in this release."""
+        return [
+            d
+            for tool in self.tools.values()
+            if tool.implemented
+            for d in tool.function_definitions()
+        ]

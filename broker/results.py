@@ -6,6 +6,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from store.errors import SkillfleetError
+
 # The most a result may take, as compact UTF-8 JSON.
 RESULT_CAP = 48 * 1024
 REDACTED = "[redacted]"
@@ -101,13 +103,11 @@ def _clean_json(value: object) -> str | None:
 def tool_failure(exc: BaseException) -> tuple[str, str]:
     """The (code, message) a failed call reports.
 
-    Our own errors (a string `code` and `message`) pass through; anything else becomes a
-    generic tool_failed, so no stack trace, exception text or path reaches the model.
+    Our own errors keep their code and message; anything else becomes a generic
+    tool_failed, so no stack trace, exception text or path reaches the model.
     """
-    code = getattr(exc, "code", None)
-    message = getattr(exc, "message", None)
-    if isinstance(code, str) and code and isinstance(message, str):
-        return code, message
+    if isinstance(exc, SkillfleetError):
+        return exc.code, exc.message
     return UNEXPECTED
 
 

@@ -7,8 +7,9 @@ import json
 import re
 from typing import Any
 
+from broker.classify import DISABLED
 from broker.context import RunStarted, ToolContext
-from broker.errors import InvalidCall, SkillNotEnabled, ToolNotImplemented
+from broker.errors import InvalidCall, SkillDisabled, ToolNotImplemented
 from broker.registry import Tool
 from broker.tiers import Tier
 from store.errors import SkillNotFound
@@ -28,15 +29,17 @@ def _string_arg(arguments: dict[str, Any], key: str) -> str:
 
 
 def _enabled_skill(context: ToolContext, name: str) -> Skill:
-    skill = context.store.get(name)
+    """The skill the call was planned for (the owner's, checked then), or looked up now."""
+    planned = context.plan.skill
+    skill = planned if planned is not None else context.store.get(context.owner_id, name)
     if not skill.enabled:
-        raise SkillNotEnabled(f"HOST: the skill '{name}' is not enabled.")
+        raise SkillDisabled(DISABLED)
     return skill
 
 
 def list_skills(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
     """Name and description of each enabled skill, ranked by `query` when one is given."""
-    catalog = context.store.catalog()
+    catalog = context.store.catalog(context.owner_id)
     query = arguments.get("query")
     if query is not None and not isinstance(query, str):
         raise InvalidCall("'query' must be a string.")
@@ -135,7 +138,7 @@ def read_skill_resource(context: ToolContext, arguments: dict[str, Any]) -> dict
     """One file of an enabled skill, confined to that skill's folder."""
     name = _string_arg(arguments, "skill_name")
     skill = _enabled_skill(context, name)
-    path, data = context.store.read_file(skill.name, arguments.get("path"), MAX_RESOURCE_BYTES)
+    path, data = context.store.read_file(skill, arguments.get("path"), MAX_RESOURCE_BYTES)
     result: dict[str, Any] = {"skill_name": name, "path": path, "size": len(data)}
     try:
         result["content"] = data.decode("utf-8")
@@ -146,7 +149,7 @@ def read_skill_resource(context: ToolContext, arguments: dict[str, Any]) -> dict
 
 def refresh_skills(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
     """The enabled skills now, and what was added or removed since this chat last looked."""
-    names = [name for name, _description in context.store.catalog()]
+    names = [name for name, _description in context.store.catalog(context.owner_id)]
     known = _remember_catalog(context, names)
     if known is None:
         return {"skills": names, "added": names, "removed": []}
@@ -180,7 +183,7 @@ def run_skill_script(
         name = arguments.get("skill_name")
         raise SkillNotFound(f"HOST: there is no skill named {name!r}; call list_skills.")
     if not plan.skill.enabled:
-        raise SkillNotEnabled(f"HOST: the skill '{plan.skill.name}' is not enabled.")
+        raise SkillDisabled(DISABLED)
     return context.dispatcher.dispatch(context)
 
 
@@ -261,6 +264,7 @@ TOOLS = (
             ["skill_name"],
         ),
         _not_implemented,
+        implemented=False,
     ),
     Tool(
         "draft_skill",
@@ -269,6 +273,7 @@ TOOLS = (
         "own untouched draft.",
         {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
         _not_implemented,
+        implemented=False,
     ),
     Tool(
         "edit_skill",
@@ -276,5 +281,6 @@ TOOLS = (
         "Proposes a change to a skill; the owner approves the diff before it is written.",
         {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
         _not_implemented,
+        implemented=False,
     ),
 )

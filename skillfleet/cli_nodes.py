@@ -29,9 +29,9 @@ def nodes_add(name: str) -> None:
     from store.db import make_engine, make_sessions, transaction
     from store.models import Node
     from store.tokens import create_node_token
-    from workers.naming import NODE_NAME
+    from workers.naming import is_node_name
 
-    if not NODE_NAME.fullmatch(name):
+    if not is_node_name(name):
         raise click.ClickException(
             "A node name is 1-64 characters of a-z, 0-9 and hyphens, "
             "starting and ending with a letter or digit."

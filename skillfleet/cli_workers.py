@@ -31,7 +31,7 @@ def worker() -> None:
 @click.option("--concurrency", default=8, show_default=True, help="Scripts run at once")
 def node(name: str, concurrency: int) -> None:
     """The node agent: syncs verified skill packages and runs node scripts on this server."""
-    if not naming.NODE_NAME.fullmatch(name):
+    if not naming.is_node_name(name):
         raise click.ClickException("A node name is 1-64 characters of a-z, 0-9 and hyphens.")
     from workers.agent import SyncLoop
     from workers.runners.node import NodeRunner

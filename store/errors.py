@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 
-class StoreError(Exception):
-    """Root of every error the store raises on purpose."""
+class SkillfleetError(Exception):
+    """Root of every error skillfleet raises on purpose; `code` and `status` map it to HTTP."""
 
-    code = "store_error"
+    code = "skillfleet_error"
     status = 400
 
     def __init__(self, message: str, errors: list[str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.errors = errors
+
+
+class ServiceUnavailable(SkillfleetError):
+    """Raised when a service skillfleet needs (the database, Redis) can't be reached now."""
+
+    code = "service_unavailable"
+    status = 503
+
+
+class StoreError(SkillfleetError):
+    """Root of every error the store raises on purpose."""
+
+    code = "store_error"
+    status = 400
 
 
 class SkillInvalid(StoreError):
@@ -132,3 +146,10 @@ class PackageNotFound(StoreError):
 
     code = "package_not_found"
     status = 404
+
+
+class UnsafePath(StoreError):
+    """Raised when a name or path would lead outside the folder it belongs in."""
+
+    code = "invalid_name"
+    status = 422

@@ -38,5 +38,17 @@ def content_hash(root: Path) -> str:
 
 
 def grant_key(name: str, skill_hash: str) -> str:
-    """The grant key of a skill's scripts: editing the skill changes it."""
-    return f"skill:{name}@{skill_hash[:8]}"
+    """The grant key of a skill's scripts, bound to the full content hash: any edit changes it.
+
+    Grants match this key exactly; people are shown it shortened (`shown_key`).
+    """
+    return f"skill:{name}@{skill_hash}"
+
+
+def shown_key(key: str) -> str:
+    """A grant key as people read it: `skill:<name>@<hash8>`; other keys unchanged."""
+    if key.startswith("skill:"):
+        name, at, skill_hash = key.partition("@")
+        if at:
+            return f"{name}@{skill_hash[:8]}"
+    return key

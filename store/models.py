@@ -77,15 +77,21 @@ class ApiToken(Base):
 
 
 class Skill(Base):
-    """The index entry of one skill; its files live in a folder named by the skill."""
+    """The index entry of one skill; its files live in a folder named by the skill.
+
+    An owned skill belongs to one owner (names are unique per owner); a shared skill (built-in,
+    or found on a configured path) has no owner, is read-only and every owner sees it.
+    """
 
     __tablename__ = "skills"
+    __table_args__ = (UniqueConstraint("owner_id", "name"),)
 
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), index=True)
     source: Mapped[str] = mapped_column(String(16))  # builtin, path, upload, github, copy, draft
     origin: Mapped[str | None] = mapped_column(Text)
     location: Mapped[str | None] = mapped_column(Text)  # folder of a read-only skill
-    owner_id: Mapped[int | None] = mapped_column(ForeignKey("owners.id", ondelete="SET NULL"))
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
     author: Mapped[str] = mapped_column(String(16))  # builtin, owner, assistant, operator
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     hash: Mapped[str] = mapped_column(String(64))
@@ -161,6 +167,19 @@ class ToolCall(Base):
     run_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
+
+
+class TurnCount(Base):
+    """How many calls one turn of an owner has admitted; counted up by one conditional UPDATE."""
+
+    __tablename__ = "turn_counts"
+
+    owner_id: Mapped[int] = mapped_column(
+        ForeignKey("owners.id", ondelete="CASCADE"), primary_key=True
+    )
+    turn: Mapped[str] = mapped_column(String(240), primary_key=True)
+    calls: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 
 
 class Grant(Base):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import re
 import tarfile
 import threading
 import time
@@ -21,7 +20,9 @@ from store.db import SessionFactory
 from store.errors import PackageNotFound
 from store.hashing import hash_entries
 from store.models import Run, Skill
+from store.names import is_valid_hash, is_valid_name
 from store.packages import build_package
+from store.paths import inside
 from store.skills import SkillStore
 
 log = structlog.get_logger(__name__)
@@ -30,8 +31,6 @@ log = structlog.get_logger(__name__)
 ACTIVE_RUN_STATES = ("queued", "running")
 # Node names with a runner of their own; every other node runs `node` skills.
 SPECIAL_NODES = ("spark", "sandbox")
-_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?")
-_HASH = re.compile(r"[0-9a-f]{64}")
 _SUFFIX = ".tar.gz"
 
 
@@ -55,7 +54,7 @@ def execution_for(node: str) -> str:
 
 def valid_key(name: str, skill_hash: str) -> bool:
     """Whether `name@hash` is well formed (and so safe to use in a file name)."""
-    return bool(_NAME.fullmatch(name) and _HASH.fullmatch(skill_hash))
+    return is_valid_name(name) and is_valid_hash(skill_hash)
 
 
 class PackageStore:
@@ -69,7 +68,9 @@ class PackageStore:
         self._lock = threading.Lock()
 
     def path(self, name: str, skill_hash: str) -> Path:
-        return self.packages_dir / f"{name}@{skill_hash}{_SUFFIX}"
+        if not valid_key(name, skill_hash):
+            raise PackageNotFound(f"No package {name!r}@{skill_hash!r} is served.")
+        return inside(self.packages_dir, f"{name}@{skill_hash}{_SUFFIX}")
 
     def ensure_built(self, skill: Skill) -> PackageInfo:
         """The package of the skill's current hash, built from its folder if not built yet."""
@@ -119,14 +120,16 @@ class PackageStore:
         used = select(Run.id).where(
             Run.skill_name == name, Run.skill_hash == skill_hash, _active_on(node)
         )
+        # Packages are keyed by content: any owner's skill with this name and hash is this one.
+        current = select(Skill).where(Skill.name == name, Skill.hash == skill_hash)
         with sessions() as session:
-            skill = session.get(Skill, name)
-            listed = skill is not None and skill.hash == skill_hash and _listed_for(skill, node)
+            skills = list(session.scalars(current))
+            listed = any(_listed_for(skill, node) for skill in skills)
             in_use = listed or session.scalar(used.limit(1)) is not None
         if not in_use:
             raise missing
-        if skill is not None and skill.hash == skill_hash:
-            return self.ensure_built(skill)
+        if skills:
+            return self.ensure_built(skills[0])
         return self._info(name, skill_hash, self.path(name, skill_hash))
 
     def manifest_for(self, node: str, sessions: SessionFactory) -> dict[str, Any]:

@@ -2,29 +2,41 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import shutil
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, Select, func, or_, select
 from sqlalchemy.orm import Session
 
 from store.db import SessionFactory, transaction
-from store.errors import SkillBuiltin, SkillChanged, SkillExists, SkillNotFound, StoreFull
+from store.errors import (
+    SkillBuiltin,
+    SkillChanged,
+    SkillExists,
+    SkillInvalid,
+    SkillNotFound,
+    StoreFull,
+)
 from store.hashing import content_hash, regular_files
 from store.limits import MAX_SKILLS
 from store.models import Skill, utcnow
+from store.names import is_valid_name
+from store.paths import inside
 from store.resources import read_resource
 from store.schemas import scripts_of
 from store.skillmd import read_skill_md
-from store.validation import SkillInfo, validate_header, validate_skill_dir
+from store.validation import SkillInfo, name_problems, validate_header, validate_skill_dir
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
+_Row = TypeVar("_Row", bound=Any)
 READ_ONLY_SOURCES = ("builtin", "path")
 
 
@@ -45,42 +57,51 @@ class FileEntry:
 
 
 class SkillStore:
-    """Installs, lists, reads and removes skills; the only writer of the skills folder."""
+    """Installs, lists, reads and removes skills; the only writer of the skills folder.
+
+    Owned skills live in `<skills>/owner_<id>/<name>/` (the underscore keeps owner folders apart
+    from skill names); shared read-only skills stay where they were found. Every lookup is made
+    for one owner, who sees their own skills and the shared ones and nothing else.
+    """
 
     def __init__(self, sessions: SessionFactory, skills_dir: Path) -> None:
         self.sessions = sessions
         self.skills_dir = skills_dir
         self.skills_dir.mkdir(parents=True, exist_ok=True)
         (self.skills_dir / ".staging").mkdir(exist_ok=True)
+        self._adopt_legacy_folders()
 
     # -- reading -----------------------------------------------------------------
 
-    def get(self, name: str) -> Skill:
+    def get(self, owner_id: int, name: str) -> Skill:
+        """The skill `name` as `owner_id` sees it: their own, or a shared one."""
         with self.sessions() as session:
-            skill = session.get(Skill, name)
-        if skill is None:
-            raise SkillNotFound(f"No skill is named '{name}'.")
-        return skill
+            return _find(session, owner_id, name)
 
-    def installed(self, *, enabled_only: bool = False) -> list[Skill]:
-        query = select(Skill).order_by(Skill.name)
+    def installed(self, owner_id: int, *, enabled_only: bool = False) -> list[Skill]:
+        query = _visible(owner_id)
         if enabled_only:
             query = query.where(Skill.enabled.is_(True))
         with self.sessions() as session:
-            return list(session.scalars(query))
+            return _unshadowed(session.scalars(query))
 
-    def catalog(self) -> list[tuple[str, str]]:
-        """Name and description of every enabled skill, from the index alone."""
-        query = (
-            select(Skill.name, Skill.description)
-            .where(Skill.enabled.is_(True))
-            .order_by(Skill.name)
+    def catalog(self, owner_id: int) -> list[tuple[str, str]]:
+        """Name and description of every enabled skill the owner sees, from the index alone."""
+        query = select(Skill.name, Skill.description, Skill.owner_id).where(
+            _visible_to(owner_id), Skill.enabled.is_(True)
         )
         with self.sessions() as session:
-            return [(name, description) for name, description in session.execute(query)]
+            rows = _unshadowed(session.execute(query))
+        return [(name, description) for name, description, _owner in rows]
 
     def folder(self, skill: Skill) -> Path:
-        return Path(skill.location) if skill.location else self.skills_dir / skill.name
+        if skill.location:
+            return Path(skill.location)
+        assert skill.owner_id is not None, "an owned skill has an owner"
+        return self._owned_folder(skill.owner_id, skill.name)
+
+    def _owned_folder(self, owner_id: int, name: str) -> Path:
+        return inside(self.skills_dir, f"owner_{owner_id}", name)
 
     def info(self, skill: Skill) -> SkillInfo:
         """The parsed header of a skill, cached per content hash."""
@@ -93,8 +114,8 @@ class SkillStore:
         root = self.folder(skill)
         return [FileEntry(rel, (root / rel).stat().st_size) for rel in regular_files(root)]
 
-    def read_file(self, name: str, path: object, limit: int) -> tuple[str, bytes]:
-        return read_resource(self.folder(self.get(name)), path, limit)
+    def read_file(self, skill: Skill, path: object, limit: int) -> tuple[str, bytes]:
+        return read_resource(self.folder(skill), path, limit)
 
     # -- writing -----------------------------------------------------------------
 
@@ -117,15 +138,19 @@ class SkillStore:
         replace: bool = False,
         expected_name: str | None = None,
     ) -> Skill:
-        """Validate the staged folder `root` and move it into the store by one rename."""
+        """Validate the staged folder `root` and move it into the owner's store by one rename."""
+        owner_id = origin.owner_id
+        if owner_id is None:
+            raise ValueError("an installed skill needs an owner")
         info = validate_skill_dir(root, expected_name=expected_name)
         skill_hash = content_hash(root)
         files = regular_files(root)
         size = sum((root / rel).stat().st_size for rel in files)
+        final = self._owned_folder(owner_id, info.name)
         with self._locked(), transaction(self.sessions) as session:
-            existing = session.get(Skill, info.name)
-            self._check_can_install(session, existing, info.name, replace)
-            final = self.skills_dir / info.name
+            existing = session.scalar(_visible(owner_id).where(Skill.name == info.name).limit(1))
+            self._check_can_install(session, existing, owner_id, info.name, replace)
+            final.parent.mkdir(exist_ok=True)
             trash = self._move_aside(final)
             root.rename(final)
             try:
@@ -138,13 +163,15 @@ class SkillStore:
                 final.rename(root)
                 if trash is not None:
                     trash.rename(final)
+                with contextlib.suppress(OSError):
+                    final.parent.rmdir()  # only when this was the owner's first skill
                 raise
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
         return skill
 
     def _check_can_install(
-        self, session: Session, existing: Skill | None, name: str, replace: bool
+        self, session: Session, existing: Skill | None, owner_id: int, name: str, replace: bool
     ) -> None:
         if existing is not None:
             if existing.read_only:
@@ -154,9 +181,9 @@ class SkillStore:
                     f"A skill named '{name}' is already installed; pass replace=true to replace it."
                 )
             return
-        count = session.scalar(select(func.count()).select_from(Skill)) or 0
-        if count >= MAX_SKILLS:
-            raise StoreFull(f"The store already holds {MAX_SKILLS} skills, its limit.")
+        owned = select(func.count()).select_from(Skill).where(Skill.owner_id == owner_id)
+        if (session.scalar(owned) or 0) >= MAX_SKILLS:
+            raise StoreFull(f"You already have {MAX_SKILLS} skills, the store's limit.")
 
     def _move_aside(self, folder: Path) -> Path | None:
         if not folder.exists():
@@ -165,36 +192,45 @@ class SkillStore:
         folder.rename(trash)
         return trash
 
-    def delete(self, name: str) -> None:
+    def delete(self, owner_id: int, name: str) -> None:
         """Remove an owned skill's folder and index entry; read-only skills refuse."""
         with self._locked(), transaction(self.sessions) as session:
-            skill = session.get(Skill, name)
-            if skill is None:
-                raise SkillNotFound(f"No skill is named '{name}'.")
+            skill = _find(session, owner_id, name)
             if skill.read_only:
                 raise SkillBuiltin(f"'{name}' is a read-only {skill.source} skill.")
-            trash = self._move_aside(self.skills_dir / name)
+            trash = self._move_aside(self.folder(skill))
             session.delete(skill)
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
 
-    def duplicate(self, name: str, new_name: str, owner_id: int | None) -> Skill:
-        """Copy a skill (a built-in, say) into an owned skill under a new name."""
-        source = self.get(name)
+    def duplicate(self, owner_id: int, name: str, new_name: str) -> Skill:
+        """Copy a skill the owner sees (a built-in, say) into an owned skill under a new name."""
+        if not is_valid_name(new_name):
+            raise SkillInvalid(
+                f"The new name {_shown(new_name)} is not a valid skill name.",
+                errors=name_problems(new_name),
+            )
+        source = self.get(owner_id, name)
+        with self.sessions() as session:
+            taken = session.scalar(_visible(owner_id).where(Skill.name == new_name).limit(1))
+        if taken is not None:
+            raise SkillExists(f"A skill named '{new_name}' is already installed.")
         with self.staging() as stage:
-            copy = stage / new_name
+            copy = inside(stage, new_name)
             shutil.copytree(self.folder(source), copy, symlinks=True)
             _rename_header(copy / "SKILL.md", source.name, new_name)
             return self.install(
                 copy, Origin(source="copy", origin=f"copy of {name}", owner_id=owner_id)
             )
 
-    def set_enabled(self, name: str, enabled: bool, expected_hash: str | None = None) -> Skill:
-        """Switch a skill on or off; with a hash, only if the skill is still that content."""
+    def set_enabled(
+        self, owner_id: int, name: str, enabled: bool, expected_hash: str | None = None
+    ) -> Skill:
+        """Switch an owned skill on or off; with a hash, only if it is still that content."""
         with transaction(self.sessions) as session:
-            skill = session.get(Skill, name)
-            if skill is None:
-                raise SkillNotFound(f"No skill is named '{name}'.")
+            skill = _find(session, owner_id, name)
+            if skill.read_only:
+                raise SkillBuiltin(f"'{name}' is a read-only {skill.source} skill.")
             if expected_hash is not None and expected_hash != skill.hash:
                 raise SkillChanged(
                     f"'{name}' changed since you reviewed it: its hash is now {skill.hash}."
@@ -216,6 +252,21 @@ class SkillStore:
             for name, (source, folder, info) in wanted.items():
                 _upsert_read_only(session, name, source, folder, info)
 
+    def _adopt_legacy_folders(self) -> None:
+        """Move folders of owned skills from `<skills>/<name>` into their owner's folder."""
+        with self.sessions() as session:
+            owned = list(
+                session.execute(select(Skill.owner_id, Skill.name).where(Skill.location.is_(None)))
+            )
+        for owner_id, name in owned:
+            legacy = self.skills_dir / name
+            if owner_id is None or not (legacy / "SKILL.md").is_file():
+                continue
+            final = self._owned_folder(owner_id, name)
+            if not final.exists():
+                final.parent.mkdir(exist_ok=True)
+                legacy.rename(final)
+
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """Serialise writers across processes sharing this skills folder."""
@@ -225,6 +276,40 @@ class SkillStore:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _visible_to(owner_id: int) -> ColumnElement[bool]:
+    return or_(Skill.owner_id == owner_id, Skill.source.in_(READ_ONLY_SOURCES))
+
+
+def _visible(owner_id: int) -> Select[Skill]:
+    """Skills the owner sees, their own first: an owned skill shadows a shared one's name."""
+    return select(Skill).where(_visible_to(owner_id)).order_by(Skill.owner_id.is_(None))
+
+
+def _unshadowed(rows: Iterable[_Row]) -> list[_Row]:
+    """One row per name, by name; an owned row wins over a shared one of the same name."""
+    chosen: dict[str, _Row] = {}
+    for row in rows:
+        if row.name not in chosen or chosen[row.name].owner_id is None:
+            chosen[row.name] = row
+    return [chosen[name] for name in sorted(chosen)]
+
+
+def _find(session: Session, owner_id: int, name: str) -> Skill:
+    """The skill `name` as the owner sees it; a malformed name is simply not found."""
+    skill = None
+    if is_valid_name(name):
+        skill = session.scalar(_visible(owner_id).where(Skill.name == name).limit(1))
+    if skill is None:
+        raise SkillNotFound(f"No skill is named {_shown(name)}.")
+    return skill
+
+
+def _shown(name: object) -> str:
+    """A name as an error message may quote it: short and printable."""
+    text = repr(name) if not isinstance(name, str) else f"'{name}'"
+    return text if len(text) <= 80 else text[:77] + "...'"
 
 
 @functools.lru_cache(maxsize=512)
@@ -258,9 +343,8 @@ def _fill(
 def _upsert_read_only(
     session: Session, name: str, source: str, folder: Path, info: SkillInfo
 ) -> None:
-    row = session.get(Skill, name)
-    if row is not None and not row.read_only:
-        raise SkillExists(f"'{name}' from {folder} has the name of an installed skill.")
+    # An owner's skill of the same name shadows this one for that owner only.
+    row = session.scalar(select(Skill).where(Skill.name == name, Skill.owner_id.is_(None)))
     skill_hash = content_hash(folder)
     files = regular_files(folder)
     if row is not None and row.hash == skill_hash and row.location == str(folder.resolve()):

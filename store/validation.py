@@ -28,6 +28,7 @@ from store.limits import (
     MAX_SKILL_BYTES,
     MIB,
 )
+from store.names import is_valid_name
 from store.schemas import SCHEMA_KEY, check_parameters_schema
 from store.scriptcheck import check_scripts
 from store.skillmd import read_skill_md
@@ -118,9 +119,12 @@ def format_problems(exc: SkillInvalid | SkillTooLarge) -> list[str]:
     return list(exc.errors) if exc.errors else [exc.message]
 
 
-def is_valid_name(name: str) -> bool:
-    """Whether `name` is a valid skill name (folder names and grant keys use it)."""
-    return not _name_problems(name)
+def name_problems(name: str) -> list[str]:
+    """Why `name` is not a valid skill name, one sentence per problem (none when it is)."""
+    problems = _name_problems(name)
+    if not problems and not is_valid_name(name):  # the grammar in store/names.py decides
+        problems.append(f"The name {_quote(name)} is not a valid skill name.")
+    return problems
 
 
 def is_host_name(host: str) -> bool:

@@ -61,3 +61,25 @@ def store_snapshot(
             for s in session.scalars(select(Skill).order_by(Skill.name))
         ]
     return paths, rows
+
+
+def owner_id_of(services: object, name: str = "alice") -> int:
+    """The id of the owner `name`, created if needed (the `token` fixture's owner is alice)."""
+    from store.db import transaction
+    from store.tokens import ensure_owner
+
+    with transaction(services.sessions) as session:  # type: ignore[attr-defined]
+        return ensure_owner(session, name).id
+
+
+def owned(services: object, name: str = "alice", source: str = "upload") -> object:
+    """The Origin of a skill that owner `name` installs."""
+    from store.skills import Origin
+
+    return Origin(source=source, owner_id=owner_id_of(services, name))
+
+
+def skill_folder(services: object, skill_name: str, owner: str = "alice") -> Path:
+    """Where the store keeps an owned skill's files."""
+    store = services.store  # type: ignore[attr-defined]
+    return store.folder(store.get(owner_id_of(services, owner), skill_name))  # type: ignore[no-any-return]

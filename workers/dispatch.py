@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import kombu.exceptions
 import redis
 from celery import Celery
 
+from broker import callstate
+from broker.callstate import CallStatus
 from broker.context import RunStarted, ToolContext
-from store.db import SessionFactory, save, transaction
+from store.db import SessionFactory, transaction
 from store.packagestore import PackageStore
 from workers import heartbeat, naming
 from workers.errors import BackendUnavailable, NoRunner
@@ -51,10 +51,13 @@ class CeleryDispatcher:
         self.packages.ensure_built(plan.skill)
         run = new_run(plan, context.call_id, context.owner_id, self.timeout)
         # The call is saved with its run before the task is sent: the worker answers it.
-        context.call.status = "running"
         context.call.run_id = run.id
         with transaction(self.sessions) as session:
-            save(session, context.call)
+            if context.call.status == CallStatus.DECIDING:
+                callstate.record(session, context.call, CallStatus.RUNNING)
+            else:  # it waited for the owner, who approved it
+                callstate.answer(session, context.call.id, CallStatus.RUNNING, run_id=run.id)
+                context.call.status = CallStatus.RUNNING
             session.add(run)
         try:
             self.celery.send_task(EXECUTE_TASK, args=[run.id], queue=queue)
@@ -70,7 +73,3 @@ def _no_runner_message(execution: str, node: str | None) -> str:
     if execution == naming.SPARK:
         return "No Spark worker is running, so spark skills can't run now."
     return f"HOST: no node agent named '{node}' is running; check the node name."
-
-
-def status_of(result: Any) -> str:
-    return "running" if isinstance(result, RunStarted) else "done"

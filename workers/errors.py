@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
+from store.errors import ServiceUnavailable, SkillfleetError
 
-class RunError(Exception):
+
+class RunError(SkillfleetError):
     """Root of every error about runs, runners and node packages."""
 
     code = "run_error"
     status = 400
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class NoRunner(RunError):
@@ -49,9 +47,8 @@ class RunnerUnavailable(RunError):
     status = 503
 
 
-class BackendUnavailable(RunError):
+class BackendUnavailable(ServiceUnavailable, RunError):
     """Raised when Redis (the queue and the output streams) can't be reached."""
 
-    code = "redis_unavailable"
+    code = "service_unavailable"
     status = 503
-    service_down = True  # the broker answers 503 instead of failing the call

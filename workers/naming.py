@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+from store.names import is_valid_name
 
 PREFIX = "skillfleet"
 
@@ -10,7 +10,11 @@ CONTROL = "control"
 SPARK = "spark"
 SANDBOX = "sandbox"
 NODE_PREFIX = "node."
-NODE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?")
+
+
+def is_node_name(name: object) -> bool:
+    """Node names follow the one name grammar of store/names.py."""
+    return is_valid_name(name)
 
 
 def node_queue(node: str) -> str:

@@ -9,10 +9,12 @@ from typing import Any
 import redis
 from sqlalchemy import select, update
 
+from broker import callstate
+from broker.callstate import CallStatus
 from broker.classify import CallPlan
 from broker.results import shape_result
 from store.db import SessionFactory, transaction
-from store.models import Chat, Run, ToolCall, utcnow
+from store.models import Run, utcnow
 from workers import heartbeat, naming
 from workers.errors import RunFinished, RunNotFound
 from workers.streams import RunStream, collected_output
@@ -112,28 +114,16 @@ def finish(
 
 
 def _answer_call(session: Any, run: Run) -> None:
-    """The tool call that started the run ends with the run's result (one UPDATE)."""
+    """The tool call that started the run ends with the run's result."""
     if run.call_id is None:
         return
-    values: dict[str, Any] = {
-        "status": "done" if run.status == SUCCEEDED else "failed",
-        "result": shape_result(run_result(run)),
-        "finished_at": utcnow(),
-    }
-    if run.status != SUCCEEDED:
-        values["error_code"] = "script_failed" if run.status == FAILED else run.status
-        values["error_message"] = run.error or f"The script ended {run.status.replace('_', ' ')}."
-    chat_id = session.execute(
-        update(ToolCall)
-        .where(ToolCall.id == run.call_id)
-        .values(**values)
-        .returning(ToolCall.chat_id)
-        .execution_options(synchronize_session=False)
-    ).scalar_one_or_none()
-    if chat_id is None or run.status == SUCCEEDED:
+    result = shape_result(run_result(run))
+    if run.status == SUCCEEDED:
+        callstate.answer(session, run.call_id, CallStatus.DONE, result=result)
         return
-    column = Chat.timed_out_calls if run.status == TIMED_OUT else Chat.failed_calls
-    session.execute(update(Chat).where(Chat.id == chat_id).values({column: column + 1}))
+    code = "script_failed" if run.status == FAILED else run.status
+    message = run.error or f"The script ended {run.status.replace('_', ' ')}."
+    callstate.answer(session, run.call_id, CallStatus.FAILED, result=result, error=(code, message))
 
 
 def run_result(run: Run) -> dict[str, Any]:

@@ -31,10 +31,12 @@ def reap_runs(self: Task) -> int:
 
 @shared_task(name="skillfleet.expire_approvals", bind=True)
 def expire_approvals(self: Task) -> int:
-    """Mark approvals nobody answered within 30 minutes `expired`."""
+    """Mark approvals nobody answered within 30 minutes `expired`; drop old turn counts."""
     from broker.approvals import expire_due
+    from broker.turns import forget_old
     from store.db import transaction
 
     context = control_context(self.app)
     with transaction(context.sessions) as session:
+        forget_old(session)
         return expire_due(session)

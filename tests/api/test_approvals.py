@@ -10,7 +10,7 @@ from factories import skill_files, zip_bytes
 from sqlalchemy import update
 
 from store.db import transaction
-from store.models import Approval, utcnow
+from store.models import Approval, Grant, utcnow
 
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 
@@ -51,9 +51,17 @@ def answer(client, auth, approval_id: str, decision: str):
     return client.post(f"/api/approvals/{approval_id}", headers=auth, json={"decision": decision})
 
 
+CHANGE = {"skillfleet.tier": "change", "skillfleet.execution": "node"}
+
+
 @pytest.fixture
 def wiper(client, auth):
     return install(client, auth, "wiper", WIPE)
+
+
+@pytest.fixture
+def changer(client, auth):
+    return install(client, auth, "changer", CHANGE)
 
 
 def test_a_destructive_script_waits_for_approval_with_the_exact_call(client, auth, wiper):
@@ -74,18 +82,40 @@ def test_a_destructive_script_waits_for_approval_with_the_exact_call(client, aut
     assert call["status"] == "pending_approval"
 
 
-def test_approve_for_chat_runs_the_call_and_the_next_one_passes_without_asking(client, auth, wiper):
-    first = run(client, auth)
+def test_approve_for_chat_runs_the_call_and_the_next_one_passes_without_asking(
+    client, auth, changer
+):
+    first = run(client, auth, name="changer")
+    approval = client.get(f"/api/approvals/{first['approval_id']}", headers=auth).json
+    assert approval["offers_chat_grant"] is True
     approved = answer(client, auth, first["approval_id"], "approve_for_chat")
     assert approved.status_code == 200 and approved.json["status"] == "approved_for_chat"
     done = client.get(f"/api/calls/{first['call_id']}", headers=auth).json
     assert done["status"] == "done"
     assert done["result"]["would_dispatch"]["arguments"] == {"node": "web01", "path": "/tmp/x"}
-    again = run(client, auth)
+    again = run(client, auth, name="changer")
     assert again["status"] == "done"
     assert "approval_id" not in again
-    other_chat = run(client, auth, chat="chat-2")
+    other_chat = run(client, auth, name="changer", chat="chat-2")
     assert other_chat["status"] == "pending_approval"
+
+
+def test_a_destructive_call_always_asks_in_a_chat_and_is_never_offered_for_the_chat(
+    client, auth, wiper
+):
+    first = run(client, auth)
+    approval = client.get(f"/api/approvals/{first['approval_id']}", headers=auth).json
+    assert approval["offers_chat_grant"] is False
+    refused = answer(client, auth, first["approval_id"], "approve_for_chat")
+    assert refused.status_code == 400
+    assert refused.json["code"] == "grant_not_offered"
+    # The refused answer changed nothing: the approval still waits, and approve once runs it.
+    assert (
+        client.get(f"/api/approvals/{first['approval_id']}", headers=auth).json["status"]
+        == "pending"
+    )
+    assert answer(client, auth, first["approval_id"], "approve").json["status"] == "approved"
+    assert run(client, auth)["status"] == "pending_approval"
 
 
 def test_plan_mode_refuses_with_the_rule_name(client, auth, wiper):
@@ -123,34 +153,62 @@ def test_a_denied_call_is_declined_and_counted_on_the_chat(client, auth, wiper):
     assert chat["declined_calls"] == 2
 
 
-def test_editing_the_skill_before_the_answer_voids_the_approval(client, auth, wiper):
+def test_editing_the_skill_before_the_answer_makes_the_approval_stale(client, auth, wiper):
     envelope = run(client, auth)
     install(client, auth, "wiper", WIPE, "?replace=true", {"references/guide.md": b"changed"})
     response = answer(client, auth, envelope["approval_id"], "approve")
     assert response.status_code == 409
-    assert response.json["code"] == "approval_void"
+    assert response.json["code"] == "approval_stale"
     call = client.get(f"/api/calls/{envelope['call_id']}", headers=auth).json
     assert call["status"] == "failed" and call["error_code"] == "skill_changed"
     approval = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
-    assert approval["status"] == "void"
+    assert approval["status"] == "stale"
 
 
-def test_editing_a_skill_makes_its_old_chat_grant_stop_matching(client, auth, wiper):
-    first = run(client, auth)
+def test_a_skill_deleted_and_reinstalled_under_its_name_makes_the_approval_stale(
+    client, auth, wiper
+):
+    envelope = run(client, auth)
+    assert client.delete("/api/skills/wiper", headers=auth).status_code == 204
+    install(client, auth, "wiper", WIPE, extra={"references/guide.md": b"someone else's"})
+    response = answer(client, auth, envelope["approval_id"], "approve")
+    assert response.status_code == 409 and response.json["code"] == "approval_stale"
+    call = client.get(f"/api/calls/{envelope['call_id']}", headers=auth).json
+    assert call["status"] == "failed" and "result" not in call or call["result"] is None
+
+
+def test_editing_a_skill_makes_its_old_chat_grant_stop_matching(client, auth, changer):
+    first = run(client, auth, name="changer")
     answer(client, auth, first["approval_id"], "approve_for_chat")
-    assert run(client, auth)["status"] == "done"
-    install(client, auth, "wiper", WIPE, "?replace=true", {"references/guide.md": b"v2"})
-    assert run(client, auth)["status"] == "pending_approval"
+    assert run(client, auth, name="changer")["status"] == "done"
+    install(client, auth, "changer", CHANGE, "?replace=true", {"references/guide.md": b"v2"})
+    assert run(client, auth, name="changer")["status"] == "pending_approval"
 
 
-def test_deleting_a_chat_forgets_its_grants(client, auth, wiper):
-    first = run(client, auth)
+def test_a_chat_grant_matches_the_full_hash_not_its_first_eight_digits(
+    client, auth, services, changer
+):
+    first = run(client, auth, name="changer")
+    answer(client, auth, first["approval_id"], "approve_for_chat")
+    # A grant that agrees with the skill's hash in the first eight digits only (a collision
+    # someone found) matches nothing: only the full hash is a match.
+    with transaction(services.sessions) as session:
+        session.execute(
+            update(Grant)
+            .where(Grant.key.like("skill:changer@%"))
+            .values(key=f"skill:changer@{changer['hash'][:8]}{'0' * 56}")
+        )
+    assert run(client, auth, name="changer")["status"] == "pending_approval"
+
+
+def test_deleting_a_chat_forgets_its_grants(client, auth, changer):
+    first = run(client, auth, name="changer")
     answer(client, auth, first["approval_id"], "approve_for_chat")
     grants = client.get("/api/chats/chat-1/grants", headers=auth).json
-    assert [g["key"] for g in grants] == [f"skill:wiper@{wiper['hash'][:8]}"]
+    assert [g["key"] for g in grants] == [f"skill:changer@{changer['hash'][:8]}"]
     assert client.delete("/api/chats/chat-1", headers=auth).status_code == 204
     assert client.get("/api/chats/chat-1", headers=auth).status_code == 404
-    assert run(client, auth)["status"] == "pending_approval"
+    assert run(client, auth, name="changer")["status"] == "pending_approval"
 
 
 def test_an_approval_expires_after_thirty_minutes(client, auth, services, wiper):
@@ -198,42 +256,72 @@ def test_a_read_skill_runs_without_asking(client, auth):
     assert run(client, auth, name="reader")["status"] == "done"
 
 
-def test_a_call_naming_no_skill_is_a_change_and_asks(client, auth):
+def no_approvals(client, auth) -> bool:
+    return client.get("/api/approvals", headers=auth).json == []
+
+
+def test_a_call_naming_no_skill_fails_at_once_and_asks_nobody(client, auth):
     envelope = run(client, auth, name="ghost")
-    assert envelope["status"] == "pending_approval"
-    approval = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
-    assert approval["tier"] == "change"
-    assert approval["grant_key"] is None
-    assert approval["offers_chat_grant"] is False
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "skill_not_found"
+    assert "approval_id" not in envelope
+    assert no_approvals(client, auth)
 
 
-def test_a_disabled_skill_never_runs(client, auth, wiper):
+def test_a_call_to_another_owners_skill_fails_as_not_found(client, auth, other_auth, wiper):
+    envelope = run(client, other_auth)
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "skill_not_found"
+    assert client.get("/api/approvals", headers=other_auth).json == []
+
+
+def test_a_disabled_skill_fails_at_once_with_the_seed_text(client, auth, wiper):
     client.put("/api/skills/wiper/enabled", headers=auth, json={"enabled": False})
     envelope = run(client, auth)
-    assert envelope["status"] == "denied"
-    assert "disabled-skills-never-run" in envelope["error"]["message"]
+    assert envelope["status"] == "failed"
+    assert envelope["error"] == {
+        "code": "skill_disabled",
+        "message": "HOST: that skill is no longer enabled.",
+    }
+    assert no_approvals(client, auth)
 
 
-def test_edit_skill_always_asks_and_is_never_offered_for_the_chat(client, auth, wiper):
-    response = client.post(
-        "/api/tools/edit_skill", headers=auth, json={"arguments": {"name": "wiper"}, "chat_id": "c"}
+def test_an_unknown_script_or_bad_arguments_fail_at_once_and_ask_nobody(client, auth, services):
+    files = skill_files("typed", metadata=WIPE)
+    files["scripts/wipe.sh"] = b"echo hi\n"
+    files["SKILL.md"] = (
+        files["SKILL.md"]
+        .decode()
+        .replace(
+            "metadata:",
+            'metadata:\n  parameters_schema: \'{"type": "object", "required": ["path"],'
+            ' "properties": {"path": {"type": "string"}}}\'',
+        )
+        .encode()
     )
-    envelope = response.json
-    assert envelope["status"] == "pending_approval"
-    approval = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
-    assert approval["offers_chat_grant"] is False
-    refused = answer(client, auth, envelope["approval_id"], "approve_for_chat")
-    assert refused.status_code == 400
-    assert refused.json["code"] == "grant_not_offered"
+    response = client.post(
+        "/api/skills",
+        headers=auth,
+        data={"file": (io.BytesIO(zip_bytes(files, top="typed")), "s.zip")},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 201, response.json
+    missing = run(client, auth, name="typed", script="scripts/nope.sh")
+    assert missing["status"] == "failed" and missing["error"]["code"] == "script_not_found"
+    wrong = run(client, auth, name="typed", arguments={"node": "web01", "path": 7})
+    assert wrong["status"] == "failed" and wrong["error"]["code"] == "arguments_schema"
+    assert no_approvals(client, auth)
 
 
-def test_edit_skill_is_refused_in_plan_mode_and_in_jobs(client, auth, wiper):
-    body = {"arguments": {"name": "wiper"}, "mode": "plan"}
-    plan = client.post("/api/tools/edit_skill", headers=auth, json=body).json
-    assert "skill-edit-plan-mode" in plan["error"]["message"]
-    body = {"arguments": {"name": "wiper"}, "job_run_id": "job-7"}
-    job = client.post("/api/tools/edit_skill", headers=auth, json=body).json
-    assert "skill-edit-chats-only" in job["error"]["message"]
+def test_tools_not_built_yet_fail_at_once_and_are_not_listed(client, auth, wiper):
+    listed = {d["function"]["name"] for d in client.get("/api/tools", headers=auth).json}
+    for tool in ("get_skill", "draft_skill", "edit_skill"):
+        assert tool not in listed
+        body = {"arguments": {"skill_name": "wiper", "name": "wiper"}, "chat_id": "c"}
+        envelope = client.post(f"/api/tools/{tool}", headers=auth, json=body).json
+        assert envelope["status"] == "failed"
+        assert envelope["error"]["code"] == "not_implemented"
+    assert no_approvals(client, auth)
 
 
 def test_a_job_approval_for_chat_saves_the_grant_to_the_job(client, auth, wiper):

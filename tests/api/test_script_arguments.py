@@ -6,7 +6,7 @@ import io
 import json
 
 import pytest
-from factories import skill_files, zip_bytes
+from factories import skill_files, skill_folder, zip_bytes
 from prometheus_client import REGISTRY
 
 READER = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
@@ -166,7 +166,7 @@ def test_results_over_48_kb_are_cut_with_a_note(client, auth):
 
 def test_an_unexpected_failure_is_tool_failed_without_a_path(client, auth, services):
     install(client, auth, "fragile", READER)
-    (services.settings.skills_dir / "fragile" / "SKILL.md").unlink()
+    (skill_folder(services, "fragile") / "SKILL.md").unlink()
     body = {"arguments": {"skill_name": "fragile"}}
     envelope = client.post("/api/tools/load_skill", headers=auth, json=body).json
     assert envelope["status"] == "failed"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from factories import skill_files, skill_zip, zip_bytes
+from factories import owner_id_of, skill_files, skill_folder, skill_zip, zip_bytes
 from flask.testing import FlaskClient
 
 from api.services import Services
@@ -25,7 +25,7 @@ def test_importing_a_zip_with_a_top_folder_installs_and_enables_the_skill(client
     assert body["name"] == "disk-report"
     assert body["enabled"] is True
     assert body["files"] == ["SKILL.md", "references/guide.md", "scripts/hello.py"]
-    folder = services.settings.skills_dir / "disk-report"
+    folder = skill_folder(services, "disk-report")
     assert body["hash"] == content_hash(folder)
     assert (folder / "scripts" / "hello.py").is_file()
 
@@ -88,7 +88,7 @@ def test_replace_true_replaces_an_owned_skill_and_changes_its_hash(client, auth,
     second = upload(client, auth, zip_bytes(changed, top="disk-report"), "?replace=true")
     assert second.status_code == 201, second.json
     assert second.json["hash"] != first["hash"]
-    skill = services.store.get("disk-report")
+    skill = services.store.get(owner_id_of(services), "disk-report")
     assert skill.revision == 2
     assert grant_key("disk-report", skill.hash) != grant_key("disk-report", first["hash"])
 
@@ -117,7 +117,7 @@ def test_a_builtin_can_be_duplicated_into_an_owned_copy(client, auth, services):
     assert response.status_code == 201, response.json
     assert response.json["source"] == "copy"
     assert response.json["read_only"] is False
-    copy = services.settings.skills_dir / "my-authoring" / "SKILL.md"
+    copy = skill_folder(services, "my-authoring") / "SKILL.md"
     assert "name: my-authoring" in copy.read_text()
 
 
@@ -128,14 +128,15 @@ def test_builtins_cannot_be_deleted_or_replaced(client, auth, services):
     replaced = upload(client, auth, skill_zip("skill-authoring"), "?replace=true")
     assert replaced.status_code == 403
     assert replaced.json["code"] == "skill_builtin"
-    assert services.store.get("skill-authoring").source == "builtin"
+    assert services.store.get(owner_id_of(services), "skill-authoring").source == "builtin"
 
 
 def test_deleting_an_owned_skill_removes_folder_and_index_entry(client, auth, services):
     upload(client, auth, skill_zip("disk-report"))
+    folder = skill_folder(services, "disk-report")
     response = client.delete("/api/skills/disk-report", headers=auth)
     assert response.status_code == 204
-    assert not (services.settings.skills_dir / "disk-report").exists()
+    assert not folder.exists()
     assert client.get("/api/skills/disk-report", headers=auth).status_code == 404
 
 

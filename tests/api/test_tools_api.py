@@ -37,9 +37,6 @@ def test_tool_list_is_openai_style_function_definitions(client, auth):
         "load_skill_resource",
         "refresh_skills",
         "run_skill_script",
-        "get_skill",
-        "draft_skill",
-        "edit_skill",
     ):
         assert expected in names
     for definition in definitions:
@@ -98,9 +95,9 @@ def test_a_repeat_load_in_the_same_chat_returns_a_short_note(client, auth):
 
 
 def test_chats_of_two_owners_with_the_same_id_are_separate(client, auth, other_auth):
-    install(client, auth, "disk-report")
-    call(client, auth, "load_skill", {"skill_name": "disk-report"}, chat_id="same")
-    theirs = call(client, other_auth, "load_skill", {"skill_name": "disk-report"}, chat_id="same")
+    shared = {"skill_name": "skill-authoring"}
+    call(client, auth, "load_skill", shared, chat_id="same")
+    theirs = call(client, other_auth, "load_skill", shared, chat_id="same")
     assert "content" in theirs["result"]
 
 
@@ -164,10 +161,13 @@ def test_a_resource_over_256_kib_is_refused_with_a_size_error(client, auth):
 
 def test_resources_of_disabled_skills_are_not_served(client, auth):
     install(client, auth, "quiet-one", enable="false")
-    envelope = call(client, auth, "load_skill", {"skill_name": "quiet-one"})
-    assert envelope["status"] == "denied"
-    assert envelope["error"]["code"] == "policy_denied"
-    assert "disabled-skills-never-run" in envelope["error"]["message"]
+    for tool, arguments in (
+        ("load_skill", {"skill_name": "quiet-one"}),
+        ("read_skill_resource", {"skill_name": "quiet-one", "path": "SKILL.md"}),
+    ):
+        envelope = call(client, auth, tool, arguments)
+        assert envelope["status"] == "failed"
+        assert envelope["error"]["code"] == "skill_disabled"
 
 
 def test_refresh_skills_reports_added_and_removed_since_the_chat_last_looked(client, auth):

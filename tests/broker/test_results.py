@@ -6,7 +6,8 @@ import json
 import pytest
 
 from broker.errors import ArgumentError, BrokerError, UnknownTool
-from broker.results import RESULT_CAP, shape_result, tool_failure
+from broker.results import RESULT_CAP, UNEXPECTED, shape_result, tool_failure
+from store.errors import SkillNotFound
 
 REDACTED = "[redacted]"
 
@@ -144,18 +145,19 @@ def test_our_own_errors_pass_their_code_and_message() -> None:
     assert tool_failure(ArgumentError("HOST: x")) == ("invalid_arguments", "HOST: x")
 
 
-def test_another_packages_error_root_with_the_same_shape_passes_too() -> None:
-    class StoreError(Exception):
+def test_errors_are_recognised_by_type_not_by_having_a_code() -> None:
+    class Lookalike(Exception):
         code = "skill_not_found"
 
         def __init__(self, message: str) -> None:
             super().__init__(message)
             self.message = message
 
-    assert tool_failure(StoreError("No skill is called x.")) == (
+    assert tool_failure(SkillNotFound("No skill is called x.")) == (
         "skill_not_found",
         "No skill is called x.",
     )
+    assert tool_failure(Lookalike("/etc/secret path")) == UNEXPECTED
 
 
 def test_an_unexpected_exception_says_nothing_about_itself() -> None:

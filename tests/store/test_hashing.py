@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from store.hashing import content_hash, grant_key, hash_entries
+from store.hashing import content_hash, grant_key, hash_entries, shown_key
 
 
 def test_hash_is_sha256_over_sorted_path_nul_digest_newline_lines(tmp_path: Path):
@@ -49,5 +49,8 @@ def test_mtimes_and_empty_folders_do_not_change_the_hash(tmp_path: Path):
     assert content_hash(tmp_path) == first
 
 
-def test_grant_key_uses_the_first_eight_hex_digits():
-    assert grant_key("disk-report", "abcdef0123456789" * 4) == "skill:disk-report@abcdef01"
+def test_grant_key_holds_the_full_hash_and_is_shown_with_eight_hex_digits():
+    key = grant_key("disk-report", "abcdef0123456789" * 4)
+    assert key == "skill:disk-report@" + "abcdef0123456789" * 4
+    assert shown_key(key) == "skill:disk-report@abcdef01"
+    assert shown_key("tool:run_skill_script") == "tool:run_skill_script"

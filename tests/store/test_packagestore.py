@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import skill_files, write_skill
+from factories import owned, owner_id_of, skill_files, write_skill
 
 from api.services import Services
 from store.db import transaction
 from store.errors import PackageNotFound
 from store.models import Run, Skill
 from store.packagestore import PackageStore, execution_for, package_hash
-from store.skills import Origin
 
 
 def install(services: Services, name: str, version: str = "1", **metadata: Any) -> Skill:
@@ -23,7 +22,7 @@ def install(services: Services, name: str, version: str = "1", **metadata: Any) 
     files["scripts/version.py"] = f"print({version!r})\n".encode()
     with services.store.staging() as stage:
         root = write_skill(stage, name, files)
-        return services.store.install(root, Origin(source="upload"), replace=True)
+        return services.store.install(root, owned(services), replace=True)
 
 
 def add_run(services: Services, skill: Skill, status: str = "queued", node: str | None = "web01"):
@@ -130,8 +129,8 @@ def test_each_node_s_manifest_lists_only_enabled_skills_of_its_runner(services, 
     spark_skill = install(services, "on-spark", **{"skillfleet.execution": "spark"})
     sandbox_skill = install(services, "in-sandbox", **{"skillfleet.execution": "sandbox"})
     install(services, "switched-off")
-    services.store.set_enabled("switched-off", False)
-    builtin = services.store.get("skill-authoring")
+    services.store.set_enabled(owner_id_of(services), "switched-off", False)
+    builtin = services.store.get(owner_id_of(services), "skill-authoring")
 
     web01 = packages.manifest_for("web01", services.sessions)
     assert names(web01) == sorted([("on-node", node_skill.hash), ("skill-authoring", builtin.hash)])
@@ -178,7 +177,7 @@ def test_a_node_is_not_served_a_package_of_another_runner(services, packages):
 def test_a_disabled_skill_is_served_only_to_the_node_running_it(services, packages):
     skill = install(services, "demo")
     add_run(services, skill, "queued", node="web01")
-    services.store.set_enabled("demo", False)
+    services.store.set_enabled(owner_id_of(services), "demo", False)
     assert packages.find("demo", skill.hash, services.sessions, node="web01")
     with pytest.raises(PackageNotFound):
         packages.find("demo", skill.hash, services.sessions, node="web02")
@@ -207,7 +206,7 @@ def test_execution_follows_the_node_name():
 
 
 def test_a_package_of_a_read_only_skill_builds_from_its_own_folder(services, packages):
-    builtin = services.store.get("skill-authoring")
+    builtin = services.store.get(owner_id_of(services), "skill-authoring")
     info = packages.ensure_built(builtin)
     assert package_hash(info.path.read_bytes()) == builtin.hash
     assert Path(builtin.location or "").is_dir()

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import redis
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from factories import skill_files, write_skill
+from factories import owned, owner_id_of, skill_files, write_skill
 from fleet import Fleet, fleet, wait_until
 from werkzeug.serving import make_server
 
@@ -27,7 +27,6 @@ from store.hashing import content_hash
 from store.models import Run, Skill
 from store.packagestore import PackageStore
 from store.signing import public_key_text
-from store.skills import Origin
 from workers.agent import SyncLoop
 from workers.errors import PackageRefused, RunError
 from workers.packages import PackageCache
@@ -73,7 +72,7 @@ def install(
     files.update(extra or {})
     with api.services.store.staging() as stage:
         root = write_skill(stage, name, files)
-        return api.services.store.install(root, Origin(source="upload"), replace=True)
+        return api.services.store.install(root, owned(api.services), replace=True)
 
 
 def visible(cache_dir: Path) -> list[str]:
@@ -278,7 +277,7 @@ def test_a_manifest_issued_for_another_node_is_refused(api, cache_dir, node_toke
 def test_a_hash_missing_from_the_manifest_is_refused(api, cache):
     install(api, "demo")
     off = install(api, "switched-off")
-    api.services.store.set_enabled("switched-off", False)
+    api.services.store.set_enabled(owner_id_of(api.services), "switched-off", False)
     with pytest.raises(PackageRefused, match="not in this node's manifest"):
         cache.ensure("demo", "0" * 64)
     with pytest.raises(PackageRefused, match="not in this node's manifest"):
@@ -315,7 +314,7 @@ def test_sync_installs_every_listed_package_and_removes_stale_hashes(api, cache)
 def test_sync_removes_a_disabled_skill(api, cache):
     skill = install(api, "demo")
     cache.sync()
-    api.services.store.set_enabled("demo", False)
+    api.services.store.set_enabled(owner_id_of(api.services), "demo", False)
     assert cache.sync().removed == [f"demo@{skill.hash}"]
     assert "demo" not in cache.held()
 

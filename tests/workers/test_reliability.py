@@ -133,7 +133,7 @@ def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_p
                 server.wait(timeout=10)
                 down = client.post("/api/tools/run_skill_script", json=body(node))
                 assert down.status_code == 503
-                assert down.json()["code"] == "redis_unavailable"
+                assert down.json()["code"] == "service_unavailable"
                 events = client.get(f"/api/runs/{first.json()['run_id']}/events")
                 assert events.status_code == 503
                 server = start_redis()

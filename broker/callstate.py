@@ -1,0 +1,92 @@
+"""A tool call's state: the one writer of `tool_calls.status` and the chat's issue counters.
+
+    deciding -> done | denied | failed                     (answered when it is made)
+    deciding -> pending_approval -> (running ->) done | failed | denied | expired
+    deciding -> running -> done | failed
+
+Every write goes through `record` (a new call) or `answer` (a call that was open); `answer` is
+one conditional UPDATE, so of two writers racing to end a call exactly one wins.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from store.db import save
+from store.models import Chat, ToolCall, utcnow
+
+
+class CallStatus(StrEnum):
+    DECIDING = "deciding"
+    PENDING_APPROVAL = "pending_approval"
+    RUNNING = "running"
+    DONE = "done"
+    DENIED = "denied"
+    FAILED = "failed"
+    EXPIRED = "expired"
+
+
+# States that can still change; everything else is an end state.
+OPEN_STATES = (CallStatus.PENDING_APPROVAL, CallStatus.RUNNING)
+END_STATES = (CallStatus.DONE, CallStatus.DENIED, CallStatus.FAILED, CallStatus.EXPIRED)
+# The chat counter an ending adds to, which chat review reads ("needs review").
+_COUNTERS = {
+    CallStatus.DENIED: Chat.declined_calls,
+    CallStatus.EXPIRED: Chat.expired_calls,
+    CallStatus.FAILED: Chat.failed_calls,
+}
+TIMED_OUT = "timed_out"
+
+
+def record(session: Session, call: ToolCall, status: CallStatus) -> None:
+    """Save a new call in `status` (its end, or pending_approval / running)."""
+    call.status = status
+    if status in END_STATES:
+        call.finished_at = utcnow()
+    save(session, call)
+    _count(session, call.chat_id, status, call.error_code)
+
+
+def answer(
+    session: Session,
+    call_id: str,
+    status: CallStatus,
+    *,
+    result: Any = None,
+    error: tuple[str, str] | None = None,
+    run_id: str | None = None,
+) -> bool:
+    """End (or start running) an open call; False when it was no longer open."""
+    source = (CallStatus.DECIDING, *OPEN_STATES)
+    values: dict[str, Any] = {"status": status}
+    if status in END_STATES:
+        values["finished_at"] = utcnow()
+    if result is not None:
+        values["result"] = result
+    if error is not None:
+        values["error_code"], values["error_message"] = error
+    if run_id is not None:
+        values["run_id"] = run_id
+    chat_id = session.execute(
+        update(ToolCall)
+        .where(ToolCall.id == call_id, ToolCall.status.in_(source))
+        .values(**values)
+        .returning(ToolCall.chat_id, ToolCall.id)
+        .execution_options(synchronize_session=False)
+    ).first()
+    if chat_id is None:
+        return False
+    _count(session, chat_id[0], status, error[0] if error else None)
+    return True
+
+
+def _count(session: Session, chat_id: int | None, status: CallStatus, code: str | None) -> None:
+    if chat_id is None:
+        return
+    column = Chat.timed_out_calls if code == TIMED_OUT else _COUNTERS.get(status)
+    if column is not None:
+        session.execute(update(Chat).where(Chat.id == chat_id).values({column: column + 1}))
