@@ -36,6 +36,7 @@ class Outcome:
     stdout: str
     stderr: str
     error: str | None = None
+    code: str | None = None  # the stable code of an error that ended the run before its script
 
 
 def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
@@ -107,12 +108,15 @@ def finish(
         ).one_or_none()
         if run is None:
             return False
-        _answer_call(session, run)
+        _answer_call(session, run, outcome.code)
     return True
 
 
-def _answer_call(session: Any, run: Run) -> None:
-    """The tool call that started the run ends with the run's result (one UPDATE)."""
+def _answer_call(session: Any, run: Run, code: str | None = None) -> None:
+    """The tool call that started the run ends with the run's result (one UPDATE).
+
+    `code` names why a run failed before its script ran; without it a failure is the script's.
+    """
     if run.call_id is None:
         return
     values: dict[str, Any] = {
@@ -121,7 +125,7 @@ def _answer_call(session: Any, run: Run) -> None:
         "finished_at": utcnow(),
     }
     if run.status != SUCCEEDED:
-        values["error_code"] = "script_failed" if run.status == FAILED else run.status
+        values["error_code"] = code or ("script_failed" if run.status == FAILED else run.status)
         values["error_message"] = run.error or f"The script ended {run.status.replace('_', ' ')}."
     chat_id = session.execute(
         update(ToolCall)
