@@ -66,9 +66,8 @@ class SyncReport:
 class PackageCache:
     """`cache/<name>@<hash>/` folders, each verified (signature, SHA-256, content hash).
 
-    A folder is proven to hash to its name again whenever a run or a sync uses it (cheaply,
-    by `FolderVerifier`'s fingerprint while nothing changed), so a folder planted in the cache
-    or altered after its install never runs.
+    Each use proves again that a folder hashes to its name (cheaply while nothing changed), so
+    a folder planted in the cache or altered after its install never runs.
     """
 
     def __init__(
@@ -317,11 +316,14 @@ class PackageCache:
         return removed
 
     def _discard(self, folder: Path) -> bool:
-        """Remove an installed folder: gone at once by a rename, then deleted; False if absent."""
+        """Remove an installed folder by a rename, then delete it; False if absent or stuck."""
         trash = self.cache_dir / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
         try:
             os.rename(folder, trash)
         except FileNotFoundError:
+            return False
+        except OSError as e:
+            log.error("package folder not removed", folder=folder.name, error=str(e))
             return False
         finally:
             self.verifier.forget(folder)
