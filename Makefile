@@ -32,6 +32,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/skills.py
 	$(BIN)/python bench/policy.py
+	$(BIN)/python bench/verification.py
 	$(BIN)/python bench/runs.py --spark
 
 clean:

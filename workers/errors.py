@@ -40,6 +40,13 @@ class PackageRefused(RunError):
     status = 422
 
 
+class PackageUnverified(RunError):
+    """Raised when a skill folder does not hash to the run's hash and no fresh copy does."""
+
+    code = "package_unverified"
+    status = 422
+
+
 class RunnerUnavailable(RunError):
     """Raised when a runner can't work on this host (no Docker engine, no KVM)."""
 

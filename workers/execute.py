@@ -51,7 +51,7 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
         with context.packages.using(run.skill_name, run.skill_hash) as folder:
             outcome = _run(context, run, folder, stream)
     except RunError as e:
-        outcome = Outcome(FAILED, None, "", e.message, e.message)
+        outcome = Outcome(FAILED, None, "", e.message, e.message, e.code)
     return _end(context, stream, run_id, outcome)
 
 
@@ -71,6 +71,8 @@ def _run(context: WorkerContext, run: Run, folder: Path, stream: RunStream) -> O
         return context.runner.run(
             job, folder, stream, lambda: bool(context.redis.exists(cancel_key))
         )
+    except RunError as e:  # refused before the script started (e.g. PackageUnverified)
+        return Outcome(FAILED, None, "", e.message, e.message, e.code)
     except Exception as e:  # a runner bug must still end the run, never leave it running
         log.exception("runner failed", run_id=run.id, error_type=type(e).__name__)
         message = "The runner failed before the script ended."
@@ -80,6 +82,7 @@ def _run(context: WorkerContext, run: Run, folder: Path, stream: RunStream) -> O
 def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcome) -> str:
     # The row first: whoever wakes on the exit event must find the final state.
     finish(context.sessions, run_id, outcome, context.runner.isolation)
-    stream.exit(outcome.status, outcome.exit_code, error=outcome.error)
+    details = {"code": outcome.code} if outcome.code else {}
+    stream.exit(outcome.status, outcome.exit_code, error=outcome.error, **details)
     log.info("run ended", run_id=run_id, status=outcome.status, exit_code=outcome.exit_code)
     return outcome.status

@@ -23,7 +23,8 @@ from store.hashing import content_hash
 from store.packages import extract_package
 from store.packagestore import valid_key
 from store.signing import verify_manifest
-from workers.errors import PackageRefused, RunError
+from workers.errors import PackageRefused, PackageUnverified, RunError
+from workers.verification import FolderVerifier
 
 log = structlog.get_logger(__name__)
 
@@ -63,7 +64,11 @@ class SyncReport:
 
 
 class PackageCache:
-    """`cache/<name>@<hash>/` folders, each verified (signature, SHA-256, content hash)."""
+    """`cache/<name>@<hash>/` folders, each verified (signature, SHA-256, content hash).
+
+    Each use proves again that a folder hashes to its name (cheaply while nothing changed), so
+    a folder planted in the cache or altered after its install never runs.
+    """
 
     def __init__(
         self,
@@ -85,6 +90,7 @@ class PackageCache:
         self._key_locks: dict[str, threading.Lock] = {}
         self._in_use: Counter[str] = Counter()
         self._refusals: deque[tuple[str, str]] = deque(maxlen=KEPT_REFUSALS)
+        self.verifier = FolderVerifier()
         cache_dir.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
         cache_dir.chmod(DIR_MODE)
 
@@ -124,21 +130,22 @@ class PackageCache:
     # -- installing ----------------------------------------------------------------
 
     def ensure(self, name: str, skill_hash: str) -> Path:
-        """The installed folder of exactly `name@hash`, installed now from the manifest if new."""
+        """The folder of exactly `name@hash`, proven to hash to it; installed now if new.
+
+        A held folder that does not verify (planted, or altered since it was installed) is
+        removed and the package fetched again; raises PackageUnverified if that fails too.
+        """
         key = f"{name}@{skill_hash}"
         if not valid_key(name, skill_hash):
             raise self._refuse(key, "The package name or hash is malformed.")
         target = self.path(name, skill_hash)
-        if target.is_dir():
-            return target
         with self._key_lock(key):
-            if target.is_dir():
-                return target
-            entries = self.manifest()
-            entry = entries.get(key)
-            if entry is None:
-                raise self._refuse(key, f"{key} is not in this node's manifest.")
-            return self._install(entry)
+            try:
+                if self._held(key, target, skill_hash):
+                    return target
+            except PackageUnverified as e:
+                return self._refetch(key, e)
+            return self._fetch(key)
 
     @contextmanager
     def using(self, name: str, skill_hash: str) -> Iterator[Path]:
@@ -167,6 +174,40 @@ class PackageCache:
             return _entries(manifest.get("packages"))
         except ValueError as e:
             raise self._refuse("manifest", str(e)) from e
+
+    def _held(self, key: str, target: Path, skill_hash: str) -> bool:
+        """True when `target` is installed and proven; False when absent.
+
+        Raises PackageUnverified (after removing the folder) when it is there but doesn't verify.
+        """
+        if not os.path.lexists(target):
+            return False
+        try:
+            self.verifier.verify(target, skill_hash, _folder_of(key))
+        except PackageUnverified as e:
+            self._refuse(key, e.message)
+            self._discard(target)
+            raise
+        return True
+
+    def _fetch(self, key: str) -> Path:
+        """Install `key` from the signed manifest and prove the folder where it now lies."""
+        entry = self.manifest().get(key)
+        if entry is None:
+            raise self._refuse(key, f"{key} is not in this node's manifest.")
+        folder = self._install(entry)
+        self.verifier.verify(folder, entry.hash, _folder_of(key))
+        return folder
+
+    def _refetch(self, key: str, unverified: PackageUnverified) -> Path:
+        """Install `key` again after its folder failed to verify; PackageUnverified if it can't."""
+        try:
+            return self._fetch(key)
+        except RunError as e:
+            raise PackageUnverified(
+                f"{unverified.message} It was removed, and a fresh copy could not be "
+                f"installed: {e.message}"
+            ) from e
 
     def _install(self, entry: Entry) -> Path:
         target = self.path(entry.name, entry.hash)
@@ -244,13 +285,18 @@ class PackageCache:
         return report
 
     def _sync_one(self, entry: Entry, report: SyncReport) -> None:
+        target = self.path(entry.name, entry.hash)
         with self._key_lock(entry.key):
-            if self.path(entry.name, entry.hash).is_dir():
-                return
+            try:
+                if self._held(entry.key, target, entry.hash):
+                    return
+            except PackageUnverified as e:
+                report.refused.append((entry.key, e.message))
             try:
                 self._install(entry)
+                self.verifier.verify(target, entry.hash, _folder_of(entry.key))
                 report.installed.append(entry.key)
-            except PackageRefused as e:
+            except (PackageRefused, PackageUnverified) as e:
                 report.refused.append((entry.key, e.message))
             except RunError as e:
                 log.warning("package not installed", package=entry.key, error=e.message)
@@ -263,15 +309,28 @@ class PackageCache:
             with self._key_lock(key), self._lock:
                 if self._in_use[key] > 0:
                     continue
-                trash = self.cache_dir / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
-                try:
-                    os.rename(self.cache_dir / key, trash)  # gone at once; deleted below
-                except FileNotFoundError:
+                if not self._discard(self.cache_dir / key):
                     continue  # another process sharing the cache removed it first
-            shutil.rmtree(trash, ignore_errors=True)
             log.info("package removed", package=key, node=self.node)
             removed.append(key)
         return removed
+
+    def _discard(self, folder: Path) -> bool:
+        """Remove an installed folder by a rename, then delete it; False if absent or stuck."""
+        trash = self.cache_dir / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+        try:
+            os.rename(folder, trash)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            log.error("package folder not removed", folder=folder.name, error=str(e))
+            return False
+        finally:
+            self.verifier.forget(folder)
+        shutil.rmtree(trash, ignore_errors=True)
+        if trash.is_symlink():  # rmtree refuses a link; the link alone goes
+            trash.unlink()
+        return True
 
     def _clean_temp(self) -> None:
         """Delete trash, and temporary folders left by a process that died mid-install."""
@@ -297,6 +356,12 @@ class PackageCache:
         with self._lock:
             self._refusals.append((key, reason))
         return PackageRefused(f"Package {key} refused: {reason}")
+
+
+def _folder_of(key: str) -> str:
+    """How a message names the cached folder of `key` (its hash shortened)."""
+    name, _, skill_hash = key.partition("@")
+    return f"The cached folder of {name}@{skill_hash[:12]}"
 
 
 def _check_status(response: httpx.Response, what: str) -> None:

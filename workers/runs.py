@@ -38,6 +38,7 @@ class Outcome:
     stdout: str
     stderr: str
     error: str | None = None
+    code: str | None = None  # the stable code of an error that ended the run before its script
 
 
 def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
@@ -109,19 +110,22 @@ def finish(
         ).one_or_none()
         if run is None:
             return False
-        _answer_call(session, run)
+        _answer_call(session, run, outcome.code)
     return True
 
 
-def _answer_call(session: Any, run: Run) -> None:
-    """The tool call that started the run ends with the run's result."""
+def _answer_call(session: Any, run: Run, code: str | None = None) -> None:
+    """The tool call that started the run ends with the run's result.
+
+    `code` names why a run failed before its script ran; without it a failure is the script's.
+    """
     if run.call_id is None:
         return
     result = shape_result(run_result(run))
     if run.status == SUCCEEDED:
         callstate.answer(session, run.call_id, CallStatus.DONE, result=result)
         return
-    code = "script_failed" if run.status == FAILED else run.status
+    code = code or ("script_failed" if run.status == FAILED else run.status)
     message = run.error or f"The script ended {run.status.replace('_', ' ')}."
     callstate.answer(session, run.call_id, CallStatus.FAILED, result=result, error=(code, message))
 

@@ -23,6 +23,8 @@ from conftest import IN_CI
 from docker.errors import DockerException
 
 from skillfleet.settings import Settings
+from store.hashing import content_hash
+from workers.errors import PackageUnverified
 from workers.runners.base import Job
 from workers.runners.sandbox import (
     ContainerSandboxRunner,
@@ -79,9 +81,13 @@ def skill(tmp_path: Path, files: dict[str, str]) -> Path:
     return folder
 
 
-def job(script: str, timeout: int = 30, network: str = "none", **arguments: Any) -> Job:
+def job(
+    folder: Path | None, script: str, timeout: int = 30, network: str = "none", **arguments: Any
+) -> Job:
+    """A job for the skill in `folder` under its real content hash, which the runner proves."""
+    skill_hash = content_hash(folder) if folder is not None else "0" * 64
     return Job(
-        str(uuid.uuid4()), "demo", "0" * 64, script, dict(arguments), timeout, network, "sandbox"
+        str(uuid.uuid4()), "demo", skill_hash, script, dict(arguments), timeout, network, "sandbox"
     )
 
 
@@ -116,7 +122,7 @@ def test_scripts_other_than_py_js_mjs_are_refused_without_starting_anything(
     tmp_path, redis_client, script, runner
 ):
     folder = skill(tmp_path, {script: "echo hi\n"})
-    the_job = job(script)
+    the_job = job(folder, script)
 
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -142,7 +148,7 @@ def test_the_container_opt_in_runs_python_with_no_network(tmp_path, engine, redi
             "print(sorted(os.listdir('/sys/class/net')), os.getuid())\n"
         },
     )
-    the_job = job("scripts/net.py", network="bridge", word="hello")
+    the_job = job(folder, "scripts/net.py", network="bridge", word="hello")
 
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -154,7 +160,7 @@ def test_the_container_opt_in_runs_python_with_no_network(tmp_path, engine, redi
 def test_the_container_opt_in_never_asks_for_a_network(tmp_path):
     runner = ContainerSandboxRunner(IMAGE)
 
-    options = runner.container_options(job("scripts/a.py", network="bridge"), tmp_path)
+    options = runner.container_options(job(None, "scripts/a.py", network="bridge"), tmp_path)
 
     assert options["network_mode"] == "none"
     assert options["read_only"] is True and options["cap_drop"] == ["ALL"]
@@ -184,7 +190,7 @@ def test_a_python_script_runs_in_a_micro_vm_with_its_arguments(tmp_path, redis_c
             "print('to stderr', file=sys.stderr)\n"
         },
     )
-    the_job = job("scripts/args.py", word="héllo ✓")
+    the_job = job(folder, "scripts/args.py", word="héllo ✓")
 
     outcome = sandbox.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -210,7 +216,7 @@ def test_a_javascript_script_runs_in_a_micro_vm_with_its_exit_code(
             "process.exit(2);\n"
         },
     )
-    the_job = job(name, word="hello")
+    the_job = job(folder, name, word="hello")
 
     outcome = sandbox.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -233,7 +239,7 @@ def test_skill_files_are_readable_but_read_only_in_the_micro_vm(tmp_path, redis_
             "    print('refused')\n",
         },
     )
-    the_job = job("scripts/write.py")
+    the_job = job(folder, "scripts/write.py")
 
     outcome = sandbox.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -251,7 +257,7 @@ def test_a_run_starts_from_the_snapshot_not_from_the_previous_run(tmp_path, redi
             "scripts/look.py": "import os\nprint(os.environ.get('LEFT'), os.listdir('/output'))\n",
         },
     )
-    first, second = job("scripts/leave.py"), job("scripts/look.py")
+    first, second = job(folder, "scripts/leave.py"), job(folder, "scripts/look.py")
 
     assert sandbox.run(first, folder, RunStream(redis_client, first.run_id), never).status == (
         "succeeded"
@@ -270,7 +276,7 @@ def test_output_streams_while_the_micro_vm_runs(tmp_path, redis_client, sandbox)
             "    print('tick', i)\n    time.sleep(0.5)\n"
         },
     )
-    the_job = job("scripts/ticks.py")
+    the_job = job(folder, "scripts/ticks.py")
     first_line_at: list[float] = []
 
     def note_first_line() -> bool:  # the runner asks this every 0.2 s while the VM runs
@@ -293,7 +299,7 @@ def test_a_micro_vm_past_its_timeout_is_stopped_and_the_runner_still_works(
         tmp_path,
         {"scripts/spin.py": "print('spinning')\nwhile True:\n    pass\n", "scripts/ok.js": ""},
     )
-    the_job = job("scripts/spin.py", timeout=2)
+    the_job = job(folder, "scripts/spin.py", timeout=2)
     started = time.monotonic()
 
     outcome = sandbox.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
@@ -301,7 +307,7 @@ def test_a_micro_vm_past_its_timeout_is_stopped_and_the_runner_still_works(
     assert (outcome.status, outcome.stdout) == ("timed_out", "spinning\n")
     assert outcome.error == "The script ran past its 2 s limit."
     assert time.monotonic() - started < 20
-    after = job("scripts/ok.js")
+    after = job(folder, "scripts/ok.js")
     assert sandbox.run(after, folder, RunStream(redis_client, after.run_id), never).status == (
         "succeeded"
     )
@@ -313,7 +319,7 @@ def test_cancel_stops_the_micro_vm(tmp_path, redis_client, sandbox):
         tmp_path,
         {"scripts/loop.js": "while (true) { console.log('tick'); await Promise.resolve(); }\n"},
     )
-    the_job = job("scripts/loop.js")
+    the_job = job(folder, "scripts/loop.js")
 
     outcome = sandbox.run(
         the_job, folder, RunStream(redis_client, the_job.run_id),
@@ -322,3 +328,34 @@ def test_cancel_stops_the_micro_vm(tmp_path, redis_client, sandbox):
 
     assert (outcome.status, outcome.error) == ("cancelled", "The run was cancelled.")
     assert outcome.stdout.startswith("tick\n")
+
+
+@pytest.mark.docker
+def test_the_container_opt_in_refuses_a_skill_that_does_not_hash_to_the_run_s_hash(
+    tmp_path, engine, redis_client
+):
+    folder = skill(tmp_path, {"scripts/ok.py": "print('ok')\n"})
+    the_job = job(folder, "scripts/ok.py")
+    (folder / "scripts" / "ok.py").write_text("print('planted')\n")
+
+    with pytest.raises(PackageUnverified, match="copy for the container"):
+        ContainerSandboxRunner(IMAGE, engine).run(
+            the_job, folder, RunStream(redis_client, the_job.run_id), never
+        )
+
+    assert engine.containers.list(all=True, filters={"label": f"{LABEL}={the_job.run_id}"}) == []
+    assert read_events(redis_client, the_job.run_id) == []
+
+
+@micro_vm
+def test_a_skill_that_does_not_hash_to_the_run_s_hash_never_runs_in_a_micro_vm(
+    tmp_path, redis_client, sandbox
+):
+    folder = skill(tmp_path, {"scripts/ok.py": "print('ok')\n"})
+    the_job = job(folder, "scripts/ok.py")
+    (folder / "scripts" / "ok.py").write_text("print('planted')\n")
+
+    with pytest.raises(PackageUnverified, match="copy for the micro-VM"):
+        sandbox.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert read_events(redis_client, the_job.run_id) == []  # nothing started, nothing said

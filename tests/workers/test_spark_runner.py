@@ -23,7 +23,8 @@ import requests
 from conftest import IN_CI
 from docker.errors import DockerException, ImageNotFound
 
-from workers.errors import RunnerUnavailable
+from store.hashing import content_hash
+from workers.errors import PackageUnverified, RunnerUnavailable
 from workers.runners.base import Job
 from workers.runners.spark import LABEL, TMPFS_OPTIONS, SparkRunner
 from workers.streams import RunStream, read_events
@@ -72,8 +73,12 @@ def skill(tmp_path: Path, name: str, text: str) -> Path:
     return folder
 
 
-def job(script: str, timeout: int = 30, network: str = "none", **arguments: Any) -> Job:
-    return Job(str(uuid.uuid4()), "demo", "0" * 64, script, dict(arguments), timeout, network)
+def job(
+    folder: Path | None, script: str, timeout: int = 30, network: str = "none", **arguments: Any
+) -> Job:
+    """A job for the skill in `folder` under its real content hash, which the runner proves."""
+    skill_hash = content_hash(folder) if folder is not None else "0" * 64
+    return Job(str(uuid.uuid4()), "demo", skill_hash, script, dict(arguments), timeout, network)
 
 
 def never() -> bool:
@@ -93,7 +98,7 @@ def test_stdout_and_stderr_arrive_separately_and_in_order(tmp_path, runner, redi
         "    sys.stdout.write(f'out {i}\\n'); sys.stdout.flush()\n"
         "    sys.stderr.write(f'err {i}\\n'); sys.stderr.flush()\n",
     )
-    the_job = job("scripts/talk.py")
+    the_job = job(folder, "scripts/talk.py")
 
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -114,7 +119,7 @@ def test_a_line_printed_every_half_second_arrives_while_the_script_runs(
         "ticks.py",
         "import time\nfor i in range(4):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n",
     )
-    the_job = job("scripts/ticks.py")
+    the_job = job(folder, "scripts/ticks.py")
     first_line_at: list[float] = []
 
     def watch() -> None:
@@ -139,7 +144,7 @@ def test_a_line_printed_every_half_second_arrives_while_the_script_runs(
 
 def test_a_non_zero_exit_fails_the_run_with_its_code(tmp_path, runner, redis_client):
     folder = skill(tmp_path, "fail.py", "import sys\nprint('oops', file=sys.stderr)\nsys.exit(3)\n")
-    the_job = job("scripts/fail.py")
+    the_job = job(folder, "scripts/fail.py")
 
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -153,7 +158,7 @@ def test_a_script_past_its_timeout_is_killed_and_its_container_is_gone(
     folder = skill(
         tmp_path, "slow.py", "import time\nprint('started', flush=True)\ntime.sleep(60)\n"
     )
-    the_job = job("scripts/slow.py", timeout=1)
+    the_job = job(folder, "scripts/slow.py", timeout=1)
     started = time.monotonic()
 
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
@@ -171,7 +176,7 @@ def test_cancel_kills_the_container_and_the_run_is_cancelled(tmp_path, runner, r
         "loop.py",
         "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.1)\n",
     )
-    the_job = job("scripts/loop.py")
+    the_job = job(folder, "scripts/loop.py")
 
     def cancelled() -> bool:  # the user cancels once the first tick is in the stream
         return bool(texts(redis_client, the_job.run_id, "stdout"))
@@ -193,7 +198,7 @@ def test_arguments_arrive_in_skillfleet_args_and_lucia_skill_args(tmp_path, runn
         "('SKILLFLEET_ARGS', 'LUCIA_SKILL_ARGS')]))\n"
         "print(os.environ['SKILLFLEET_RUN_ID'])\n",
     )
-    the_job = job("scripts/args.py", word="héllo ✓", count=2, nested={"a": [1, None]})
+    the_job = job(folder, "scripts/args.py", word="héllo ✓", count=2, nested={"a": [1, None]})
 
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -217,7 +222,7 @@ def test_the_skill_mount_is_read_only_and_writes_to_tmp_work(tmp_path, runner, r
         "open('/tmp/note', 'w').write('kept')\n"
         "print(open('/tmp/note').read(), os.getcwd(), os.getuid(), sorted(os.listdir('.')))\n",
     )
-    the_job = job("scripts/write.py")
+    the_job = job(folder, "scripts/write.py")
 
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -232,7 +237,7 @@ def test_the_skill_mount_is_read_only_and_writes_to_tmp_work(tmp_path, runner, r
 
 def test_the_run_container_has_exactly_the_hardening_flags(tmp_path, runner, engine, redis_client):
     folder = skill(tmp_path, "wait.py", "import time\ntime.sleep(1)\n")
-    the_job = job("scripts/wait.py")
+    the_job = job(folder, "scripts/wait.py")
     seen: list[dict[str, Any]] = []
 
     def inspect_while_running() -> bool:  # the runner asks this every 0.2 s while it runs
@@ -264,8 +269,8 @@ def test_the_run_container_has_exactly_the_hardening_flags(tmp_path, runner, eng
 
 
 def test_only_a_bridge_run_gets_the_bridge_network(tmp_path, runner):
-    bridge = runner.container_options(job("scripts/a.py", network="bridge"), tmp_path)
-    closed = runner.container_options(job("scripts/a.py"), tmp_path)
+    bridge = runner.container_options(job(None, "scripts/a.py", network="bridge"), tmp_path)
+    closed = runner.container_options(job(None, "scripts/a.py"), tmp_path)
 
     assert (bridge["network_mode"], closed["network_mode"]) == ("bridge", "none")
     different = {k for k in bridge if bridge[k] != closed[k]}
@@ -279,7 +284,7 @@ def test_the_private_copy_of_the_skill_is_removed_after_the_run(
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     folder = skill(tmp_path, "ok.py", "print('ok')\n")
-    the_job = job("scripts/ok.py")
+    the_job = job(folder, "scripts/ok.py")
 
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -288,11 +293,29 @@ def test_the_private_copy_of_the_skill_is_removed_after_the_run(
     assert oct(folder.stat().st_mode & 0o777) == "0o700"  # the cache itself is untouched
 
 
+def test_a_skill_that_does_not_hash_to_the_run_s_hash_never_gets_a_container(
+    tmp_path, runner, engine, redis_client, monkeypatch
+):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    folder = skill(tmp_path, "ok.py", "print('ok')\n")
+    the_job = job(folder, "scripts/ok.py")
+    (folder / "scripts" / "extra.py").write_text("print('planted')\n")
+
+    with pytest.raises(PackageUnverified, match="copy for the container.*planted or altered"):
+        runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert labelled(engine, the_job.run_id) == []
+    assert read_events(redis_client, the_job.run_id) == []  # nothing started, nothing said
+    assert list(scratch.iterdir()) == []
+
+
 def test_a_script_without_an_interpreter_fails_before_any_container(
     tmp_path, runner, engine, redis_client
 ):
     folder = skill(tmp_path, "a.rb", "puts 1\n")
-    the_job = job("scripts/a.rb")
+    the_job = job(folder, "scripts/a.rb")
 
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
@@ -339,7 +362,7 @@ def test_the_container_is_removed_even_when_publishing_output_fails(
     tmp_path, runner, engine, redis_client
 ):
     folder = skill(tmp_path, "ok.py", "print('ok')\n")
-    the_job = job("scripts/ok.py")
+    the_job = job(folder, "scripts/ok.py")
     stream = RunStream(redis_client, the_job.run_id)
     redis_client.set(stream.key, "not a stream", ex=60)  # every XADD now fails
 

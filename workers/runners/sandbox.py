@@ -41,6 +41,7 @@ from workers.runners.node import die_with_worker
 from workers.runners.spark import SparkRunner, copy_skill
 from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.streams import RunStream
+from workers.verification import verify_folder
 
 SANDBOX_SUFFIXES = (".py", ".js", ".mjs")
 PACKAGES = ("hyperlight_sandbox", "hyperlight_sandbox_backend_wasm", "python_guest")
@@ -106,12 +107,15 @@ class SandboxRunner:
         return None
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
+        """Stage `folder` in a micro-VM's `/input`, prove the copy has the job's hash, then run.
+
+        Raises PackageUnverified when the copy does not hash to it: the script never starts.
+        """
         refused = refusal(job.script)
         if refused is not None:
             return refused
         try:
             domains = allowed_domains(job, folder)
-            program = guest_program(job, folder)
             vm = self._check_out(GUESTS[Path(job.script).suffix], domains)
         except (RunnerUnavailable, StoreError, OSError) as e:
             text = e.message if isinstance(e, (RunnerUnavailable, StoreError)) else str(e)
@@ -121,6 +125,8 @@ class SandboxRunner:
         reusable = False
         try:
             vm.stage(folder)
+            verify_folder(vm.input_dir, job.skill_hash, "The skill's copy for the micro-VM")
+            program = guest_program(job, vm.input_dir)  # from the proven copy, nothing else
             stream.status("running", isolation=self.isolation, pid=vm.process.pid)
             _send(vm.conn, program)
             state, code, reusable = _pump(vm, collector, job.timeout, cancelled)

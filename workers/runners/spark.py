@@ -26,6 +26,7 @@ from workers.runners.base import (
 )
 from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.streams import RunStream
+from workers.verification import verify_folder
 
 LABEL = "skillfleet.run"
 SKILL_MOUNT = "/skill"
@@ -134,11 +135,16 @@ class SparkRunner:
         return list(self.client.containers.list(all=True, filters={"label": LABEL}))
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
+        """Run from a private copy of `folder`, proven to hash to the job's hash first.
+
+        Raises PackageUnverified when the copy does not: no container is made for it.
+        """
         collector = OutputCollector(stream)
         with tempfile.TemporaryDirectory(prefix="skillfleet-run-") as scratch:
             skill_copy = Path(scratch) / "skill"
             try:
                 copy_skill(folder, skill_copy)
+                verify_folder(skill_copy, job.skill_hash, "The skill's copy for the container")
                 command = command_for(job.script)
                 container = self.client.containers.create(
                     self.image, command, **self.container_options(job, skill_copy)
