@@ -17,12 +17,13 @@ from sqlalchemy.orm import Session
 from store.db import SessionFactory, transaction
 from store.errors import SkillBuiltin, SkillChanged, SkillExists, SkillNotFound, StoreFull
 from store.hashing import content_hash, regular_files
+from store.leniency import read_header, read_skill_dir
 from store.limits import MAX_SKILLS
 from store.models import Skill, utcnow
 from store.resources import read_resource
 from store.schemas import scripts_of
 from store.skillmd import read_skill_md
-from store.validation import SkillInfo, validate_header, validate_skill_dir
+from store.validation import SkillInfo
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 READ_ONLY_SOURCES = ("builtin", "path")
@@ -116,21 +117,30 @@ class SkillStore:
         enable: bool = True,
         replace: bool = False,
         expected_name: str | None = None,
+        name: str | None = None,
+        warnings: Sequence[str] = (),
     ) -> Skill:
-        """Validate the staged folder `root` and move it into the store by one rename."""
-        info = validate_skill_dir(root, expected_name=expected_name)
+        """Validate the staged folder `root` and move it into the store by one rename.
+
+        The header is read as an import reads it (store/leniency.py): `expected_name` is the
+        folder the skill came from (default: `root`'s name), `name` the name the user chose.
+        Its warnings, and `warnings` from the import itself, are kept with the skill.
+        """
+        folder_name = expected_name if expected_name is not None else root.name
+        info = read_skill_dir(root, folder_name, name)
         skill_hash = content_hash(root)
         files = regular_files(root)
         size = sum((root / rel).stat().st_size for rel in files)
         with self._locked(), transaction(self.sessions) as session:
             existing = session.get(Skill, info.name)
-            self._check_can_install(session, existing, info.name, replace)
+            self._check_can_install(session, existing, info, replace)
             final = self.skills_dir / info.name
             trash = self._move_aside(final)
             root.rename(final)
             try:
                 skill = existing or Skill(name=info.name, created_at=utcnow(), revision=0)
                 _fill(skill, info, origin, skill_hash, len(files), size)
+                skill.warnings = [*warnings, *info.warnings]
                 skill.enabled = enable
                 session.add(skill)
                 session.flush()
@@ -144,15 +154,14 @@ class SkillStore:
         return skill
 
     def _check_can_install(
-        self, session: Session, existing: Skill | None, name: str, replace: bool
+        self, session: Session, existing: Skill | None, info: SkillInfo, replace: bool
     ) -> None:
+        name = info.name
         if existing is not None:
             if existing.read_only:
                 raise SkillBuiltin(f"'{name}' is a read-only {existing.source} skill.")
             if not replace:
-                raise SkillExists(
-                    f"A skill named '{name}' is already installed; pass replace=true to replace it."
-                )
+                raise SkillExists(_exists_message(info))
             return
         count = session.scalar(select(func.count()).select_from(Skill)) or 0
         if count >= MAX_SKILLS:
@@ -186,7 +195,9 @@ class SkillStore:
             shutil.copytree(self.folder(source), copy, symlinks=True)
             _rename_header(copy / "SKILL.md", source.name, new_name)
             return self.install(
-                copy, Origin(source="copy", origin=f"copy of {name}", owner_id=owner_id)
+                copy,
+                Origin(source="copy", origin=f"copy of {name}", owner_id=owner_id),
+                name=new_name,
             )
 
     def set_enabled(self, name: str, enabled: bool, expected_hash: str | None = None) -> Skill:
@@ -230,7 +241,7 @@ class SkillStore:
 @functools.lru_cache(maxsize=512)
 def _header_info(folder: str, name: str, skill_hash: str) -> SkillInfo:
     header, body = read_skill_md((Path(folder) / "SKILL.md").read_bytes())
-    return validate_header(header, body, name)
+    return read_header(header, body, name)
 
 
 @functools.lru_cache(maxsize=512)
@@ -252,7 +263,18 @@ def _fill(
     skill.revision = (skill.revision or 0) + 1
     skill.file_count = files
     skill.size_bytes = size
+    skill.warnings = list(info.warnings)
     skill.updated_at = utcnow()
+
+
+def _exists_message(info: SkillInfo) -> str:
+    if info.declared_name is None:
+        return f"A skill named '{info.name}' is already installed; pass replace=true to replace it."
+    return (
+        f"SKILL.md names the skill '{info.declared_name}', which would be installed as "
+        f"'{info.name}', and a skill named '{info.name}' is already installed; choose another "
+        "name (name= in the API, --name in the CLI) or pass replace=true to replace it."
+    )
 
 
 def _upsert_read_only(
