@@ -64,7 +64,7 @@ def import_zip(
     folders = zip_bundle_folders(data)
     with store.staging() as stage:
         if folders is not None:
-            _refuse_name_for_bundle(name, len(folders))
+            _refuse_name_for_bundle(name)
             staged = stage_zip_bundle(data, stage, folders)
             origin = filename or "upload"
             return _install_each(
@@ -103,8 +103,8 @@ def import_github(
             root = fetch_github_folder(folder, stage, api_base=api_base, token=token)
             origin = Origin(source="github", origin=url, owner_id=owner_id)
             return store.install(root, origin, enable=enable, replace=replace, name=name)
+        _refuse_name_for_bundle(name)
         staged = fetch_github_skills(folder, stage, api_base=api_base, token=token)
-        _refuse_name_for_bundle(name, len(staged))
         base = url.strip().removesuffix("/")
         return _install_each(
             store,
@@ -146,11 +146,11 @@ def _install_each(
     return report
 
 
-def _refuse_name_for_bundle(name: str | None, count: int) -> None:
+def _refuse_name_for_bundle(name: str | None) -> None:
     if name is not None:
         raise NameNotApplicable(
-            f"A name can only be given to a single skill; this import holds {count} skill "
-            "folders, each installed under its own name."
+            "A name can only be given to a single skill; this import holds skill folders "
+            "further down, and each is installed under its own name."
         )
 
 

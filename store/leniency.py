@@ -40,7 +40,7 @@ NAME_RULE = "1 to 64 lowercase letters a-z, digits and single hyphens"
 NAME_HINT = "give it one when importing (name= in the API, --name in the CLI)"
 
 _NOT_NAME = re.compile(r"[^a-z0-9]+")
-_MARKDOWN_LEAD = re.compile(r"^(?:#+|[-*>]|\d+\.)\s*")
+_MARKDOWN_LEAD = re.compile(r"^(?:[-*>]|\d+\.)\s+")
 
 
 @dataclass
@@ -199,7 +199,10 @@ def _derived_name(relaxed: Relaxed, written: str | None, folder_name: str | None
             if written is None:
                 reason = "The header has no name"
             else:
-                reason = f"The name {quote(written)} is not a valid skill name ({NAME_RULE})"
+                reason = (
+                    f"The name {quote(written)} is not a valid skill name "
+                    f"({_why_invalid(written)}; names hold {NAME_RULE})"
+                )
             relaxed.warnings.append(
                 f"{reason}; the skill is installed as {quote(derived)}, made from {origin}, "
                 "and SKILL.md is kept as uploaded."
@@ -242,13 +245,15 @@ def _relax_description(relaxed: Relaxed, body: str) -> None:
 
 
 def _first_paragraph(body: str) -> str:
+    """The body's first paragraph of prose (headings and code fences skipped), on one line."""
     lines: list[str] = []
     for line in body.splitlines():
-        text = _MARKDOWN_LEAD.sub("", line.strip()).strip()
-        if text and not text.startswith("```"):
-            lines.append(text)
-        elif lines:
-            break
+        stripped = line.strip()
+        if stripped.startswith(("#", "```", "<", "|", "---")) or not stripped:
+            if lines:
+                break
+            continue
+        lines.append(_MARKDOWN_LEAD.sub("", stripped))
     paragraph = " ".join(lines)
     if len(paragraph) > MAX_DESCRIPTION_CHARS:
         paragraph = paragraph[: MAX_DESCRIPTION_CHARS - 1] + "…"
@@ -346,6 +351,18 @@ def _scalar_text(value: object) -> str | None:
     if isinstance(value, int | float | date):
         return str(value)
     return None
+
+
+def _why_invalid(name: str) -> str:
+    checks = [
+        (len(name) > MAX_NAME_CHARS, f"{len(name)} characters"),
+        (any(char.isupper() for char in name), "uppercase letters"),
+        (any(char.isspace() for char in name), "spaces"),
+        ("_" in name, "underscores"),
+        (bool(re.search(r"[^A-Za-z0-9\s_-]", name)), "other characters"),
+        (name.startswith("-") or name.endswith("-") or "--" in name, "stray hyphens"),
+    ]
+    return ", ".join(reason for failed, reason in checks if failed) or "empty"
 
 
 def _keys(subject: str, keys: list[Any]) -> str:

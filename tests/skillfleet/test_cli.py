@@ -105,11 +105,13 @@ def test_skills_validate_accepts_a_valid_folder_and_exits_0(skills_dir: Path) ->
     assert result.stdout == "Valid skill: pdf-tools\n"
 
 
-def test_skills_validate_prints_each_of_three_problems_and_exits_1(skills_dir: Path) -> None:
+def test_skills_validate_strict_prints_each_of_three_problems_and_exits_1(
+    skills_dir: Path,
+) -> None:
     header = "---\nname: other-name\ncolour: blue\n---\n\n# Broken\n"
     folder = write_skill(skills_dir, "broken-skill", {"SKILL.md": header.encode()})
 
-    result = skillfleet("skills", "validate", str(folder), env=clean_env())
+    result = skillfleet("skills", "validate", "--strict", str(folder), env=clean_env())
 
     assert result.returncode == 1
     problems = [line for line in result.stdout.splitlines() if line.startswith("  - ")]
