@@ -92,8 +92,21 @@ def show(name: str) -> None:
         "updated_at",
     ):
         click.echo(f"{key + ':':<13}{_cell(skill.get(key), 200)}")
+    if skill.get("declared_name"):
+        click.echo(f"{'named:':<13}{_cell(skill['declared_name'], 200)} (in SKILL.md)")
+    if skill.get("allowed_tools"):
+        click.echo(
+            f"{'tools:':<13}{_cell(skill['allowed_tools'], 200)} (allowed-tools; not a grant)"
+        )
+    if skill.get("unknown_keys"):
+        keys = ", ".join(skill["unknown_keys"])
+        click.echo(f"{'other keys:':<13}{_cell(keys, 200)} (kept, not read)")
     click.echo()
     click.echo(table(skill["files"], [("path", "FILE"), ("size", "BYTES")]))
+    if skill.get("warnings"):
+        click.echo()
+        click.echo("Warnings from the import:")
+        _echo_warnings(skill["warnings"])
 
 
 @skills.command("import")

@@ -148,7 +148,10 @@ def test_skills_import_with_a_name_installs_the_skill_under_it(
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "Imported reports (1 files, enabled)."
     assert '  warning: Installed as "reports", the name given at import' in result.stdout
-    assert as_owner(up, "skills", "show", "reports").returncode == 0
+    shown = as_owner(up, "skills", "show", "reports")
+    assert shown.returncode == 0, shown.stderr
+    assert "named:       Report Maker (in SKILL.md)" in shown.stdout.splitlines()
+    assert "Warnings from the import:" in shown.stdout
 
 
 def test_skills_import_of_a_folder_of_skills_reports_each_and_exits_1_if_any_is_refused(
