@@ -79,7 +79,11 @@ def read_skill_dir(root: Path, folder_name: str | None, name: str | None = None)
 
 
 def read_header(header: dict[str, Any], body: str, name: str) -> SkillInfo:
-    """The header of an installed skill read as its import read it, under its installed `name`."""
+    """The header of an installed skill, read leniently under its installed `name`.
+
+    The warnings the import gave are kept with the skill (`Skill.warnings`); the ones here
+    describe this read, in which the installed name counts as a given name.
+    """
     relaxed = relax_header(header, body, None, name)
     return _with_notes(validate_header(relaxed.header, body, relaxed.name), relaxed)
 
@@ -177,7 +181,7 @@ def _relax_name(
                 f"Installed as {quote(chosen)}, the name given at import; SKILL.md says "
                 f"{shown} and is kept as uploaded."
             )
-    elif written is not None and written and derive_name(written) == written:
+    elif written and derive_name(written) == written:
         relaxed.name = written
         if folder_name is not None and folder_name != written:
             relaxed.warnings.append(
