@@ -34,10 +34,26 @@ class SkillSchema(ma.Schema):
     locked = ma.fields.Boolean()
     created_at = ma.fields.DateTime()
     updated_at = ma.fields.DateTime()
+    warnings = ma.fields.List(
+        ma.fields.String(),
+        metadata={"description": "What the import bent to accept the skill, for review"},
+    )
 
 
 class SkillDetailSchema(SkillSchema):
     files = ma.fields.List(ma.fields.Nested(SkillFileSchema))
+    declared_name = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "The name SKILL.md gives, when installed under another"},
+    )
+    allowed_tools = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "allowed-tools, space-delimited; shown for review, never a grant"},
+    )
+    unknown_keys = ma.fields.Dict(
+        keys=ma.fields.String(),
+        metadata={"description": "Header keys outside the spec, as written; never read"},
+    )
 
 
 class ImportedSkillSchema(ma.Schema):
@@ -45,6 +61,23 @@ class ImportedSkillSchema(ma.Schema):
     hash = ma.fields.String()
     enabled = ma.fields.Boolean()
     files = ma.fields.List(ma.fields.String())
+    warnings = ma.fields.List(ma.fields.String())
+
+
+class BundleImportedSchema(ImportedSkillSchema):
+    folder = ma.fields.String(metadata={"description": "The skill's folder inside the import"})
+
+
+class BundleRefusedSchema(ma.Schema):
+    folder = ma.fields.String(metadata={"description": "The skill's folder inside the import"})
+    code = ma.fields.String(metadata={"description": "The code a single import would answer"})
+    message = ma.fields.String()
+    errors = ma.fields.List(ma.fields.String())
+
+
+class BundleImportSchema(ma.Schema):
+    imported = ma.fields.List(ma.fields.Nested(BundleImportedSchema))
+    refused = ma.fields.List(ma.fields.Nested(BundleRefusedSchema))
 
 
 class SkillListQuerySchema(ma.Schema):
@@ -54,6 +87,10 @@ class SkillListQuerySchema(ma.Schema):
 class ImportQuerySchema(ma.Schema):
     replace = ma.fields.Boolean(
         load_default=False, metadata={"description": "Replace an owned skill of that name"}
+    )
+    name = ma.fields.String(
+        load_default=None,
+        metadata={"description": "Install a single skill under this name, not its header's"},
     )
 
 

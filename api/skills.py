@@ -5,7 +5,7 @@ from __future__ import annotations
 import mimetypes
 from typing import Any
 
-from flask import Response, request
+from flask import Response, jsonify, request
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
@@ -13,6 +13,7 @@ from api.auth import owner_id
 from api.errors import ApiError
 from api.nodes import broadcast_sync
 from api.schemas import (
+    BundleImportSchema,
     DuplicateSchema,
     EnabledSchema,
     GitHubImportSchema,
@@ -25,9 +26,12 @@ from api.schemas import (
 )
 from api.services import services
 from store.hashing import regular_files
-from store.importing import import_github, import_zip
+from store.importing import BundleReport, import_github, import_zip
 from store.limits import MAX_FILE_BYTES
 from store.models import Skill
+
+BUNDLE_OK = "A folder of skills: every skill folder was imported"
+BUNDLE_PARTLY = "A folder of skills: some skill folders were refused, each with its reason"
 
 blp = Blueprint("skills", __name__, url_prefix="/api/skills", description="The skill store")
 
@@ -54,16 +58,19 @@ class Skills(MethodView):
     @blp.arguments(ImportQuerySchema, location="query")
     @blp.doc(requestBody=IMPORT_BODY)
     @blp.response(201, ImportedSkillSchema)
-    def post(self, query: dict[str, Any]) -> dict[str, Any]:
-        """Import a skill from a zip upload or a GitHub folder address"""
+    @blp.alt_response(200, schema=BundleImportSchema, description=BUNDLE_OK)
+    @blp.alt_response(207, schema=BundleImportSchema, description=BUNDLE_PARTLY)
+    def post(self, query: dict[str, Any]) -> dict[str, Any] | Response:
+        """Import a skill, or a folder of skills, from a zip upload or a GitHub folder address"""
         caller = owner_id()
         store = services().store
+        result: Skill | BundleReport
         if request.mimetype == "multipart/form-data":
-            skill = _import_upload(caller, query["replace"])
+            result = _import_upload(caller, query["replace"], query["name"])
         elif request.is_json:
             body = GitHubImportSchema().load(_json_object())
             settings = services().settings
-            skill = import_github(
+            result = import_github(
                 store,
                 body["github"],
                 owner_id=caller,
@@ -71,6 +78,7 @@ class Skills(MethodView):
                 token=settings.github_token,
                 enable=body["enable"],
                 replace=query["replace"],
+                name=query["name"],
             )
         else:
             raise ApiError(
@@ -79,10 +87,12 @@ class Skills(MethodView):
                 "Send a multipart form with a zip in 'file', or JSON {\"github\": url}.",
             )
         broadcast_sync()
-        return _imported(skill)
+        if isinstance(result, BundleReport):
+            return _bundle_response(result)
+        return _imported(result)
 
 
-def _import_upload(owner_id: int, replace: bool) -> Skill:
+def _import_upload(owner_id: int, replace: bool, name: str | None) -> Skill | BundleReport:
     upload = request.files.get("file")
     if upload is None:
         raise ApiError(400, "file_missing", "The multipart form has no 'file' field.")
@@ -94,6 +104,7 @@ def _import_upload(owner_id: int, replace: bool) -> Skill:
         enable=enable,
         replace=replace,
         filename=upload.filename,
+        name=name,
     )
 
 
@@ -122,7 +133,19 @@ def _imported(skill: Skill) -> dict[str, Any]:
         "hash": skill.hash,
         "enabled": skill.enabled,
         "files": regular_files(folder),
+        "warnings": list(skill.warnings or []),
     }
+
+
+def _bundle_response(report: BundleReport) -> Response:
+    """200 when every skill folder was imported, 207 when any was refused."""
+    body = {
+        "imported": [{"folder": folder, **_imported(skill)} for folder, skill in report.imported],
+        "refused": [vars(refusal) for refusal in report.refused],
+    }
+    response = jsonify(BundleImportSchema().dump(body))
+    response.status_code = 207 if report.refused else 200
+    return response
 
 
 @blp.route("/<name>")
@@ -133,7 +156,12 @@ class SkillItem(MethodView):
         store = services().store
         skill = store.get(owner_id(), name)
         detail = {key: getattr(skill, key) for key in SkillSchema().fields}
+        detail["warnings"] = list(skill.warnings or [])
         detail["files"] = [{"path": f.path, "size": f.size} for f in store.files(skill)]
+        info = store.info(skill)
+        detail["declared_name"] = info.declared_name
+        detail["allowed_tools"] = info.allowed_tools
+        detail["unknown_keys"] = info.unknown_keys
         return detail
 
     @blp.response(204)

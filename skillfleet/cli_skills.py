@@ -92,28 +92,71 @@ def show(name: str) -> None:
         "updated_at",
     ):
         click.echo(f"{key + ':':<13}{_cell(skill.get(key), 200)}")
+    if skill.get("declared_name"):
+        click.echo(f"{'named:':<13}{_cell(skill['declared_name'], 200)} (in SKILL.md)")
+    if skill.get("allowed_tools"):
+        click.echo(
+            f"{'tools:':<13}{_cell(skill['allowed_tools'], 200)} (allowed-tools; not a grant)"
+        )
+    if skill.get("unknown_keys"):
+        keys = ", ".join(skill["unknown_keys"])
+        click.echo(f"{'other keys:':<13}{_cell(keys, 200)} (kept, not read)")
     click.echo()
     click.echo(table(skill["files"], [("path", "FILE"), ("size", "BYTES")]))
+    if skill.get("warnings"):
+        click.echo()
+        click.echo("Warnings from the import:")
+        _echo_warnings(skill["warnings"])
 
 
 @skills.command("import")
 @click.argument("source")
 @click.option("--replace", is_flag=True, help="Replace an owned skill of the same name.")
 @click.option("--disabled", is_flag=True, help="Import without enabling it.")
-def import_cmd(source: str, replace: bool, disabled: bool) -> None:
-    """Import a skill from a folder, a .zip file or a GitHub folder URL."""
+@click.option("--name", default=None, help="Install a single skill under this name.")
+def import_cmd(source: str, replace: bool, disabled: bool, name: str | None) -> None:
+    """Import a skill, or a folder of skills, from a folder, a .zip file or a GitHub folder URL."""
     params = {"replace": "true"} if replace else {}
+    if name is not None:
+        params["name"] = name
     if source.startswith(("https://", "http://")):
         body = {"github": source, "enable": not disabled}
         result = call_api("POST", "/api/skills", params=params, json=body)
     else:
-        name, data = _zip_source(Path(source))
-        files = {"file": (name, data, "application/zip")}
+        filename, data = _zip_source(Path(source))
+        files = {"file": (filename, data, "application/zip")}
         form = {"enable": "false" if disabled else "true"}
         result = call_api("POST", "/api/skills", params=params, files=files, data=form)
+    if "imported" in result:
+        _report_bundle(result)
+        return
     state = "enabled" if result["enabled"] else "disabled"
     click.echo(f"Imported {result['name']} ({len(result['files'])} files, {state}).")
     click.echo(f"hash: {result['hash']}")
+    _echo_warnings(result.get("warnings", []))
+
+
+def _report_bundle(result: dict[str, Any]) -> None:
+    """One line per skill folder; exit 1 when any was refused."""
+    for item in result["imported"]:
+        state = "enabled" if item["enabled"] else "disabled"
+        click.echo(
+            f"Imported {item['name']} from {item['folder']} "
+            f"({len(item['files'])} files, {state}, hash {item['hash'][:8]})."
+        )
+        _echo_warnings(item["warnings"])
+    for item in result["refused"]:
+        click.echo(f"Refused {item['folder']} ({item['code']}): {item['message']}")
+        for problem in item["errors"]:
+            click.echo(f"  - {problem}")
+    click.echo(f"{len(result['imported'])} imported, {len(result['refused'])} refused.")
+    if result["refused"]:
+        sys.exit(1)
+
+
+def _echo_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        click.echo(f"  warning: {warning}")
 
 
 def _zip_source(path: Path) -> tuple[str, bytes]:
@@ -145,23 +188,36 @@ def _zip_folder(folder: Path) -> bytes:
 
 @skills.command("validate")
 @click.argument("folder", type=click.Path(path_type=Path))
-def validate(folder: Path) -> None:
-    """Check a skill folder against the specification (no server needed)."""
+@click.option(
+    "--strict", is_flag=True, help="Check the exact specification: every warning is a problem."
+)
+@click.option("--name", default=None, help="The name the import would be given.")
+def validate(folder: Path, strict: bool, name: str | None) -> None:
+    """Check a skill folder as an import would (no server needed); --strict for the exact spec."""
     from store.errors import SkillInvalid, SkillTooLarge
+    from store.leniency import read_skill_dir
     from store.validation import validate_skill_dir
 
     if not folder.is_dir():
         click.echo(f"{folder} is not a folder.", err=True)
         sys.exit(1)
+    root = folder.resolve()
     try:
-        info = validate_skill_dir(folder.resolve())
+        if strict:
+            info = validate_skill_dir(root, expected_name=name)
+        else:
+            info = read_skill_dir(root, root.name, name)
     except (SkillInvalid, SkillTooLarge) as e:
         problems = e.errors or [e.message]
         click.echo(f"{folder} is not a valid skill ({len(problems)} problem(s)):")
         for problem in problems:
             click.echo(f"  - {problem}")
         sys.exit(1)
-    click.echo(f"Valid skill: {info.name}")
+    if not info.warnings:
+        click.echo(f"Valid skill: {info.name}")
+        return
+    click.echo(f"Valid skill: {info.name}, imported with {len(info.warnings)} warning(s):")
+    _echo_warnings(list(info.warnings))
 
 
 @skills.command("enable")

@@ -15,7 +15,7 @@ import stat
 import unicodedata
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -115,13 +115,26 @@ def _fold(parts: Parts) -> str:
 class Staging:
     """Checks the entries of one archive as they are declared: collisions, counts and sizes."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        subject: str = "The skill",
+        max_files: int = MAX_FILES,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        max_bytes: int = MAX_SKILL_BYTES,
+        max_entries: int = MAX_ARCHIVE_ENTRIES,
+    ) -> None:
         self.dirs: set[Parts] = set()
         self.sizes: dict[Parts, int] = {}
         self._names: dict[str, tuple[bool, Parts]] = {}
         self._explicit_dirs: set[Parts] = set()
         self._entries = 0
         self._total = 0
+        self._subject = subject
+        self._max_files = max_files
+        self._max_file_bytes = max_file_bytes
+        self._max_bytes = max_bytes
+        self._max_entries = max_entries
 
     def add_dir(self, parts: Parts) -> None:
         """Records a folder entry."""
@@ -138,19 +151,21 @@ class Staging:
         if parts in self.sizes:
             raise ArchiveUnsafe(f"The archive holds {name} twice.")
         self._claim(parts, is_dir=False)
-        if size > MAX_FILE_BYTES:
-            raise SkillTooLarge(f"{name} is larger than {size_text(MAX_FILE_BYTES)} per file.")
-        if len(self.sizes) >= MAX_FILES:
-            raise SkillTooLarge(f"The skill has more than {MAX_FILES} files.")
+        if size > self._max_file_bytes:
+            raise SkillTooLarge(
+                f"{name} is larger than {size_text(self._max_file_bytes)} per file."
+            )
+        if len(self.sizes) >= self._max_files:
+            raise SkillTooLarge(f"{self._subject} has more than {self._max_files} files.")
         self._total += size
-        if self._total > MAX_SKILL_BYTES:
-            raise SkillTooLarge(f"The skill is larger than {size_text(MAX_SKILL_BYTES)}.")
+        if self._total > self._max_bytes:
+            raise SkillTooLarge(f"{self._subject} is larger than {size_text(self._max_bytes)}.")
         self.sizes[parts] = size
 
     def _count_entry(self) -> None:
         self._entries += 1
-        if self._entries > MAX_ARCHIVE_ENTRIES:
-            raise SkillTooLarge(f"The archive holds more than {MAX_ARCHIVE_ENTRIES} entries.")
+        if self._entries > self._max_entries:
+            raise SkillTooLarge(f"The archive holds more than {self._max_entries} entries.")
 
     def _claim(self, parts: Parts, *, is_dir: bool) -> None:
         for depth in range(1, len(parts)):
@@ -231,16 +246,16 @@ def extract_zip(data: bytes, dest: Path) -> Path:
     """
     if len(data) > MAX_ZIP_BYTES:
         raise ZipTooLarge(f"The zip is larger than {size_text(MAX_ZIP_BYTES)}.")
-    archive = _open_zip(data)
+    archive = open_zip(data)
     with archive:
         staging, entries = _stage_zip(archive)
         root = _skill_root(staging)
-        files = {parts: _read_zip_entry(archive, info, parts) for parts, info in entries.items()}
+        files = {parts: read_zip_entry(archive, info, parts) for parts, info in entries.items()}
     write_tree(dest, staging.dirs, files, dir_mode=0o755, file_mode=0o644)
     return dest.joinpath(*root)
 
 
-def _open_zip(data: bytes) -> zipfile.ZipFile:
+def open_zip(data: bytes) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(io.BytesIO(data))
     except UnicodeDecodeError as e:
@@ -253,21 +268,32 @@ def _open_zip(data: bytes) -> zipfile.ZipFile:
 def _stage_zip(archive: zipfile.ZipFile) -> tuple[Staging, dict[Parts, zipfile.ZipInfo]]:
     staging = Staging()
     entries: dict[Parts, zipfile.ZipInfo] = {}
-    for info in archive.infolist():
-        name = _zip_entry_name(info)
-        parts = split_entry_name(name)
-        if is_junk(parts):
-            continue
-        if _zip_entry_is_dir(info, name):
+    for parts, info, is_dir in zip_entries(archive):
+        if is_dir:
             staging.add_dir(parts)
         else:
-            _check_zip_file(info, name)
             staging.add_file(parts, info.file_size)
             entries[parts] = info
     return staging, entries
 
 
-def _zip_entry_name(info: zipfile.ZipInfo) -> str:
+def zip_entries(archive: zipfile.ZipFile) -> Iterator[tuple[Parts, zipfile.ZipInfo, bool]]:
+    """Every entry but macOS metadata as (path parts, info, is a folder), each checked first.
+
+    Raises ArchiveUnsafe for an unsafe name, a link, a device, an encrypted entry or a bomb.
+    """
+    for info in archive.infolist():
+        name = zip_entry_name(info)
+        parts = split_entry_name(name)
+        if is_junk(parts):
+            continue
+        is_dir = zip_entry_is_dir(info, name)
+        if not is_dir:
+            check_zip_file(info, name)
+        yield parts, info, is_dir
+
+
+def zip_entry_name(info: zipfile.ZipInfo) -> str:
     # orig_filename keeps what zipfile cuts at a NUL byte, so control characters stay visible.
     name = info.orig_filename
     if info.flag_bits & _UTF8_NAME_FLAG:
@@ -282,7 +308,7 @@ def _zip_entry_name(info: zipfile.ZipInfo) -> str:
         raise ArchiveUnsafe(f"The entry {raw!r} has a name that is not valid UTF-8.") from e
 
 
-def _zip_entry_is_dir(info: zipfile.ZipInfo, name: str) -> bool:
+def zip_entry_is_dir(info: zipfile.ZipInfo, name: str) -> bool:
     file_type = stat.S_IFMT(info.external_attr >> 16)
     named_dir = name.endswith("/")
     if file_type == stat.S_IFLNK:
@@ -298,7 +324,7 @@ def _zip_entry_is_dir(info: zipfile.ZipInfo, name: str) -> bool:
     return named_dir
 
 
-def _check_zip_file(info: zipfile.ZipInfo, name: str) -> None:
+def check_zip_file(info: zipfile.ZipInfo, name: str) -> None:
     if info.flag_bits & _ENCRYPTED_FLAG:
         raise ArchiveUnsafe(f"The entry {name} is encrypted; encrypted zips are refused.")
     # Every file over the per-file limit is refused anyway; a ratio no honest file has marks it
@@ -322,7 +348,7 @@ def _skill_root(staging: Staging) -> Parts:
     raise SkillInvalid(LAYOUT_MESSAGE, errors=[LAYOUT_MESSAGE])
 
 
-def _read_zip_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, parts: Parts) -> bytes:
+def read_zip_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, parts: Parts) -> bytes:
     name = "/".join(parts)
     declared = info.file_size
     chunks: list[bytes] = []

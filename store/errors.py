@@ -127,6 +127,13 @@ class InvalidSource(StoreError):
     status = 400
 
 
+class NameNotApplicable(StoreError):
+    """Raised when a name is given for an import that holds several skills."""
+
+    code = "name_not_applicable"
+    status = 400
+
+
 class ConfigError(StoreError):
     """Raised when configured skill paths can't be loaded; the message names the path."""
 

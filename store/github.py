@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,9 +14,16 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from store.archive import Parts, Staging, split_entry_name, write_tree
-from store.errors import ArchiveUnsafe, ImportFailed, InvalidSource
-from store.limits import KIB, MIB
+from store.archive import SKILL_FILE, Parts, Staging, split_entry_name, write_tree
+from store.bundles import (
+    StagedSkill,
+    bundle_whole,
+    over_bundle_bytes,
+    skill_folders,
+    stage_members,
+)
+from store.errors import ArchiveUnsafe, ImportFailed, InvalidSource, SkillTooLarge, StoreError
+from store.limits import KIB, MAX_BUNDLE_FOLDERS, MIB
 
 DEFAULT_API_BASE = "https://api.github.com"
 TIMEOUT_SECONDS = 10.0
@@ -31,6 +39,7 @@ _REF_FORBIDDEN = re.compile(r"[\s~^:?*\[\\]|\.\.|@\{")
 _MAX_LISTING_BYTES = 2 * MIB
 _MAX_ERROR_BYTES = 64 * KIB
 _FILE_MODE = 0o644
+_SPECIAL_KINDS = ("symlink", "submodule")
 _DIR_MODE = 0o755
 
 
@@ -123,18 +132,104 @@ def fetch_github_folder(
     return target
 
 
-def _list_folder(api: _Api) -> tuple[Staging, dict[Parts, str]]:
+def is_skill_folder(
+    folder: GitHubFolder, *, api_base: str = DEFAULT_API_BASE, token: str | None = None
+) -> bool:
+    """Whether the GitHub folder holds SKILL.md itself (else it may hold skill folders)."""
+    _check_folder(folder)
+    with _Api(folder, api_base.rstrip("/"), token, None) as api:
+        listing = api.list_dir(folder.path)
+    return any(entry.get("name") == SKILL_FILE and entry.get("type") == "file" for entry in listing)
+
+
+def fetch_github_skills(
+    folder: GitHubFolder,
+    dest: Path,
+    *,
+    api_base: str = DEFAULT_API_BASE,
+    token: str | None = None,
+    client: httpx.Client | None = None,
+) -> list[StagedSkill]:
+    """Downloads every skill folder inside a GitHub folder into its own folder under `dest`.
+
+    The whole listing is checked before any download; a skill folder over the limits or
+    holding a link or submodule is refused on its own, and files outside skill folders are
+    never downloaded. Raises ArchiveUnsafe, ImportFailed or SkillTooLarge for the whole folder.
+    """
+    _check_folder(folder)
+    specials: dict[Parts, str] = {}
+    total = 0
+    with _Api(folder, api_base.rstrip("/"), token, client) as api:
+        # Files outside skill folders are never downloaded, so only their number is bounded.
+        whole = bundle_whole(max_bytes=sys.maxsize)
+        staging, paths = _list_folder(api, whole, specials, MAX_BUNDLE_FOLDERS)
+        staged = []
+        for index, skill in enumerate(skill_folders(paths)):
+            label = "/".join(skill)
+            inside = {parts[len(skill) :]: paths[parts] for parts in paths if _within(parts, skill)}
+            try:
+                _check_specials(skill, specials)
+                checked = stage_members(_members(skill, staging, inside))
+                total += sum(checked.sizes.values())
+                too_large = over_bundle_bytes(total)
+                if too_large is not None:
+                    raise too_large
+            except StoreError as e:
+                staged.append(StagedSkill(label, error=e))
+                continue
+            files = {rel: api.download(inside[rel], checked.sizes[rel]) for rel in inside}
+            target = dest / str(index) / skill[-1]
+            target.parent.mkdir()
+            write_tree(target, checked.dirs, files, dir_mode=_DIR_MODE, file_mode=_FILE_MODE)
+            staged.append(StagedSkill(label, root=target))
+    return staged
+
+
+def _within(parts: Parts, folder: Parts) -> bool:
+    return parts[: len(folder)] == folder
+
+
+def _members(
+    skill: Parts, staging: Staging, inside: dict[Parts, str]
+) -> list[tuple[Parts, int, bool]]:
+    dirs = [(d[len(skill) :], 0, True) for d in sorted(staging.dirs) if _within(d, skill)]
+    files = [(rel, staging.sizes[skill + rel], False) for rel in inside]
+    return [member for member in dirs if member[0]] + files
+
+
+def _check_specials(skill: Parts, specials: dict[Parts, str]) -> None:
+    for parts, kind in sorted(specials.items()):
+        if _within(parts, skill):
+            path = "/".join(parts)
+            raise ArchiveUnsafe(f"{path} is a {kind}; skills can't hold links or submodules.")
+
+
+def _list_folder(
+    api: _Api,
+    staging: Staging | None = None,
+    specials: dict[Parts, str] | None = None,
+    max_folders: int | None = None,
+) -> tuple[Staging, dict[Parts, str]]:
+    """Lists the folder's tree; with `specials`, links and submodules are noted, not refused."""
     folder = api.folder
-    staging = Staging()
+    staging = staging or Staging()
     paths: dict[Parts, str] = {}
     pending: list[tuple[Parts, str]] = [((), folder.path)]
+    listed = 0
     while pending:
         base, repo_path = pending.pop()
+        listed += 1
+        if max_folders is not None and listed > max_folders:
+            raise SkillTooLarge(
+                f"The folder holds more than {max_folders} folders; import a smaller folder."
+            )
         for entry in api.list_dir(repo_path):
-            name = _checked_entry(entry, repo_path)
+            name, kind = _checked_entry(entry, repo_path, special_ok=specials is not None)
             parts = (*base, name)
             child_path = f"{repo_path}/{name}" if repo_path else name
-            if entry["type"] == "dir":
+            if specials is not None and kind in _SPECIAL_KINDS:
+                specials[parts] = kind
+            elif kind == "dir":
                 staging.add_dir(parts)
                 pending.append((parts, child_path))
             else:
@@ -143,7 +238,9 @@ def _list_folder(api: _Api) -> tuple[Staging, dict[Parts, str]]:
     return staging, paths
 
 
-def _checked_entry(entry: dict[str, object], parent: str) -> str:
+def _checked_entry(
+    entry: dict[str, object], parent: str, *, special_ok: bool = False
+) -> tuple[str, str]:
     kind, name, path = entry.get("type"), entry.get("name"), entry.get("path")
     if not isinstance(name, str) or not isinstance(path, str) or not isinstance(kind, str):
         raise ImportFailed("GitHub's folder listing could not be read.")
@@ -152,11 +249,11 @@ def _checked_entry(entry: dict[str, object], parent: str) -> str:
         raise ArchiveUnsafe(f"GitHub listed {path!r}, which is not inside {parent or 'the root'}.")
     if kind == "file" and "download_url" in entry and entry["download_url"] is None:
         kind = "submodule"  # GitHub lists submodules as files without a download URL
-    if kind in ("symlink", "submodule"):
+    if kind in _SPECIAL_KINDS and not special_ok:
         raise ArchiveUnsafe(f"{path} is a {kind}; skills can't hold links or submodules.")
-    if kind not in ("file", "dir"):
+    if kind not in ("file", "dir", *_SPECIAL_KINDS):
         raise ArchiveUnsafe(f"{path} has the type {kind!r}; only files and folders are imported.")
-    return name
+    return name, kind
 
 
 def _entry_size(entry: dict[str, object], path: str) -> int:

@@ -25,3 +25,9 @@ MAX_COMPATIBILITY_CHARS = 500
 # Archives: refuse compression ratios no honest skill has.
 MAX_COMPRESSION_RATIO = 200
 MAX_ARCHIVE_ENTRIES = MAX_FILES + 100  # directories count as entries too
+
+# Imports of a folder holding many skills (a repository's zip or GitHub folder): each skill
+# keeps the limits above; these bound the whole import.
+MAX_BUNDLE_ENTRIES = 5000
+MAX_BUNDLE_BYTES = 50 * MIB
+MAX_BUNDLE_FOLDERS = 500  # GitHub folder listings, one request each

@@ -104,6 +104,8 @@ class Skill(Base):
     locked: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # What the import bent to accept the skill (store/leniency.py), shown for review.
+    warnings: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
 
     @property
     def read_only(self) -> bool:

@@ -26,6 +26,7 @@ from store.errors import (
     StoreFull,
 )
 from store.hashing import content_hash, regular_files
+from store.leniency import read_header, read_skill_dir
 from store.limits import MAX_SKILLS
 from store.models import Skill, utcnow
 from store.names import is_valid_name
@@ -33,7 +34,7 @@ from store.paths import inside
 from store.resources import read_resource
 from store.schemas import scripts_of
 from store.skillmd import read_skill_md
-from store.validation import SkillInfo, name_problems, validate_header, validate_skill_dir
+from store.validation import SkillInfo, name_problems
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 _Row = TypeVar("_Row", bound=Any)
@@ -137,25 +138,34 @@ class SkillStore:
         enable: bool = True,
         replace: bool = False,
         expected_name: str | None = None,
+        name: str | None = None,
+        warnings: Sequence[str] = (),
     ) -> Skill:
-        """Validate the staged folder `root` and move it into the owner's store by one rename."""
+        """Validate the staged folder `root` and move it into the owner's store by one rename.
+
+        The header is read as an import reads it (store/leniency.py): `expected_name` is the
+        folder the skill came from (default: `root`'s name), `name` the name the user chose.
+        Its warnings, and `warnings` from the import itself, are kept with the skill.
+        """
         owner_id = origin.owner_id
         if owner_id is None:
             raise ValueError("an installed skill needs an owner")
-        info = validate_skill_dir(root, expected_name=expected_name)
+        folder_name = expected_name if expected_name is not None else root.name
+        info = read_skill_dir(root, folder_name, name)
         skill_hash = content_hash(root)
         files = regular_files(root)
         size = sum((root / rel).stat().st_size for rel in files)
         final = self._owned_folder(owner_id, info.name)
         with self._locked(), transaction(self.sessions) as session:
             existing = session.scalar(_visible(owner_id).where(Skill.name == info.name).limit(1))
-            self._check_can_install(session, existing, owner_id, info.name, replace)
+            self._check_can_install(session, existing, owner_id, info, replace)
             final.parent.mkdir(exist_ok=True)
             trash = self._move_aside(final)
             root.rename(final)
             try:
                 skill = existing or Skill(name=info.name, created_at=utcnow(), revision=0)
                 _fill(skill, info, origin, skill_hash, len(files), size)
+                skill.warnings = [*warnings, *info.warnings]
                 skill.enabled = enable
                 session.add(skill)
                 session.flush()
@@ -171,15 +181,19 @@ class SkillStore:
         return skill
 
     def _check_can_install(
-        self, session: Session, existing: Skill | None, owner_id: int, name: str, replace: bool
+        self,
+        session: Session,
+        existing: Skill | None,
+        owner_id: int,
+        info: SkillInfo,
+        replace: bool,
     ) -> None:
+        name = info.name
         if existing is not None:
             if existing.read_only:
                 raise SkillBuiltin(f"'{name}' is a read-only {existing.source} skill.")
             if not replace:
-                raise SkillExists(
-                    f"A skill named '{name}' is already installed; pass replace=true to replace it."
-                )
+                raise SkillExists(_exists_message(info))
             return
         owned = select(func.count()).select_from(Skill).where(Skill.owner_id == owner_id)
         if (session.scalar(owned) or 0) >= MAX_SKILLS:
@@ -220,7 +234,9 @@ class SkillStore:
             shutil.copytree(self.folder(source), copy, symlinks=True)
             _rename_header(copy / "SKILL.md", source.name, new_name)
             return self.install(
-                copy, Origin(source="copy", origin=f"copy of {name}", owner_id=owner_id)
+                copy,
+                Origin(source="copy", origin=f"copy of {name}", owner_id=owner_id),
+                name=new_name,
             )
 
     def set_enabled(
@@ -315,7 +331,7 @@ def _shown(name: object) -> str:
 @functools.lru_cache(maxsize=512)
 def _header_info(folder: str, name: str, skill_hash: str) -> SkillInfo:
     header, body = read_skill_md((Path(folder) / "SKILL.md").read_bytes())
-    return validate_header(header, body, name)
+    return read_header(header, body, name)
 
 
 @functools.lru_cache(maxsize=512)
@@ -337,7 +353,18 @@ def _fill(
     skill.revision = (skill.revision or 0) + 1
     skill.file_count = files
     skill.size_bytes = size
+    skill.warnings = list(info.warnings)
     skill.updated_at = utcnow()
+
+
+def _exists_message(info: SkillInfo) -> str:
+    if info.declared_name is None:
+        return f"A skill named '{info.name}' is already installed; pass replace=true to replace it."
+    return (
+        f"SKILL.md names the skill '{info.declared_name}', which would be installed as "
+        f"'{info.name}', and a skill named '{info.name}' is already installed; choose another "
+        "name (name= in the API, --name in the CLI) or pass replace=true to replace it."
+    )
 
 
 def _upsert_read_only(

@@ -11,8 +11,8 @@ import json
 import os
 import re
 import stat
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +65,27 @@ class SkillInfo:
     parameters_schema: dict[str, Any] | None
     script_schemas: dict[str, dict[str, Any]]
     body: str
+    # What a lenient read bent (store/leniency.py); empty for a skill that meets the spec.
+    warnings: tuple[str, ...] = ()
+    unknown_keys: dict[str, Any] = field(default_factory=dict)
+    declared_name: str | None = None  # the header's name, when the skill is installed under another
+
+
+HeaderReader = Callable[[bytes, list[str]], "SkillInfo | None"]
 
 
 def validate_skill_dir(root: Path, expected_name: str | None = None) -> SkillInfo:
-    """Validate the skill folder `root`; its name must equal `expected_name` or the folder's.
+    """Validate `root` strictly (as `validate --strict`): its name must equal `expected_name`
+    or the folder's.
 
     Raises SkillTooLarge when a limit is exceeded, else SkillInvalid listing every problem.
     """
+    name = expected_name if expected_name is not None else root.name
+    return check_skill_dir(root, lambda data, problems: _read_skill(data, name, problems))
+
+
+def check_skill_dir(root: Path, read: HeaderReader) -> SkillInfo:
+    """Check the folder's files, limits and scripts; `read` checks the bytes of its SKILL.md."""
     if not root.is_dir():
         problem = f"The skill folder {_quote(root.name)} does not exist or is not a folder."
         raise SkillInvalid(_count("The skill", [problem]), errors=[problem])
@@ -79,9 +93,7 @@ def validate_skill_dir(root: Path, expected_name: str | None = None) -> SkillInf
     _check_sizes(sizes)
     info = None
     if SKILL_MD in sizes:
-        data = (root / SKILL_MD).read_bytes()
-        name = expected_name if expected_name is not None else root.name
-        info = _read_skill(data, name, problems)
+        info = read((root / SKILL_MD).read_bytes(), problems)
     elif not os.path.islink(root / SKILL_MD):  # a link is reported by _inventory
         problems.append("The skill has no SKILL.md at its root.")
     if info is not None:
@@ -95,7 +107,7 @@ def validate_skill_dir(root: Path, expected_name: str | None = None) -> SkillInf
 def validate_header(header: Mapping[Any, Any], body: str, folder_name: str | None) -> SkillInfo:
     """Check a parsed header; `folder_name`, when given, is the name the skill must have."""
     problems: list[str] = []
-    info = _read_header(header, body, folder_name, problems)
+    info = check_header(header, body, folder_name, problems)
     if problems:
         raise SkillInvalid(_count("SKILL.md", problems), errors=problems)
     return info
@@ -112,6 +124,11 @@ def check_limits(root: Path) -> list[str]:
     if problems:
         raise SkillInvalid(_count("The skill", problems), errors=problems)
     return sorted(sizes)
+
+
+def quote(text: str) -> str:
+    """`text` in double quotes as problems and warnings show it, cut when long."""
+    return _quote(text)
 
 
 def format_problems(exc: SkillInvalid | SkillTooLarge) -> list[str]:
@@ -182,7 +199,7 @@ def _read_skill(data: bytes, folder_name: str, problems: list[str]) -> SkillInfo
     except SkillInvalid as e:
         problems.extend(format_problems(e))
         return None
-    return _read_header(header, body, folder_name, problems)
+    return check_header(header, body, folder_name, problems)
 
 
 def _missing_scripts(info: SkillInfo, sizes: Mapping[str, int]) -> list[str]:
@@ -196,9 +213,10 @@ def _missing_scripts(info: SkillInfo, sizes: Mapping[str, int]) -> list[str]:
 # -- the header --------------------------------------------------------------------------
 
 
-def _read_header(
+def check_header(
     header: Mapping[Any, Any], body: str, folder_name: str | None, problems: list[str]
 ) -> SkillInfo:
+    """Every spec and skillfleet rule on a parsed header; problems are appended to `problems`."""
     name = _check_name(header.get("name"), folder_name, problems)
     description = _check_description(header.get("description"), problems)
     license_ = _optional_text(header, "license", problems)

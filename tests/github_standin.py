@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from store.limits import MAX_FILES, MIB
@@ -34,6 +35,19 @@ class Special:
 
 
 Node = Blob | Special
+
+PUBLIC_SKILLS = Path(__file__).parent / "fixtures" / "public-skills"
+
+
+def public_skill_files() -> dict[str, bytes]:
+    """Two of the public-skill fixtures, by their path under the collection's skills/."""
+    return {
+        f"{folder}/{path.relative_to(PUBLIC_SKILLS / folder).as_posix()}": path.read_bytes()
+        for folder in ("commit-helper", "pdf")
+        for path in sorted((PUBLIC_SKILLS / folder).rglob("*"))
+        if path.is_file()
+    }
+
 
 DEMO = {
     "skills/demo/SKILL.md": Blob(SKILL_MD),
@@ -61,6 +75,13 @@ REPOS: dict[tuple[str, str], dict[str, Node]] = {
         **{f"skills/many/f{i}.txt": Blob(b"x") for i in range(MAX_FILES)},
     },
     ("octo", "rootskill"): {"SKILL.md": Blob(SKILL_MD), "scripts/a.sh": Blob(b"echo a\n")},
+    ("octo", "collection"): {
+        "README.md": Blob(b"# A collection of skills\n"),
+        "docs/demo.mp4": Blob(b"never downloaded", listed_size=80 * MIB),
+        **{f"skills/{path}": Blob(data) for path, data in public_skill_files().items()},
+        "skills/linked/SKILL.md": Blob(b"---\nname: linked\ndescription: Links.\n---\n"),
+        "skills/linked/evil": Special("symlink"),
+    },
 }
 
 

@@ -69,3 +69,46 @@ def test_refused_github_imports_leave_the_store_unchanged(
     assert response.status_code == status, response.json
     assert response.json["code"] == code
     assert store_snapshot(gh_services.settings.skills_dir, gh_services.sessions) == before
+
+
+def test_a_github_skill_with_claude_code_keys_imports_with_its_warnings(gh_client, gh_auth):
+    url = "https://github.com/octo/collection/tree/main/skills/commit-helper"
+    response = gh_client.post("/api/skills", headers=gh_auth, json={"github": url})
+    assert response.status_code == 201, response.json
+    assert response.json["name"] == "commit-helper"
+    assert any("argument-hint" in warning for warning in response.json["warnings"])
+
+
+def test_a_github_repository_imports_each_skill_folder_and_downloads_only_those(
+    gh_client, gh_auth, gh_services, github
+):
+    url = "https://github.com/octo/collection/tree/main"
+    response = gh_client.post("/api/skills", headers=gh_auth, json={"github": url})
+
+    assert response.status_code == 207, response.json
+    imported = {item["folder"]: item["name"] for item in response.json["imported"]}
+    assert imported == {"skills/commit-helper": "commit-helper", "skills/pdf": "pdf-tools"}
+    (refused,) = response.json["refused"]
+    assert (refused["folder"], refused["code"]) == ("skills/linked", "archive_unsafe")
+    assert not list(gh_services.settings.skills_dir.glob("*/linked"))
+    downloaded = github.downloads()
+    assert downloaded and all(
+        path.startswith(
+            (
+                "/repos/octo/collection/contents/skills/commit-helper/",
+                "/repos/octo/collection/contents/skills/pdf/",
+            )
+        )
+        for path in downloaded
+    )
+    listed = {s["name"]: s for s in gh_client.get("/api/skills", headers=gh_auth).json}
+    assert listed["pdf-tools"]["origin"] == f"{url}/skills/pdf"
+
+
+def test_a_name_given_to_a_github_folder_of_skills_is_refused(gh_client, gh_auth, gh_services):
+    before = store_snapshot(gh_services.settings.skills_dir, gh_services.sessions)
+    url = "https://github.com/octo/collection/tree/main/skills"
+    response = gh_client.post("/api/skills?name=one-name", headers=gh_auth, json={"github": url})
+    assert response.status_code == 400, response.json
+    assert response.json["code"] == "name_not_applicable"
+    assert store_snapshot(gh_services.settings.skills_dir, gh_services.sessions) == before

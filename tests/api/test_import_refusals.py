@@ -126,24 +126,32 @@ def test_skill_over_a_limit_is_refused_naming_the_limit_and_store_unchanged(
 def test_invalid_header_is_refused_with_every_problem_and_store_unchanged(
     client, auth, services, before
 ):
+    # Unknown keys and display-style names are only warnings now; these problems remain.
     files = dict(SKILL)
-    files["SKILL.md"] = b"---\nname: Disk_Report\ndescription: ''\ncolour: blue\n---\nbody\n"
+    files["SKILL.md"] = (
+        b"---\nname: Disk_Report\ndescription: ''\ncolour: blue\nmetadata:\n"
+        b"  skillfleet.tier: admin\n  skillfleet.execution: gpu\n---\n"
+    )
     response = post_zip(client, auth, zip_bytes(files, top="Disk_Report"))
     assert response.status_code == 422, response.json
     assert response.json["code"] == "skill_invalid"
     errors = response.json["errors"]
     assert len(errors) >= 3
-    assert any("colour" in e for e in errors)
+    assert any("skillfleet.tier" in e for e in errors)
+    assert any("skillfleet.execution" in e for e in errors)
     assert any("description" in e.lower() for e in errors)
     assert_unchanged(services, before)
 
 
-def test_unicode_name_is_refused_and_store_unchanged(client, auth, services, before):
+def test_a_name_no_valid_name_can_be_made_from_is_refused_and_store_unchanged(
+    client, auth, services, before
+):
     files = dict(SKILL)
-    files["SKILL.md"] = skill_md("café-tools").encode()
+    files["SKILL.md"] = skill_md("数据工具").encode()
     response = post_zip(client, auth, zip_bytes(files))
     assert response.status_code == 422
     assert response.json["code"] == "skill_invalid"
+    assert any("--name" in e for e in response.json["errors"])
     assert_unchanged(services, before)
 
 
@@ -172,18 +180,26 @@ def test_replacing_a_builtin_is_refused_with_403_and_store_unchanged(
     assert_unchanged(services, before)
 
 
-def test_zip_with_two_top_folders_is_refused_and_store_unchanged(client, auth, services, before):
-    data = zip_bytes({"a/SKILL.md": SKILL["SKILL.md"], "b/SKILL.md": SKILL["SKILL.md"]})
+def test_zip_with_no_skill_md_anywhere_is_refused_and_store_unchanged(
+    client, auth, services, before
+):
+    data = zip_bytes({"a/README.md": b"# a\n", "b/notes.md": b"# b\n"})
     response = post_zip(client, auth, data)
     assert response.status_code == 422
     assert response.json["code"] == "skill_invalid"
     assert_unchanged(services, before)
 
 
-def test_top_folder_not_equal_to_the_name_is_refused(client, auth, services, before):
-    response = post_zip(client, auth, zip_bytes(SKILL, top="other-name"))
-    assert response.status_code == 422
-    assert response.json["code"] == "skill_invalid"
+def test_a_derived_name_taken_by_a_skill_is_refused_with_409_naming_both(
+    client, auth, services, before
+):
+    files = dict(SKILL)
+    files["SKILL.md"] = skill_md("Existing").encode()
+    response = post_zip(client, auth, zip_bytes(files, top="Existing"))
+    assert response.status_code == 409, response.json
+    assert response.json["code"] == "skill_exists"
+    assert "'Existing'" in response.json["message"]
+    assert "'existing'" in response.json["message"]
     assert_unchanged(services, before)
 
 

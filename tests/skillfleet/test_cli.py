@@ -105,11 +105,13 @@ def test_skills_validate_accepts_a_valid_folder_and_exits_0(skills_dir: Path) ->
     assert result.stdout == "Valid skill: pdf-tools\n"
 
 
-def test_skills_validate_prints_each_of_three_problems_and_exits_1(skills_dir: Path) -> None:
+def test_skills_validate_strict_prints_each_of_three_problems_and_exits_1(
+    skills_dir: Path,
+) -> None:
     header = "---\nname: other-name\ncolour: blue\n---\n\n# Broken\n"
     folder = write_skill(skills_dir, "broken-skill", {"SKILL.md": header.encode()})
 
-    result = skillfleet("skills", "validate", str(folder), env=clean_env())
+    result = skillfleet("skills", "validate", "--strict", str(folder), env=clean_env())
 
     assert result.returncode == 1
     problems = [line for line in result.stdout.splitlines() if line.startswith("  - ")]
@@ -120,6 +122,53 @@ def test_skills_validate_prints_each_of_three_problems_and_exits_1(skills_dir: P
         '  - Unknown header key "colour"; put your own keys under metadata.',
     ]
     assert f"{folder} is not a valid skill (3 problem(s)):" in result.stdout
+
+
+def test_skills_validate_shows_what_an_import_would_do_and_exits_0(skills_dir: Path) -> None:
+    header = "---\nname: PDF Tools\ndescription: Reads PDFs.\nversion: 1.0.0\n---\n\n# PDF\n"
+    folder = write_skill(skills_dir, "pdf", {"SKILL.md": header.encode()})
+
+    result = skillfleet("skills", "validate", str(folder), env=clean_env())
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Valid skill: pdf-tools, imported with 2 warning(s):"
+    assert lines[1].startswith('  warning: The header key "version" is not in the Agent Skills')
+    assert lines[2].startswith('  warning: The name "PDF Tools" is not a valid skill name')
+
+
+def test_skills_import_with_a_name_installs_the_skill_under_it(
+    up: Running, skills_dir: Path
+) -> None:
+    header = "---\nname: Report Maker\ndescription: Makes reports.\n---\n\nMake one.\n"
+    folder = write_skill(skills_dir, "report", {"SKILL.md": header.encode()})
+
+    result = as_owner(up, "skills", "import", str(folder), "--name", "reports")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "Imported reports (1 files, enabled)."
+    assert '  warning: Installed as "reports", the name given at import' in result.stdout
+    shown = as_owner(up, "skills", "show", "reports")
+    assert shown.returncode == 0, shown.stderr
+    assert "named:       Report Maker (in SKILL.md)" in shown.stdout.splitlines()
+    assert "Warnings from the import:" in shown.stdout
+
+
+def test_skills_import_of_a_folder_of_skills_reports_each_and_exits_1_if_any_is_refused(
+    up: Running, skills_dir: Path
+) -> None:
+    repo = skills_dir / "collection"
+    write_skill(repo / "skills", "alpha-notes")
+    write_skill(repo / "skills", "beta_notes", {"SKILL.md": b"---\nname: beta_notes\n---\n"})
+    (repo / "README.md").write_text("# Collection\n")
+
+    result = as_owner(up, "skills", "import", str(repo))
+
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Imported alpha-notes from collection/skills/alpha-notes (3 files")
+    assert "Refused collection/skills/beta_notes (skill_invalid): " in result.stdout
+    assert lines[-1] == "1 imported, 1 refused."
 
 
 def test_skills_import_then_list_shows_the_skill_in_a_table_with_a_header_row(

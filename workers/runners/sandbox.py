@@ -27,7 +27,7 @@ from typing import Any
 
 from skillfleet.settings import Settings
 from store.errors import StoreError
-from store.validation import validate_skill_dir
+from store.leniency import read_skill_dir
 from workers.errors import RunnerUnavailable
 from workers.runners.base import (
     CancelCheck,
@@ -213,7 +213,8 @@ def allowed_domains(job: Job, folder: Path) -> tuple[str, ...]:
     """The hosts the skill lists, when the run may use the network (HTTPS only); else none."""
     if job.network != "bridge":
         return ()
-    return validate_skill_dir(folder, expected_name=job.skill_name).allowed_domains
+    # Read as the import read it: an imported skill may bend the spec (store/leniency.py).
+    return read_skill_dir(folder, None, job.skill_name).allowed_domains
 
 
 class _MicroVM:
