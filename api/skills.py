@@ -9,7 +9,7 @@ from flask import Response, request
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api.auth import owner
+from api.auth import owner_only, owner_or_agent
 from api.errors import ApiError
 from api.nodes import broadcast_sync
 from api.schemas import (
@@ -46,7 +46,7 @@ class Skills(MethodView):
     @blp.response(200, SkillSchema(many=True))
     def get(self, query: dict[str, Any]) -> list[Skill]:
         """List every installed skill, built-ins included"""
-        owner()
+        owner_or_agent()
         skills = services().store.installed()
         if "enabled" in query:
             skills = [s for s in skills if s.enabled == query["enabled"]]
@@ -57,17 +57,17 @@ class Skills(MethodView):
     @blp.response(201, ImportedSkillSchema)
     def post(self, query: dict[str, Any]) -> dict[str, Any]:
         """Import a skill from a zip upload or a GitHub folder address"""
-        caller = owner()
+        caller = owner_only()
         store = services().store
         if request.mimetype == "multipart/form-data":
-            skill = _import_upload(caller.owner_id, query["replace"])
+            skill = _import_upload(caller, query["replace"])
         elif request.is_json:
             body = GitHubImportSchema().load(_json_object())
             settings = services().settings
             skill = import_github(
                 store,
                 body["github"],
-                owner_id=caller.owner_id,
+                owner_id=caller,
                 api_base=settings.github_api_url,
                 token=settings.github_token,
                 enable=body["enable"],
@@ -131,7 +131,7 @@ class SkillItem(MethodView):
     @blp.response(200, SkillDetailSchema)
     def get(self, name: str) -> dict[str, Any]:
         """Show one skill with its files"""
-        owner()
+        owner_or_agent()
         store = services().store
         skill = store.get(name)
         detail = {key: getattr(skill, key) for key in SkillSchema().fields}
@@ -141,7 +141,7 @@ class SkillItem(MethodView):
     @blp.response(204)
     def delete(self, name: str) -> None:
         """Delete an owned skill (built-ins and configured skills are read-only)"""
-        owner()
+        owner_only()
         services().store.delete(name)
         broadcast_sync()
 
@@ -150,7 +150,7 @@ class SkillItem(MethodView):
 @blp.response(200, content_type="application/octet-stream")
 def skill_file(name: str, path: str) -> Response:
     """Download one file of a skill"""
-    owner()
+    owner_or_agent()
     clean, data = services().store.read_file(name, path, MAX_FILE_BYTES)
     mimetype = mimetypes.guess_type(clean)[0] or "application/octet-stream"
     if mimetype.startswith("text/") or clean.endswith((".md", ".py", ".sh", ".js", ".mjs")):
@@ -163,8 +163,8 @@ def skill_file(name: str, path: str) -> Response:
 @blp.response(201, SkillSchema)
 def duplicate(body: dict[str, Any], name: str) -> Skill:
     """Copy a skill (a built-in, say) into an owned skill under a new name"""
-    caller = owner()
-    copy = services().store.duplicate(name, body["name"], caller.owner_id)
+    caller = owner_only()
+    copy = services().store.duplicate(name, body["name"], caller)
     broadcast_sync()
     return copy
 
@@ -174,7 +174,7 @@ def duplicate(body: dict[str, Any], name: str) -> Skill:
 @blp.response(200, SkillSchema)
 def set_enabled(body: dict[str, Any], name: str) -> Skill:
     """Enable or disable a skill; with `hash`, only if it is still the content you reviewed"""
-    owner()
+    owner_only()
     skill = services().store.set_enabled(name, body["enabled"], body["hash"])
     broadcast_sync()
     return skill

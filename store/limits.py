@@ -25,3 +25,7 @@ MAX_COMPATIBILITY_CHARS = 500
 # Archives: refuse compression ratios no honest skill has.
 MAX_COMPRESSION_RATIO = 200
 MAX_ARCHIVE_ENTRIES = MAX_FILES + 100  # directories count as entries too
+
+# API tokens.
+MAX_OWNER_TOKENS = 100  # per owner, owner and agent tokens together
+MAX_TOKEN_LABEL_CHARS = 200
