@@ -8,14 +8,17 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
+import redis
 from conftest import REDIS_URL
 from fleet import wait_until
 from sqlalchemy import func, select
 
+from api import create_app
 from store.db import transaction
 from store.limits import MAX_OWNER_TOKENS
 from store.models import ApiToken
@@ -226,6 +229,23 @@ def test_the_token_routes_need_a_token(client, method, path):
     response = client.open(path, method=method, json={"role": "owner"})
 
     assert response.status_code == 401 and response.json["code"] == "unauthorized"
+
+
+def test_without_redis_tokens_are_checked_in_the_database_and_a_delete_changes_nothing(
+    services, auth, client
+):
+    created = create(client, auth, role="agent").json
+    # Nothing listens on port 1: every Redis call fails at once.
+    cut_off = replace(services, redis=redis.Redis.from_url("redis://127.0.0.1:1/0"))
+    offline = create_app(services=cut_off).test_client()
+
+    listed = offline.get("/api/tokens", headers=auth)
+    deleted = offline.delete(f"/api/tokens/{created['id']}", headers=auth)
+
+    assert listed.status_code == 200
+    assert deleted.status_code == 503 and deleted.json["code"] == "redis_unavailable"
+    assert client.get("/api/tools", headers=bearer(created["token"])).status_code == 200
+    assert offline.get("/api/tools", headers=bearer(created["token"])).status_code == 200
 
 
 # --- Revocation across processes -------------------------------------------------------------
