@@ -23,6 +23,16 @@ PROTECTED = [
     ("GET", "/api/tools"),
     ("POST", "/api/tools/list_skills"),
     ("GET", "/api/calls/x"),
+    ("GET", "/api/approvals"),
+    ("POST", "/api/approvals/x"),
+    ("GET", "/api/runs/x"),
+    ("GET", "/api/runs/x/events"),
+    ("GET", "/api/settings"),
+    ("GET", "/api/chats"),
+    ("GET", "/api/nodes"),
+    ("GET", "/api/tokens"),
+    ("POST", "/api/tokens"),
+    ("DELETE", "/api/tokens/1"),
 ]
 
 
