@@ -63,9 +63,33 @@ def _spec_kwargs() -> dict[str, Any]:
 
 
 def _register_blueprints(api: SkillfleetApi) -> None:
-    from api import approvals, calls, chats, health, metrics, nodes, runs, settings, skills, tools
+    from api import (
+        approvals,
+        calls,
+        chats,
+        health,
+        metrics,
+        nodes,
+        runs,
+        settings,
+        skills,
+        tokens,
+        tools,
+    )
 
-    modules = (health, skills, tools, calls, approvals, chats, settings, runs, nodes, metrics)
+    modules = (
+        health,
+        skills,
+        tools,
+        calls,
+        approvals,
+        chats,
+        settings,
+        runs,
+        nodes,
+        tokens,
+        metrics,
+    )
     for module in modules:
         api.register_blueprint(module.blp)
 

@@ -7,7 +7,7 @@ from typing import Any
 from flask_smorest import Blueprint
 from sqlalchemy import select
 
-from api.auth import owner_id
+from api.auth import owner_only, owner_or_agent
 from api.schemas import ApprovalQuerySchema, ApprovalSchema, DecisionSchema
 from api.services import services
 from broker.approvals import expire_due
@@ -23,7 +23,7 @@ blp = Blueprint("approvals", __name__, url_prefix="/api/approvals", description=
 @blp.response(200, ApprovalSchema(many=True))
 def list_approvals(query: dict[str, Any]) -> list[Approval]:
     """List your approvals, newest first; `?status=pending` for the open ones"""
-    caller = owner_id()
+    caller = owner_or_agent()
     statement = select(Approval).where(Approval.owner_id == caller)
     if "status" in query:
         statement = statement.where(Approval.status == query["status"])
@@ -36,7 +36,7 @@ def list_approvals(query: dict[str, Any]) -> list[Approval]:
 @blp.response(200, ApprovalSchema)
 def get_approval(approval_id: str) -> Approval:
     """Show one approval"""
-    caller = owner_id()
+    caller = owner_or_agent()
     with transaction(services().sessions) as session:
         expire_due(session, caller)
         approval = session.get(Approval, approval_id)
@@ -50,4 +50,4 @@ def get_approval(approval_id: str) -> Approval:
 @blp.response(200, ApprovalSchema)
 def answer_approval(body: dict[str, Any], approval_id: str) -> Approval:
     """Answer an approval: approve, approve_for_chat or deny; an approved call then runs"""
-    return services().broker.answer(owner_id(), approval_id, body["decision"])
+    return services().broker.answer(owner_only(), approval_id, body["decision"])

@@ -6,7 +6,7 @@ from typing import Any
 
 from flask_smorest import Blueprint
 
-from api.auth import owner
+from api.auth import owner_or_agent
 from api.schemas import CallSchema, WaitSchema
 from api.services import services
 from store.models import ToolCall
@@ -19,6 +19,5 @@ blp = Blueprint("calls", __name__, url_prefix="/api/calls", description="Tool ca
 @blp.response(200, CallSchema)
 def get_call(query: dict[str, Any], call_id: str) -> ToolCall:
     """Show one tool call's outcome; `?wait=S` waits for an end state"""
-    caller = owner()
-    assert caller.owner_id is not None
-    return services().broker.get_call(caller.owner_id, call_id, wait=query["wait"])
+    caller = owner_or_agent()
+    return services().broker.get_call(caller, call_id, wait=query["wait"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask_smorest import Blueprint
 from sqlalchemy import delete, select
 
-from api.auth import owner_id
+from api.auth import owner_only
 from api.schemas import ChatSchema, GrantSchema
 from api.services import services
 from broker.errors import ChatNotFound
@@ -30,7 +30,7 @@ def _chat(owner_id: int, chat_id: str) -> Chat:
 @blp.response(200, ChatSchema(many=True))
 def list_chats() -> list[Chat]:
     """List your chats with their declined, expired, failed and timed-out call counts"""
-    caller = owner_id()
+    caller = owner_only()
     with services().sessions() as session:
         query = select(Chat).where(Chat.owner_id == caller).order_by(Chat.created_at.desc())
         return list(session.scalars(query))
@@ -40,14 +40,14 @@ def list_chats() -> list[Chat]:
 @blp.response(200, ChatSchema)
 def get_chat(chat_id: str) -> Chat:
     """Show one chat's call counts"""
-    return _chat(owner_id(), chat_id)
+    return _chat(owner_only(), chat_id)
 
 
 @blp.route("/<chat_id>", methods=["DELETE"])
 @blp.response(204)
 def delete_chat(chat_id: str) -> None:
     """Delete a chat; its grants, activations, calls and approvals go with it"""
-    chat = _chat(owner_id(), chat_id)
+    chat = _chat(owner_only(), chat_id)
     with transaction(services().sessions) as session:
         session.execute(delete(Grant).where(Grant.chat_id == chat.id))
         session.execute(delete(Chat).where(Chat.id == chat.id))
@@ -57,7 +57,7 @@ def delete_chat(chat_id: str) -> None:
 @blp.response(200, GrantSchema(many=True))
 def chat_grants(chat_id: str) -> list[Grant]:
     """List the grant keys the owner gave this chat ("approve for this chat")"""
-    chat = _chat(owner_id(), chat_id)
+    chat = _chat(owner_only(), chat_id)
     with services().sessions() as session:
         query = select(Grant).where(Grant.scope == CHAT, Grant.chat_id == chat.id)
         return list(session.scalars(query.order_by(Grant.key)))

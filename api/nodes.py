@@ -11,7 +11,7 @@ from flask import Response
 from flask_smorest import Blueprint
 from sqlalchemy import select
 
-from api.auth import node_or_owner, owner
+from api.auth import node_or_owner, owner_only
 from api.errors import ApiError
 from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema
 from api.services import services
@@ -29,7 +29,7 @@ blp = Blueprint("nodes", __name__, url_prefix="/api/nodes", description="Managed
 @blp.response(200, NodeSchema(many=True))
 def list_nodes() -> list[dict[str, Any]]:
     """List registered nodes and live workers: features, hashes held, last heartbeat"""
-    owner()
+    owner_only()
     with services().sessions() as session:
         registered = list(session.scalars(select(Node.name).order_by(Node.name)))
     by_node: dict[str, list[dict[str, Any]]] = {name: [] for name in registered}
@@ -105,7 +105,7 @@ def package(node: str, package: str) -> Response:
 @blp.response(202, SyncRequestSchema)
 def sync(node: str) -> dict[str, Any]:
     """Ask the node's agent to sync its packages now"""
-    owner()
+    owner_only()
     _check_name(node)
     receivers = services().redis.publish(naming.node_sync(node), "sync")
     return {"node": node, "receivers": int(receivers)}

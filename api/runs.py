@@ -9,7 +9,7 @@ from typing import Any
 from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
 
-from api.auth import owner_id
+from api.auth import owner_or_agent
 from api.schemas import RunSchema
 from api.services import services
 from store.models import Run
@@ -26,21 +26,21 @@ KEEPALIVE = ": keep-alive\n\n"
 @blp.response(200, RunSchema)
 def show_run(run_id: str) -> Run:
     """Show a run: state, exit code, node, skill hash, isolation and capped output"""
-    return get_run(services().sessions, run_id, owner_id())
+    return get_run(services().sessions, run_id, owner_or_agent())
 
 
 @blp.route("/<run_id>/cancel", methods=["POST"])
 @blp.response(202, RunSchema)
 def cancel_run(run_id: str) -> Run:
     """Cancel a run: a queued one at once, a running one by killing its process or container"""
-    return request_cancel(services().sessions, services().redis, run_id, owner_id())
+    return request_cancel(services().sessions, services().redis, run_id, owner_or_agent())
 
 
 @blp.route("/<run_id>/events")
 @blp.response(200, content_type="text/event-stream")
 def run_events(run_id: str) -> Response:
     """Live output as Server-Sent Events; reconnect with Last-Event-ID to replay what you missed"""
-    run = get_run(services().sessions, run_id, owner_id())
+    run = get_run(services().sessions, run_id, owner_or_agent())
     after = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "0-0"
     client = services().redis
     if run.status in END_STATES and not read_events(client, run_id, "0-0"):

@@ -307,3 +307,30 @@ class SignedManifestSchema(ma.Schema):
 class SyncRequestSchema(ma.Schema):
     node = ma.fields.String()
     receivers = ma.fields.Integer(metadata={"description": "Agents listening right now"})
+
+
+class TokenCreateSchema(ma.Schema):
+    # Raw, so the store's checks answer with their own codes (invalid_role, invalid_label).
+    role = ma.fields.Raw(
+        load_default=None,
+        metadata={"type": "string", "enum": ["owner", "agent"], "description": "Required"},
+    )
+    label = ma.fields.Raw(
+        load_default=None,
+        metadata={"type": "string", "maxLength": 200, "description": "What the token is for"},
+    )
+
+
+class TokenSchema(ma.Schema):
+    id = ma.fields.Integer()
+    role = ma.fields.String(metadata={"description": "owner or agent"})
+    label = ma.fields.String(allow_none=True)
+    created_at = ma.fields.DateTime()
+    last_used_at = ma.fields.DateTime(allow_none=True)
+
+
+class NewTokenSchema(ma.Schema):
+    id = ma.fields.Integer()
+    token = ma.fields.String(metadata={"description": "Shown this once; only its hash is kept"})
+    role = ma.fields.String()
+    label = ma.fields.String(allow_none=True)

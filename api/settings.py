@@ -7,7 +7,7 @@ from typing import Any
 
 from flask_smorest import Blueprint
 
-from api.auth import owner_id
+from api.auth import owner_only
 from api.errors import ApiError
 from api.schemas import SettingsSchema
 from api.services import services
@@ -27,7 +27,7 @@ SKILL_KEY = re.compile(r"skill:([a-z0-9-]{1,64})@([0-9a-f]{8}|[0-9a-f]{64})")
 def get_settings() -> dict[str, Any]:
     """Show the change tools and skill versions that run without asking"""
     with services().sessions() as session:
-        keys = owner_keys(session, owner_id())
+        keys = owner_keys(session, owner_only())
     return {"auto_tools": [shown_key(key).removeprefix("tool:") for key in keys]}
 
 
@@ -36,7 +36,7 @@ def get_settings() -> dict[str, Any]:
 @blp.response(200, SettingsSchema)
 def put_settings(body: dict[str, Any]) -> dict[str, Any]:
     """Replace the list: change-tier tool names, or skill keys like skill:name@1a2b3c4d"""
-    caller = owner_id()
+    caller = owner_only()
     keys = [_key(caller, entry) for entry in body["auto_tools"]]
     with transaction(services().sessions) as session:
         set_owner_keys(session, caller, keys)

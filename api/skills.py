@@ -9,7 +9,7 @@ from flask import Response, jsonify, request
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api.auth import owner_id
+from api.auth import owner_only, owner_or_agent
 from api.errors import ApiError
 from api.nodes import broadcast_sync
 from api.schemas import (
@@ -50,7 +50,7 @@ class Skills(MethodView):
     @blp.response(200, SkillSchema(many=True))
     def get(self, query: dict[str, Any]) -> list[Skill]:
         """List your skills and the shared ones (built-ins, configured paths)"""
-        skills = services().store.installed(owner_id())
+        skills = services().store.installed(owner_or_agent())
         if "enabled" in query:
             skills = [s for s in skills if s.enabled == query["enabled"]]
         return skills
@@ -62,7 +62,7 @@ class Skills(MethodView):
     @blp.alt_response(207, schema=BundleImportSchema, description=BUNDLE_PARTLY)
     def post(self, query: dict[str, Any]) -> dict[str, Any] | Response:
         """Import a skill, or a folder of skills, from a zip upload or a GitHub folder address"""
-        caller = owner_id()
+        caller = owner_only()
         store = services().store
         result: Skill | BundleReport
         if request.mimetype == "multipart/form-data":
@@ -154,7 +154,7 @@ class SkillItem(MethodView):
     def get(self, name: str) -> dict[str, Any]:
         """Show one skill with its files"""
         store = services().store
-        skill = store.get(owner_id(), name)
+        skill = store.get(owner_or_agent(), name)
         detail = {key: getattr(skill, key) for key in SkillSchema().fields}
         detail["warnings"] = list(skill.warnings or [])
         detail["files"] = [{"path": f.path, "size": f.size} for f in store.files(skill)]
@@ -167,7 +167,7 @@ class SkillItem(MethodView):
     @blp.response(204)
     def delete(self, name: str) -> None:
         """Delete one of your skills (built-ins and configured skills are read-only)"""
-        services().store.delete(owner_id(), name)
+        services().store.delete(owner_only(), name)
         broadcast_sync()
 
 
@@ -176,7 +176,7 @@ class SkillItem(MethodView):
 def skill_file(name: str, path: str) -> Response:
     """Download one file of a skill"""
     store = services().store
-    clean, data = store.read_file(store.get(owner_id(), name), path, MAX_FILE_BYTES)
+    clean, data = store.read_file(store.get(owner_or_agent(), name), path, MAX_FILE_BYTES)
     mimetype = mimetypes.guess_type(clean)[0] or "application/octet-stream"
     if mimetype.startswith("text/") or clean.endswith((".md", ".py", ".sh", ".js", ".mjs")):
         mimetype = "text/plain; charset=utf-8"
@@ -188,7 +188,7 @@ def skill_file(name: str, path: str) -> Response:
 @blp.response(201, SkillSchema)
 def duplicate(body: dict[str, Any], name: str) -> Skill:
     """Copy a skill (a built-in, say) into an owned skill under a new name"""
-    copy = services().store.duplicate(owner_id(), name, body["name"])
+    copy = services().store.duplicate(owner_only(), name, body["name"])
     broadcast_sync()
     return copy
 
@@ -198,6 +198,6 @@ def duplicate(body: dict[str, Any], name: str) -> Skill:
 @blp.response(200, SkillSchema)
 def set_enabled(body: dict[str, Any], name: str) -> Skill:
     """Enable or disable a skill; with `hash`, only if it is still the content you reviewed"""
-    skill = services().store.set_enabled(owner_id(), name, body["enabled"], body["hash"])
+    skill = services().store.set_enabled(owner_only(), name, body["enabled"], body["hash"])
     broadcast_sync()
     return skill

@@ -7,7 +7,7 @@ from typing import Any
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api.auth import owner
+from api.auth import owner_or_agent
 from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services
 from broker.calls import OPEN_STATES, CallOutcome, CallRequest
@@ -21,7 +21,7 @@ class ToolList(MethodView):
     @blp.response(200, ToolDefinitionSchema(many=True))
     def get(self) -> list[dict[str, Any]]:
         """List every tool as an OpenAI-style function definition"""
-        owner()
+        owner_or_agent()
         return services().broker.registry.definitions()
 
 
@@ -31,7 +31,7 @@ class ToolList(MethodView):
 @blp.response(200, ToolResultSchema)
 def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[str, Any]:
     """Call one tool; the envelope says done, failed, denied, running or pending_approval"""
-    caller = owner()
+    caller = owner_or_agent()
     arguments = body["arguments"]
     if arguments is None:
         arguments = {}
@@ -45,10 +45,9 @@ def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[st
         job_run_id=body["job_run_id"],
         mode=body["mode"],
     )
-    assert caller.owner_id is not None
     broker = services().broker
-    outcome = broker.call(caller.owner_id, request)
+    outcome = broker.call(caller, request)
     if query["wait"] > 0 and outcome.status in OPEN_STATES:
-        call = broker.get_call(caller.owner_id, outcome.call_id, wait=query["wait"])
+        call = broker.get_call(caller, outcome.call_id, wait=query["wait"])
         outcome = CallOutcome.of(call)
     return outcome.envelope()

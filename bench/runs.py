@@ -115,7 +115,7 @@ class System:
 
     def __enter__(self) -> System:
         self.cli("db", "upgrade")
-        token = self.cli("tokens", "create", "--owner", NODE)
+        token = self.cli("tokens", "create", "--owner", NODE, "--role", "owner")
         self.headers = {"Authorization": f"Bearer {token}"}
         key = self.cli("keys", "show")
         self.start("api", "--workers", "2")

@@ -70,25 +70,36 @@ def tokens() -> None:
 
 @tokens.command("create")
 @click.option("--owner", "owner_name", required=True, help="The owner's name")
+@click.option(
+    "--role",
+    required=True,
+    type=click.Choice(["agent", "owner"]),
+    help="agent: call tools and read; owner: everything, approvals included",
+)
 @click.option("--label", default=None, help="What the token is for")
-def tokens_create(owner_name: str, label: str | None) -> None:
-    """Create an owner token; it is printed once, alone on the last line."""
+def tokens_create(owner_name: str, role: str, label: str | None) -> None:
+    """Create an agent or owner token; it is printed once, alone on the last line."""
     from sqlalchemy.exc import DBAPIError
 
     from store.db import make_engine, make_sessions, transaction
-    from store.tokens import create_owner_token
+    from store.errors import StoreError
+    from store.tokens import create_token
 
     settings = load_settings()
     sessions = make_sessions(make_engine(settings.database))
     try:
         with transaction(sessions) as session:
-            token = create_owner_token(session, owner_name, label=label)
+            token = create_token(session, owner_name, role, label=label)
+    except StoreError as e:
+        raise click.ClickException(e.message) from e
     except DBAPIError as e:
         raise click.ClickException(
             f"Can't store the token in the database ({e.orig}); "
             "run `skillfleet db upgrade` (or `make up`) first."
         ) from e
-    click.echo(f"Token for owner '{owner_name}' (shown once, store it safely):", err=True)
+    click.echo(
+        f"Token for owner '{owner_name}', role {role} (shown once, store it safely):", err=True
+    )
     click.echo(token)
 
 

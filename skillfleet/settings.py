@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -50,6 +51,8 @@ class Settings:
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     task_events: bool = False
     log_level: str = "info"
+    metrics_public: bool = False
+    metrics_token: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -62,6 +65,21 @@ class Settings:
         if self.database_url:
             return normalise_database_url(self.database_url)
         return f"sqlite:///{(self.data_dir / 'skillfleet.db').resolve()}"
+
+    @property
+    def listens_on_loopback(self) -> bool:
+        """Whether `skillfleet api`/`up` bind the API to a loopback address only."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False  # a host name: assume it is reachable from elsewhere
+
+    @property
+    def metrics_open(self) -> bool:
+        """/metrics needs no token: the API listens on loopback only, or the operator said so."""
+        return self.metrics_public or self.listens_on_loopback
 
     @property
     def embedded_redis_file(self) -> Path:
@@ -120,6 +138,8 @@ class Settings:
             visibility_timeout=_int(
                 env, "SKILLFLEET_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT
             ),
+            metrics_public=_bool(env, "SKILLFLEET_METRICS_PUBLIC"),
+            metrics_token=env.get("SKILLFLEET_METRICS_TOKEN") or None,
             extra=config,
         )
 

@@ -19,6 +19,7 @@ import click
 from skillfleet.settings import Settings
 
 TOKEN_FILE = "owner-token"
+AGENT_TOKEN_FILE = "agent-token"
 LOCAL_NODE = "local"
 BOOTSTRAP_OWNER = "owner"
 REDIS_SOCKET = "redis.socket"
@@ -160,6 +161,26 @@ def owner_token(settings: Settings) -> str:
     return token
 
 
+def agent_token(settings: Settings) -> str:
+    """An agent token of the bootstrap owner, kept under the data dir (0600) across restarts.
+
+    A kept token that was deleted (or is not that owner's agent token) is replaced.
+    """
+    from store.db import make_engine, make_sessions, transaction
+    from store.tokens import Role, authenticate, create_token
+
+    path = settings.data_dir / AGENT_TOKEN_FILE
+    engine = make_engine(settings.database)
+    with transaction(make_sessions(engine)) as session:
+        token = path.read_text().strip() if path.exists() else ""
+        found = authenticate(session, token) if token else None
+        if found is None or found.role != Role.AGENT or found.owner_name != BOOTSTRAP_OWNER:
+            token = create_token(session, BOOTSTRAP_OWNER, Role.AGENT, label="bootstrap agent")
+            _write_private(path, token)
+    engine.dispose()
+    return token
+
+
 def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -173,7 +194,7 @@ def run_up(settings: Settings) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.database)
     check_start_up(settings)
-    token = owner_token(settings)
+    tokens = (owner_token(settings), agent_token(settings))
     env = dict(os.environ, SKILLFLEET_DATA_DIR=str(settings.data_dir))
     env["SKILLFLEET_URL"] = f"http://{settings.host}:{settings.port}"
     stopping = False
@@ -196,7 +217,7 @@ def run_up(settings: Settings) -> int:
         if _wait_until_up(settings, api, lambda: stopping):
             spark_note = _spark_status(settings)
             workers = _start_workers(settings, env, running, spark=spark_note is None)
-            _announce(settings, token, list(workers), spark_note)
+            _announce(settings, tokens, list(workers), spark_note)
         while not stopping and api.poll() is None:
             _report_stopped_workers(settings, workers)
             time.sleep(0.2)
@@ -299,7 +320,10 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
             child.wait()
 
 
-def _announce(settings: Settings, token: str, workers: list[str], note: str | None) -> None:
+def _announce(
+    settings: Settings, tokens: tuple[str, str], workers: list[str], note: str | None
+) -> None:
+    owner, agent = tokens
     url = f"http://{settings.host}:{settings.port}"
     click.echo(f"skillfleet is running on {url}")
     click.echo(f"  API docs:    {url}/api/docs")
@@ -310,5 +334,8 @@ def _announce(settings: Settings, token: str, workers: list[str], note: str | No
     if note:
         click.echo(note)
     click.echo("  Press Ctrl-C to stop.")
-    click.echo(f"  owner token: {token}")
-    click.echo(f"  export SKILLFLEET_URL={url} SKILLFLEET_TOKEN={token}")
+    click.echo(f"  owner token: {owner}")
+    click.echo(f"  agent token: {agent}")
+    click.echo("  The owner token is yours: console, approvals, the CLI. Give agents the agent")
+    click.echo("  token: it calls tools and reads calls and runs, but can't answer approvals.")
+    click.echo(f"  export SKILLFLEET_URL={url} SKILLFLEET_TOKEN={owner}")

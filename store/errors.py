@@ -160,3 +160,29 @@ class UnsafePath(StoreError):
 
     code = "invalid_name"
     status = 422
+class TokenNotFound(StoreError):
+    """Raised when the caller's owner has no token with that id."""
+
+    code = "token_not_found"
+    status = 404
+
+
+class InvalidTokenRole(StoreError):
+    """Raised when a new token's role is neither `owner` nor `agent`."""
+
+    code = "invalid_role"
+    status = 422
+
+
+class InvalidTokenLabel(StoreError):
+    """Raised when a token's label is not a short line of text."""
+
+    code = "invalid_label"
+    status = 422
+
+
+class TooManyTokens(StoreError):
+    """Raised when an owner already holds the maximum number of tokens."""
+
+    code = "too_many_tokens"
+    status = 409

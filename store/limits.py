@@ -31,3 +31,6 @@ MAX_ARCHIVE_ENTRIES = MAX_FILES + 100  # directories count as entries too
 MAX_BUNDLE_ENTRIES = 5000
 MAX_BUNDLE_BYTES = 50 * MIB
 MAX_BUNDLE_FOLDERS = 500  # GitHub folder listings, one request each
+# API tokens.
+MAX_OWNER_TOKENS = 100  # per owner, owner and agent tokens together
+MAX_TOKEN_LABEL_CHARS = 200

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    CheckConstraint,
     DateTime,
     ForeignKey,
     Integer,
@@ -60,13 +61,21 @@ class Owner(Base):
 
 
 class ApiToken(Base):
-    """A bearer token, stored as its SHA-256; an owner's or a node agent's."""
+    """A bearer token, stored as its SHA-256: an owner's (role owner or agent) or a node agent's."""
 
     __tablename__ = "api_tokens"
+    __table_args__ = (
+        CheckConstraint(
+            "(kind = 'node' AND role IS NULL) OR (kind = 'owner' AND role IN ('owner', 'agent'))",
+            name="role",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     kind: Mapped[str] = mapped_column(String(16))  # "owner" or "node"
+    # An owner's token: "owner" does everything of that owner, "agent" calls tools and reads.
+    role: Mapped[str | None] = mapped_column(String(16))
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
     node_name: Mapped[str | None] = mapped_column(String(64))
     label: Mapped[str | None] = mapped_column(String(200))

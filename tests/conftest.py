@@ -24,7 +24,7 @@ from skillfleet.settings import Settings, normalise_database_url
 from store.db import make_engine, transaction
 from store.migrate import upgrade
 from store.models import Base
-from store.tokens import create_owner_token
+from store.tokens import Role, create_owner_token, create_token
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -134,3 +134,15 @@ def auth(token: str) -> dict[str, str]:
 def other_auth(services: Services) -> dict[str, str]:
     with transaction(services.sessions) as session:
         return {"Authorization": f"Bearer {create_owner_token(session, 'bob')}"}
+
+
+@pytest.fixture
+def agent_token(services: Services, token: str) -> str:
+    """An agent token of alice, the owner `auth` stands for."""
+    with transaction(services.sessions) as session:
+        return create_token(session, "alice", Role.AGENT, label="alice's agent")
+
+
+@pytest.fixture
+def agent_auth(agent_token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {agent_token}"}

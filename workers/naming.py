@@ -71,3 +71,8 @@ def nodes_sync() -> str:
 def run_events_channel(run_id: str) -> str:
     """Pub/sub channel announcing that a run's stream got a new entry (wakes waiters)."""
     return f"{PREFIX}:run:{run_id}:wake"
+
+
+def tokens_generation() -> str:
+    """A counter bumped whenever a token is deleted, so every API process drops cached tokens."""
+    return f"{PREFIX}:tokens:generation"

@@ -5,7 +5,7 @@ paths) have none. Existing owned skills stay with the bootstrap owner. Skill gra
 the full content hash. Turn counts let the call limit per turn be admitted atomically.
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-12-01 00:10:00
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
-down_revision: str | None = "0003"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -62,24 +62,51 @@ def table_row(output: str, name: str) -> list[str]:
     raise AssertionError(f"no row for {name!r} in:\n{output}")
 
 
+def create_token(up: Running, *args: str) -> subprocess.CompletedProcess[str]:
+    data_dir = str(up.data_dir)
+    return cli("tokens", "create", *args, url=up.url, token=None, SKILLFLEET_DATA_DIR=data_dir)
+
+
 def test_tokens_create_prints_the_token_alone_on_the_last_line_and_it_works(
     up: Running,
 ) -> None:
-    data_dir = str(up.data_dir)
-    result = cli(
-        "tokens", "create", "--owner", "bob", url=up.url, token=None, SKILLFLEET_DATA_DIR=data_dir
-    )
+    result = create_token(up, "--owner", "bob", "--role", "owner")
 
     assert result.returncode == 0, result.stderr
     last_line = result.stdout.splitlines()[-1]
     assert TOKEN.fullmatch(last_line)
-    assert "Token for owner 'bob'" in result.stderr
+    assert "Token for owner 'bob', role owner" in result.stderr
     assert last_line != up.token
     answer = httpx.get(
-        f"{up.url}/api/skills", headers={"Authorization": f"Bearer {last_line}"}, timeout=10
+        f"{up.url}/api/settings", headers={"Authorization": f"Bearer {last_line}"}, timeout=10
     )
     assert answer.status_code == 200
     assert cli("skills", "list", url=up.url, token=last_line).returncode == 0
+
+
+def test_an_agent_token_from_the_cli_lists_skills_but_cannot_delete_one(up: Running) -> None:
+    result = create_token(up, "--owner", "carol", "--role", "agent", "--label", "chat agent")
+    assert result.returncode == 0, result.stderr
+    agent = result.stdout.splitlines()[-1]
+    assert TOKEN.fullmatch(agent)
+
+    assert cli("skills", "list", url=up.url, token=agent).returncode == 0
+    refused = cli("skills", "delete", "skill-authoring", url=up.url, token=agent)
+
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("Error (owner_only): Only the owner's own token can do this")
+
+
+def test_tokens_create_needs_a_role_and_refuses_an_unknown_one(up: Running) -> None:
+    missing = create_token(up, "--owner", "dave")
+    unknown = create_token(up, "--owner", "dave", "--role", "root")
+    too_long = create_token(up, "--owner", "dave", "--role", "agent", "--label", "x" * 201)
+
+    assert missing.returncode == 2 and "Missing option '--role'" in missing.stderr
+    assert unknown.returncode == 2 and "'root' is not one of 'agent', 'owner'" in unknown.stderr
+    assert too_long.returncode == 1
+    assert "at most 200 are allowed" in too_long.stderr
+    assert "" == missing.stdout == unknown.stdout == too_long.stdout
 
 
 def test_tokens_create_on_an_unmigrated_data_dir_says_to_run_db_upgrade(tmp_path: Path) -> None:
@@ -87,8 +114,9 @@ def test_tokens_create_on_an_unmigrated_data_dir_says_to_run_db_upgrade(tmp_path
     empty.mkdir()
 
     result = skillfleet(
-        "tokens", "create", "--owner", "bob", env=clean_env(SKILLFLEET_DATA_DIR=str(empty))
-    )
+        "tokens", "create", "--owner", "bob", "--role", "agent",
+        env=clean_env(SKILLFLEET_DATA_DIR=str(empty)),
+    )  # fmt: skip
 
     assert result.returncode == 1
     assert result.stdout == ""

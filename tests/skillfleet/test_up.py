@@ -30,6 +30,7 @@ START_LIMIT = 60.0
 STOP_LIMIT = 20.0
 REFUSAL_LIMIT = 15.0  # a refused start-up ends by itself, well before this
 TOKEN_LINE = re.compile(r"^\s*owner token: (\S+)\s*$")
+AGENT_TOKEN_LINE = re.compile(r"^\s*agent token: (\S+)\s*$")
 # Variables of the developer's shell that would point a test at another database or server.
 CLEARED = (
     "DATABASE_URL",
@@ -132,6 +133,12 @@ class Running:
         """Read stdout until the owner token line; the token (also kept as `self.token`)."""
         self.token = self.read_until(TOKEN_LINE).group(1)
         return self.token
+
+    def read_lines_until_export(self) -> list[str]:
+        """The banner's lines from here to the `export …` line that ends it."""
+        start = len(self.lines)
+        self.read_until(re.compile(r"^\s*export SKILLFLEET_URL="))
+        return self.lines[start:]
 
     def rest_of_output(self) -> list[str]:
         """Every line still to come; call once the process has ended."""
@@ -267,16 +274,40 @@ def test_sigterm_to_skillfleet_alone_also_stops_its_children(up: Running) -> Non
     assert not listening(up.port)
 
 
+def test_up_prints_an_agent_token_that_calls_tools_but_cannot_answer_approvals(
+    up: Running,
+) -> None:
+    owner = up.wait_for_token()
+    agent = up.read_until(AGENT_TOKEN_LINE).group(1)
+    assert agent.startswith("sf_") and agent != owner
+    assert any("Give agents the agent" in line for line in up.read_lines_until_export())
+
+    called = httpx.post(
+        f"{up.url}/api/tools/list_skills", headers=bearer(agent), json={}, timeout=10
+    )
+    assert called.status_code == 200 and called.json()["status"] == "done"
+    answer = httpx.post(
+        f"{up.url}/api/approvals/0a0b", headers=bearer(agent), json={"decision": "approve"},
+        timeout=10,
+    )  # fmt: skip
+    assert answer.status_code == 403 and answer.json()["code"] == "owner_only"
+    kept = up.data_dir / "agent-token"
+    assert kept.read_text().strip() == agent
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+
 def test_a_restart_on_the_same_data_dir_prints_the_same_owner_token(
     start: Callable[..., Running],
 ) -> None:
     first = start()
     token = first.wait_for_token()
+    agent = first.read_until(AGENT_TOKEN_LINE).group(1)
     assert first.ctrl_c() == 0
 
     again = start()
 
     assert again.wait_for_token() == token
+    assert again.read_until(AGENT_TOKEN_LINE).group(1) == agent
     assert (
         httpx.get(f"{again.url}/api/skills", headers=bearer(token), timeout=10).status_code == 200
     )

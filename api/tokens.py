@@ -1,0 +1,56 @@
+"""The owner's API tokens: create (shown once), list without secrets, delete (refused at once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import structlog
+from flask.views import MethodView
+from flask_smorest import Blueprint
+
+from api.auth import bump_token_generation, owner_only
+from api.schemas import NewTokenSchema, TokenCreateSchema, TokenSchema
+from api.services import services
+from store.db import transaction
+from store.models import ApiToken
+from store.tokens import issue_token, owner_tokens, revoke_token
+
+log = structlog.get_logger(__name__)
+
+blp = Blueprint("tokens", __name__, url_prefix="/api/tokens", description="API tokens")
+
+
+@blp.route("")
+class Tokens(MethodView):
+    @blp.response(200, TokenSchema(many=True))
+    def get(self) -> list[ApiToken]:
+        """List your owner and agent tokens (never the tokens themselves)"""
+        caller = owner_only()
+        with services().sessions() as session:
+            return owner_tokens(session, caller)
+
+    @blp.arguments(TokenCreateSchema)
+    @blp.response(201, NewTokenSchema)
+    def post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a token: role `agent` for an agent's tool calls, `owner` for everything"""
+        caller = owner_only()
+        with transaction(services().sessions) as session:
+            row, token = issue_token(session, caller, body["role"], body["label"])
+        return {"id": row.id, "token": token, "role": row.role, "label": row.label}
+
+
+@blp.route("/<int:token_id>", methods=["DELETE"])
+@blp.response(204)
+def delete_token(token_id: int) -> None:
+    """Delete a token; every API process refuses it from the next request on"""
+    caller = owner_only()
+    with transaction(services().sessions) as session:
+        revoke_token(session, caller, token_id)
+        # Before the commit: when Redis can't be told, the request fails and nothing changes.
+        bump_token_generation()
+    try:
+        # And after it, for a process that read the token again in between.
+        bump_token_generation()
+    except redis.RedisError as e:
+        log.warning("could not announce a deleted token a second time", error=str(e))
