@@ -63,10 +63,22 @@ def _spec_kwargs() -> dict[str, Any]:
 
 
 def _register_blueprints(api: SkillfleetApi) -> None:
-    from api import approvals, calls, chats, health, metrics, nodes, runs, settings, skills, tools
+    from api import (
+        approvals,
+        calls,
+        chats,
+        health,
+        metrics,
+        nodes,
+        review,
+        runs,
+        settings,
+        skills,
+        tools,
+    )
 
     modules = (health, skills, tools, calls, approvals, chats, settings, runs, nodes, metrics)
-    for module in modules:
+    for module in (*modules, review):
         api.register_blueprint(module.blp)
 
 

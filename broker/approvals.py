@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from broker import callstate
 from broker.callstate import CallStatus
 from broker.classify import CallPlan
+from broker.editplans import refuse_expired
 from broker.errors import ApprovalAnswered, ApprovalNotFound
 from broker.warnings import warning_for
 from store.models import Approval, ToolCall, utcnow
@@ -75,6 +76,7 @@ def claim_for_answer(session: Session, owner_id: int, approval_id: str) -> Appro
     approval = session.scalar(select(Approval).where(Approval.id == approval_id).with_for_update())
     if approval is None or approval.owner_id != owner_id:
         raise ApprovalNotFound(f"You have no approval '{approval_id}'.")
+    refuse_expired(approval)
     if approval.status != PENDING:
         raise ApprovalAnswered(f"This approval was already answered: it is {approval.status}.")
     # The conditional update is the claim: of two answers racing, exactly one changes the row.

@@ -25,3 +25,15 @@ MAX_COMPATIBILITY_CHARS = 500
 # Archives: refuse compression ratios no honest skill has.
 MAX_COMPRESSION_RATIO = 200
 MAX_ARCHIVE_ENTRIES = MAX_FILES + 100  # directories count as entries too
+
+# The authoring loop: edit plans (diffs the owner approves) and chat review.
+MAX_EDIT_PLANS = 200  # pending per owner; the oldest expires first
+MAX_DIFF_FILE_BYTES = 32 * KIB
+MAX_DIFF_BYTES = 192 * KIB
+MAX_REVIEWED_CHATS = 2000  # reviewed-chat records per owner; the oldest are dropped
+MAX_TRANSCRIPT_CALLS = 200  # calls read_chat_transcript returns, the latest
+MAX_LISTED_CHATS = 200  # chats list_chats returns, the newest
+
+# Lint: where a reviewer should look (warnings never block).
+LINT_MAX_BODY_LINES = 500
+LINT_MIN_DESCRIPTION_CHARS = 20
