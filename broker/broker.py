@@ -77,6 +77,7 @@ class Broker:
             tier=str(tool.tier),
             mode=request.mode,
             status=CallStatus.DECIDING,
+            arguments=request.arguments,  # as sent, until classify reads them (chat review)
         )
         try:
             if request.repeated and tool.name in READ_EXACTLY:

@@ -176,7 +176,7 @@ def hold(session: Session, call: ToolCall, approval: Approval, draft: EditDraft)
     )
     for old in pending[: max(0, len(pending) - MAX_EDIT_PLANS + 1)]:
         _expire(session, old, f"At most {MAX_EDIT_PLANS} edit plans are held; a newer one came.")
-    now = utcnow()
+    now = approval.created_at  # the plan and its approval share their time
     plan = EditPlan(
         id=str(uuid.uuid4()),
         owner_id=call.owner_id,
