@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.auth import owner_id
+from api.nodes import broadcast_sync
 from api.schemas import ApprovalQuerySchema, ApprovalSchema, DecisionSchema
 from api.services import services
 from broker import editplans
@@ -71,5 +72,7 @@ def get_approval(approval_id: str) -> ApprovalCard:
 def answer_approval(body: dict[str, Any], approval_id: str) -> ApprovalCard:
     """Answer an approval: approve, approve_for_chat or deny; an approved call then runs"""
     approval = services().broker.answer(owner_id(), approval_id, body["decision"])
+    if approval.tool == "edit_skill" and approval.status == "approved":
+        broadcast_sync()  # the edited skill has a new package for the nodes
     with services().sessions() as session:
         return cards(session, [approval])[0]

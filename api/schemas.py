@@ -23,7 +23,9 @@ class SkillSchema(ma.Schema):
     enabled = ma.fields.Boolean()
     hash = ma.fields.String()
     revision = ma.fields.Integer()
-    source = ma.fields.String(metadata={"description": "builtin, path, upload, github or copy"})
+    source = ma.fields.String(
+        metadata={"description": "builtin, path, upload, github, copy or draft"}
+    )
     origin = ma.fields.String(allow_none=True)
     author = ma.fields.String()
     execution = ma.fields.String()

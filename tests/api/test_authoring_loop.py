@@ -174,3 +174,32 @@ def test_an_invalid_draft_is_refused_with_every_problem_and_nothing_is_saved(cli
     collided = tool(client, auth, "draft_skill", clash)
     assert collided["error"]["code"] == "archive_unsafe"
     assert client.get("/api/skills/broken-one", headers=auth).status_code == 404
+
+
+def test_draft_caps_hold_at_exactly_the_limit_and_refuse_one_over(client, auth):
+    for i in range(11):
+        tool(client, auth, "list_skills", {}, chat=f"chat-{i}")
+    chats = [f"chat-{i}" for i in range(11)]
+    files = {f"references/r{i:02d}.md": f"# R{i}\n" for i in range(41)}
+    at_limit = draft_arguments(
+        "capped",
+        files=dict(list(files.items())[:40]),
+        source_chats=chats[:10],
+        rationale="r" * 1000,
+    )
+    saved = tool(client, auth, "draft_skill", at_limit)
+    assert saved["status"] == "done", saved
+    detail = client.get("/api/skills/capped", headers=auth).json
+    assert detail["file_count"] == 41  # 40 files and SKILL.md
+    assert detail["source_chats"] == chats[:10] and len(detail["rationale"]) == 1000
+    for field, value, code in (
+        ("files", files, "skill_too_large"),
+        ("source_chats", chats, "invalid_call"),
+        ("rationale", "r" * 1001, "invalid_call"),
+    ):
+        over = tool(client, auth, "draft_skill", {**at_limit, field: value})
+        assert over["status"] == "failed", field
+        assert over["error"]["code"] == code and over["error"]["message"].startswith("HOST: ")
+    assert client.get("/api/skills/capped", headers=auth).json["hash"] == detail["hash"]
+    ghost = tool(client, auth, "draft_skill", {**at_limit, "source_chats": ["ghost"]})
+    assert ghost["error"]["code"] == "chat_not_found"

@@ -200,13 +200,22 @@ def test_a_file_diff_of_exactly_32_kib_is_held_and_one_byte_more_is_413(client, 
     assert "references/long.md" in over["error"]["message"]
 
 
-def test_a_whole_diff_over_192_kib_is_413(client, auth, report):
-    files = {f"references/part{i}.md": "b" * (30 * 1024) + "\n" for i in range(7)}
+def full_file_diff(path: str) -> str:
+    """Text for a new file whose diff is exactly 32 KiB."""
+    header = f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n"
+    return "b" * (32 * 1024 - len(header) - 2) + "\n"
+
+
+def test_a_whole_diff_of_exactly_192_kib_is_held_and_more_is_413(client, auth, report):
+    files = {f"references/part{i}.md": full_file_diff(f"references/part{i}.md") for i in range(6)}
+    at_limit = tool(client, auth, "edit_skill", edit(files))
+    assert at_limit["status"] == "pending_approval", at_limit
+    card = client.get(f"/api/approvals/{at_limit['approval_id']}", headers=auth).json
+    assert len(card["diff"].encode()) == 192 * 1024
+    files["references/z.md"] = "z\n"
     over = tool(client, auth, "edit_skill", edit(files))
     assert over["status"] == "failed" and over["error"]["code"] == "diff_too_large"
     assert "192 KiB" in over["error"]["message"]
-    del files["references/part6.md"]
-    assert tool(client, auth, "edit_skill", edit(files))["status"] == "pending_approval"
 
 
 def test_an_expired_plan_answers_410_and_changes_nothing(client, auth, services, report):
