@@ -26,6 +26,7 @@ from api.schemas import (
     ZipUploadSchema,
 )
 from api.services import services
+from store.drafts import encoded
 from store.edits import install_edit
 from store.hashing import regular_files
 from store.importing import import_github, import_zip
@@ -165,7 +166,7 @@ class SkillFile(MethodView):
     def put(self, body: dict[str, Any], name: str, path: str) -> dict[str, Any]:
         """Write one file of your skill (text, at most 256 KiB); the skill gets a new hash"""
         content = body["content"]
-        if len(content.encode("utf-8")) > MAX_EDITABLE_BYTES:
+        if len(encoded(content, path)) > MAX_EDITABLE_BYTES:
             raise ApiError(
                 413,
                 "file_too_large",

@@ -26,7 +26,7 @@ from broker.context import ToolContext
 from broker.editargs import EditArguments
 from broker.errors import DiffTooLarge, EditPlanExpired, InvalidCall
 from store.archive import SKILL_FILE, size_text
-from store.drafts import skill_md_text, with_schema
+from store.drafts import encoded, skill_md_text, with_schema
 from store.edits import apply_changes, copy_of, install_edit
 from store.errors import SkillBuiltin, SkillChanged, SkillInvalid, SkillTooLarge
 from store.hashing import regular_files
@@ -65,7 +65,7 @@ def plan_edit(store: SkillStore, skill: Skill, edit: EditArguments) -> EditDraft
             f"HOST: '{skill.name}' is a read-only {skill.source} skill; it can't be edited."
         )
     for path, text in edit.files.items():
-        if text is not None and len(text.encode("utf-8")) > MAX_EDITABLE_BYTES:
+        if text is not None and len(encoded(text, path)) > MAX_EDITABLE_BYTES:
             raise SkillTooLarge(
                 f"HOST: changes.files['{path[:200]}'] is over {size_text(MAX_EDITABLE_BYTES)}, "
                 "the most an edit may write to one file."
@@ -119,7 +119,7 @@ def _read(path: Path) -> bytes | None:
 
 
 def _changes(old: bytes | None, new: str | None) -> bool:
-    return old != (None if new is None else new.encode("utf-8"))
+    return old != (None if new is None else encoded(new, "The new text"))
 
 
 def _diff(old: dict[str, bytes | None], files: dict[str, str | None]) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from store.archive import SKILL_FILE, Parts, Staging, split_entry_name, write_tree
-from store.errors import ArchiveUnsafe, SkillBuiltin, SkillLocked
+from store.errors import ArchiveUnsafe, SkillBuiltin, SkillInvalid, SkillLocked
 from store.models import Skill
 from store.paths import inside
 from store.schemas import SCHEMA_KEY
@@ -67,6 +67,15 @@ def with_schema(metadata: Mapping[str, Any], schema: object) -> dict[str, Any]:
     return updated
 
 
+def encoded(text: str, label: str) -> bytes:
+    """`text` as UTF-8; a lone surrogate (possible in JSON) is refused, naming `label`."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        problem = f"{label} is not valid UTF-8 text: it holds a lone surrogate."
+        raise SkillInvalid(problem, errors=[problem]) from e
+
+
 def check_path(path: str) -> Parts:
     """The parts of a file path an agent or owner names, with the refusals of an import."""
     try:
@@ -92,8 +101,8 @@ def save_draft(store: SkillStore, owner_id: int, draft: Draft) -> Skill:
     """Save a new disabled draft, or replace the assistant's own untouched draft of that name."""
     metadata = with_schema(draft.metadata, draft.parameters_schema)
     text = skill_md_text(draft.name, draft.description, draft.body, metadata)
-    files = {SKILL_FILE: text.encode("utf-8")}
-    files.update((path, content.encode("utf-8")) for path, content in draft.files.items())
+    files = {SKILL_FILE: encoded(text, SKILL_FILE)}
+    files.update((path, encoded(content, path)) for path, content in draft.files.items())
 
     def annotate(skill: Skill, info: SkillInfo) -> None:
         skill.source_chats = list(draft.source_chats)

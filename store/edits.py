@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from store.archive import Staging
-from store.drafts import check_path
+from store.drafts import check_path, encoded
 from store.errors import (
     InvalidResourcePath,
     ResourceNotFound,
@@ -85,7 +85,7 @@ def _write(root: Path, target: Path, path: str, text: str) -> None:
     if target.is_symlink() or target.is_dir():
         raise InvalidResourcePath(f"'{path}' is a folder or a link, not a file.")
     parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(text.encode("utf-8"))
+    target.write_bytes(encoded(text, path))
 
 
 def install_edit(

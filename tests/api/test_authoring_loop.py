@@ -4,6 +4,8 @@ drafts a skill, the owner enables it by hash, and every later change is a diff t
 
 from __future__ import annotations
 
+import json
+
 from toolcalls import draft_arguments, tool
 
 from store.hashing import file_digest
@@ -173,6 +175,13 @@ def test_an_invalid_draft_is_refused_with_every_problem_and_nothing_is_saved(cli
     clash = draft_arguments("broken-one", files={"a.md": "x", "A.md": "y"})
     collided = tool(client, auth, "draft_skill", clash)
     assert collided["error"]["code"] == "archive_unsafe"
+    raw = json.dumps({"arguments": draft_arguments("broken-one", files={"a.md": "x"})})
+    lone = raw.replace('"a.md": "x"', '"a.md": "\\ud800"')
+    surrogate = client.post(
+        "/api/tools/draft_skill", headers=auth, data=lone, content_type="application/json"
+    ).json
+    assert surrogate["error"]["code"] == "skill_invalid"
+    assert "a.md is not valid UTF-8 text" in surrogate["error"]["message"]
     assert client.get("/api/skills/broken-one", headers=auth).status_code == 404
 
 
