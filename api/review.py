@@ -28,7 +28,6 @@ def review_queue() -> dict[str, Any]:
         Skill.owner_id == caller,
         Skill.author == "assistant",
         Skill.enabled.is_(False),
-        Skill.locked.is_(False),
     )
     pending = select(EditPlan).where(
         EditPlan.owner_id == caller, EditPlan.status == editplans.PENDING

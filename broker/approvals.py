@@ -107,3 +107,9 @@ def make_stale(session: Session, approval: Approval, reason: str) -> None:
     approval.status = STALE
     approval.answered_at = utcnow()
     callstate.answer(session, approval.call_id, CallStatus.FAILED, error=("skill_changed", reason))
+
+
+def void_after_approval(session: Session, approval: Approval) -> None:
+    """The approved call could not run because its skill moved meanwhile: the approval is void."""
+    session.execute(update(Approval).where(Approval.id == approval.id).values(status=STALE))
+    approval.status = STALE

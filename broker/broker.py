@@ -280,7 +280,14 @@ class Broker:
             if approval.tool == "edit_skill":  # the edit was made against the old content
                 raise SkillChanged(f"{stale} Nothing was written.")
             raise ApprovalStale(stale)
-        self._resume(approval)
+        outcome = self._resume(approval)
+        error = outcome.error or {}
+        if approval.tool == "edit_skill" and error.get("code") == "skill_changed":
+            # The skill moved between the check above and the write: the owner hears it too.
+            with transaction(self.sessions) as session:
+                approvals.void_after_approval(session, approval)
+                editplans.settle(session, approval.id, editplans.STALE)
+            raise SkillChanged(error.get("message", "").removeprefix("HOST: "))
         return approval
 
     def _stale_reason(self, approval: Approval) -> str | None:
@@ -313,7 +320,7 @@ class Broker:
         elif approval.job_run_id is not None:
             add_grant(session, approval.owner_id, JOB, approval.job_run_id, approval.grant_key)
 
-    def _resume(self, approval: Approval) -> None:
+    def _resume(self, approval: Approval) -> CallOutcome:
         """Run the approved call exactly as it was asked: the stored, normalised arguments."""
         with self.sessions() as session:
             call = session.get(ToolCall, approval.call_id)
@@ -323,13 +330,12 @@ class Broker:
         try:
             plan = plan_call(tool, _replayable(approval), self.store, approval.owner_id)
         except SkillfleetError as e:
-            self._fail(call, None, e, new=False)
-            return
+            return self._fail(call, None, e, new=False)
         if plan.skill is not None and plan.skill.hash != approval.skill_hash:
             # The skill changed between the stale check and now: run nothing.
-            self._end(call, CallStatus.FAILED, error=("skill_changed", "The skill changed."))
-            return
-        self._run(call, chat, plan, new=False)
+            error = ("skill_changed", "The skill changed after you approved; nothing ran.")
+            return self._end(call, CallStatus.FAILED, error=error)
+        return self._run(call, chat, plan, new=False)
 
     def get_call(self, owner_id: int, call_id: str, wait: float = 0) -> ToolCall:
         """The owner's call; with `wait`, after it reached an end state or the time ran out."""
