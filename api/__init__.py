@@ -70,6 +70,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         health,
         metrics,
         nodes,
+        review,
         runs,
         settings,
         skills,
@@ -88,6 +89,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         runs,
         nodes,
         tokens,
+        review,
         metrics,
     )
     for module in modules:

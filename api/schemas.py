@@ -23,7 +23,9 @@ class SkillSchema(ma.Schema):
     enabled = ma.fields.Boolean()
     hash = ma.fields.String()
     revision = ma.fields.Integer()
-    source = ma.fields.String(metadata={"description": "builtin, path, upload, github or copy"})
+    source = ma.fields.String(
+        metadata={"description": "builtin, path, upload, github, copy or draft"}
+    )
     origin = ma.fields.String(allow_none=True)
     author = ma.fields.String()
     execution = ma.fields.String()
@@ -32,6 +34,13 @@ class SkillSchema(ma.Schema):
     size_bytes = ma.fields.Integer()
     read_only = ma.fields.Boolean()
     locked = ma.fields.Boolean()
+    lint_warnings = ma.fields.List(
+        ma.fields.String(),
+        allow_none=True,
+        metadata={"description": "Review warnings: where to look before enabling"},
+    )
+    source_chats = ma.fields.List(ma.fields.String(), allow_none=True)
+    rationale = ma.fields.String(allow_none=True)
     created_at = ma.fields.DateTime()
     updated_at = ma.fields.DateTime()
     warnings = ma.fields.List(
@@ -53,6 +62,52 @@ class SkillDetailSchema(SkillSchema):
     unknown_keys = ma.fields.Dict(
         keys=ma.fields.String(),
         metadata={"description": "Header keys outside the spec, as written; never read"},
+    )
+
+
+class FileEditSchema(ma.Schema):
+    content = ma.fields.String(required=True, metadata={"description": "The file's new text"})
+    hash = ma.fields.String(
+        load_default=None, metadata={"description": "The hash you edited; 409 if it moved"}
+    )
+
+
+class FileDeleteQuerySchema(ma.Schema):
+    hash = ma.fields.String(
+        load_default=None, metadata={"description": "The hash you edited; 409 if it moved"}
+    )
+
+
+class ReviewDraftSchema(ma.Schema):
+    name = ma.fields.String()
+    hash = ma.fields.String()
+    description = ma.fields.String()
+    source_chats = ma.fields.List(ma.fields.String(), allow_none=True)
+    rationale = ma.fields.String(allow_none=True)
+    lint_warnings = ma.fields.List(ma.fields.String(), allow_none=True)
+    updated_at = ma.fields.DateTime()
+
+
+class ReviewEditSchema(ma.Schema):
+    plan_id = ma.fields.String(attribute="id")
+    approval_id = ma.fields.String()
+    skill_name = ma.fields.String()
+    base_hash = ma.fields.String()
+    rationale = ma.fields.String()
+    lint_warnings = ma.fields.List(ma.fields.String())
+    diff = ma.fields.String()
+    created_at = ma.fields.DateTime()
+    expires_at = ma.fields.DateTime()
+
+
+class ReviewSchema(ma.Schema):
+    drafts = ma.fields.List(ma.fields.Nested(ReviewDraftSchema))
+    edits = ma.fields.List(ma.fields.Nested(ReviewEditSchema))
+    needs_review = ma.fields.Integer(
+        metadata={"description": "Drafts waiting to be enabled plus pending edit plans"}
+    )
+    chats_with_issues = ma.fields.Integer(
+        metadata={"description": "Unreviewed chats with declined, expired, failed, timed-out calls"}
     )
 
 
@@ -204,6 +259,14 @@ class ApprovalSchema(ma.Schema):
     rule = ma.fields.String(allow_none=True)
     warning = ma.fields.String()
     offers_chat_grant = ma.fields.Boolean()
+    diff = ma.fields.String(
+        allow_none=True, metadata={"description": "edit_skill: the unified diff to approve"}
+    )
+    lint_warnings = ma.fields.List(
+        ma.fields.String(),
+        allow_none=True,
+        metadata={"description": "edit_skill: review warnings of the edited skill"},
+    )
     created_at = ma.fields.DateTime()
     expires_at = ma.fields.DateTime()
     answered_at = ma.fields.DateTime(allow_none=True)

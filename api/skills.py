@@ -1,4 +1,4 @@
-"""The skills resource: list, import (zip or GitHub), read, duplicate, switch and delete."""
+"""The skills resource: list, import (zip or GitHub), read, edit, duplicate, switch, delete."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from api.schemas import (
     BundleImportSchema,
     DuplicateSchema,
     EnabledSchema,
+    FileDeleteQuerySchema,
+    FileEditSchema,
     GitHubImportSchema,
     ImportedSkillSchema,
     ImportQuerySchema,
@@ -25,9 +27,11 @@ from api.schemas import (
     ZipUploadSchema,
 )
 from api.services import services
+from store.drafts import encoded
+from store.edits import install_edit
 from store.hashing import regular_files
 from store.importing import BundleReport, import_github, import_zip
-from store.limits import MAX_FILE_BYTES
+from store.limits import MAX_EDITABLE_BYTES, MAX_FILE_BYTES
 from store.models import Skill
 
 BUNDLE_OK = "A folder of skills: every skill folder was imported"
@@ -148,21 +152,24 @@ def _bundle_response(report: BundleReport) -> Response:
     return response
 
 
+def _detail(skill: Skill) -> dict[str, Any]:
+    store = services().store
+    detail = {key: getattr(skill, key) for key in SkillSchema().fields}
+    detail["warnings"] = list(skill.warnings or [])
+    detail["files"] = [{"path": f.path, "size": f.size} for f in store.files(skill)]
+    info = store.info(skill)
+    detail["declared_name"] = info.declared_name
+    detail["allowed_tools"] = info.allowed_tools
+    detail["unknown_keys"] = info.unknown_keys
+    return detail
+
+
 @blp.route("/<name>")
 class SkillItem(MethodView):
     @blp.response(200, SkillDetailSchema)
     def get(self, name: str) -> dict[str, Any]:
         """Show one skill with its files"""
-        store = services().store
-        skill = store.get(owner_or_agent(), name)
-        detail = {key: getattr(skill, key) for key in SkillSchema().fields}
-        detail["warnings"] = list(skill.warnings or [])
-        detail["files"] = [{"path": f.path, "size": f.size} for f in store.files(skill)]
-        info = store.info(skill)
-        detail["declared_name"] = info.declared_name
-        detail["allowed_tools"] = info.allowed_tools
-        detail["unknown_keys"] = info.unknown_keys
-        return detail
+        return _detail(services().store.get(owner_or_agent(), name))
 
     @blp.response(204)
     def delete(self, name: str) -> None:
@@ -172,15 +179,45 @@ class SkillItem(MethodView):
 
 
 @blp.route("/<name>/files/<path:path>")
-@blp.response(200, content_type="application/octet-stream")
-def skill_file(name: str, path: str) -> Response:
-    """Download one file of a skill"""
+class SkillFile(MethodView):
+    @blp.response(200, content_type="application/octet-stream")
+    def get(self, name: str, path: str) -> Response:
+        """Download one file of a skill"""
+        store = services().store
+        clean, data = store.read_file(store.get(owner_or_agent(), name), path, MAX_FILE_BYTES)
+        mimetype = mimetypes.guess_type(clean)[0] or "application/octet-stream"
+        if mimetype.startswith("text/") or clean.endswith((".md", ".py", ".sh", ".js", ".mjs")):
+            mimetype = "text/plain; charset=utf-8"
+        return Response(data, mimetype=mimetype)
+
+    @blp.arguments(FileEditSchema)
+    @blp.response(200, SkillDetailSchema)
+    def put(self, body: dict[str, Any], name: str, path: str) -> dict[str, Any]:
+        """Write one file of your skill (text, at most 256 KiB); the skill gets a new hash"""
+        content = body["content"]
+        if len(encoded(content, path)) > MAX_EDITABLE_BYTES:
+            raise ApiError(
+                413,
+                "file_too_large",
+                f"A file edited here may hold at most {MAX_EDITABLE_BYTES // 1024} KiB of text.",
+            )
+        return _owner_edit(name, {path: content}, body["hash"])
+
+    @blp.arguments(FileDeleteQuerySchema, location="query")
+    @blp.response(200, SkillDetailSchema)
+    def delete(self, query: dict[str, Any], name: str, path: str) -> dict[str, Any]:
+        """Delete one file of your skill; the skill gets a new hash"""
+        return _owner_edit(name, {path: None}, query["hash"])
+
+
+def _owner_edit(name: str, changes: dict[str, str | None], expected: str | None) -> dict[str, Any]:
+    """An owner's edit: one atomic install; it locks an assistant draft against later drafts."""
+    caller = owner_only()
     store = services().store
-    clean, data = store.read_file(store.get(owner_or_agent(), name), path, MAX_FILE_BYTES)
-    mimetype = mimetypes.guess_type(clean)[0] or "application/octet-stream"
-    if mimetype.startswith("text/") or clean.endswith((".md", ".py", ".sh", ".js", ".mjs")):
-        mimetype = "text/plain; charset=utf-8"
-    return Response(data, mimetype=mimetype)
+    base = expected or store.get(caller, name).hash
+    skill = install_edit(store, caller, name, base, changes, by_owner=True)
+    broadcast_sync()
+    return _detail(skill)
 
 
 @blp.route("/<name>/duplicate", methods=["POST"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flask import request as http_request
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
@@ -11,6 +12,8 @@ from api.auth import owner_or_agent
 from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services
 from broker.calls import OPEN_STATES, CallOutcome, CallRequest
+from broker.classify import READ_EXACTLY
+from broker.editargs import repeated_fields
 from broker.errors import InvalidCall
 
 blp = Blueprint("tools", __name__, url_prefix="/api/tools", description="Tools for agents")
@@ -37,6 +40,8 @@ def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[st
         arguments = {}
     if not isinstance(arguments, dict):
         raise InvalidCall("'arguments' must be a JSON object of the tool's parameters.")
+    broker = services().broker
+    exact = tool in broker.registry.names and broker.registry.get(tool).name in READ_EXACTLY
     request = CallRequest(
         tool=tool,
         arguments=arguments,
@@ -44,8 +49,8 @@ def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[st
         turn_id=body["turn_id"],
         job_run_id=body["job_run_id"],
         mode=body["mode"],
+        repeated=repeated_fields(http_request.get_data()) if exact else (),
     )
-    broker = services().broker
     outcome = broker.call(caller, request)
     if query["wait"] > 0 and outcome.status in OPEN_STATES:
         call = broker.get_call(caller, outcome.call_id, wait=query["wait"])

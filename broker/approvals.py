@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from broker import callstate
 from broker.callstate import CallStatus
 from broker.classify import CallPlan
+from broker.editplans import refuse_expired
 from broker.errors import ApprovalAnswered, ApprovalNotFound
 from broker.warnings import warning_for
 from store.models import Approval, ToolCall, utcnow
@@ -75,6 +76,7 @@ def claim_for_answer(session: Session, owner_id: int, approval_id: str) -> Appro
     approval = session.scalar(select(Approval).where(Approval.id == approval_id).with_for_update())
     if approval is None or approval.owner_id != owner_id:
         raise ApprovalNotFound(f"You have no approval '{approval_id}'.")
+    refuse_expired(approval)
     if approval.status != PENDING:
         raise ApprovalAnswered(f"This approval was already answered: it is {approval.status}.")
     # The conditional update is the claim: of two answers racing, exactly one changes the row.
@@ -105,3 +107,9 @@ def make_stale(session: Session, approval: Approval, reason: str) -> None:
     approval.status = STALE
     approval.answered_at = utcnow()
     callstate.answer(session, approval.call_id, CallStatus.FAILED, error=("skill_changed", reason))
+
+
+def void_after_approval(session: Session, approval: Approval) -> None:
+    """The approved call could not run because its skill moved meanwhile: the approval is void."""
+    session.execute(update(Approval).where(Approval.id == approval.id).values(status=STALE))
+    approval.status = STALE

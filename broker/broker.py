@@ -12,11 +12,12 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from broker import approvals, callstate
+from broker import approvals, callstate, editplans
 from broker.calls import CallOutcome, CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
-from broker.classify import CallPlan, plan_call
+from broker.classify import READ_EXACTLY, CallPlan, plan_call
 from broker.context import Dispatcher, RecordingDispatcher, RunStarted, ToolContext
+from broker.editargs import repeated_message
 from broker.errors import (
     ApprovalStale,
     CallNotFound,
@@ -29,7 +30,7 @@ from broker.registry import Registry
 from broker.results import shape_result, tool_failure
 from broker.turns import MAX_CALLS_PER_TURN, admit, turn_key
 from store.db import SessionFactory, transaction
-from store.errors import ServiceUnavailable, SkillfleetError, SkillNotFound
+from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
 from store.models import Approval, Chat, ToolCall, utcnow
 from store.skills import SkillStore
 
@@ -76,8 +77,11 @@ class Broker:
             tier=str(tool.tier),
             mode=request.mode,
             status=CallStatus.DECIDING,
+            arguments=request.arguments,  # as sent, until classify reads them (chat review)
         )
         try:
+            if request.repeated and tool.name in READ_EXACTLY:
+                raise InvalidCall(repeated_message(request.repeated))
             plan = plan_call(tool, request.arguments, self.store, owner_id)
         except SkillfleetError as e:  # a call that can only fail fails before any policy
             return self._fail(call, None, e)
@@ -146,6 +150,8 @@ class Broker:
             session.flush()
             approval = approvals.create_approval(session, call, plan, decision.rule)
             call.approval_id = approval.id
+            if plan.edit is not None:
+                editplans.hold(session, call, approval, plan.edit)
         log.info("call waits for approval", call_id=call.id, tool=call.tool, rule=decision.rule)
         return CallOutcome.of(call)
 
@@ -254,6 +260,7 @@ class Broker:
             approval = approvals.claim_for_answer(session, owner_id, approval_id)
             if decision == "deny":
                 approvals.deny(session, approval)
+                editplans.settle(session, approval.id, editplans.DENIED)
                 return approval
             if decision == "approve_for_chat" and not approval.offers_chat_grant:
                 raise GrantNotOffered(
@@ -263,14 +270,24 @@ class Broker:
             stale = self._stale_reason(approval)
             if stale is not None:
                 approvals.make_stale(session, approval, stale)
+                editplans.settle(session, approval.id, editplans.STALE)
             else:
                 approval.status = approvals.ANSWERED[decision]
                 approval.answered_at = utcnow()
                 if decision == "approve_for_chat":
                     self._grant_for_chat(session, approval)
         if stale is not None:
+            if approval.tool == "edit_skill":  # the edit was made against the old content
+                raise SkillChanged(f"{stale} Nothing was written.")
             raise ApprovalStale(stale)
-        self._resume(approval)
+        outcome = self._resume(approval)
+        error = outcome.error or {}
+        if approval.tool == "edit_skill" and error.get("code") == "skill_changed":
+            # The skill moved between the check above and the write: the owner hears it too.
+            with transaction(self.sessions) as session:
+                approvals.void_after_approval(session, approval)
+                editplans.settle(session, approval.id, editplans.STALE)
+            raise SkillChanged(error.get("message", "").removeprefix("HOST: "))
         return approval
 
     def _stale_reason(self, approval: Approval) -> str | None:
@@ -303,7 +320,7 @@ class Broker:
         elif approval.job_run_id is not None:
             add_grant(session, approval.owner_id, JOB, approval.job_run_id, approval.grant_key)
 
-    def _resume(self, approval: Approval) -> None:
+    def _resume(self, approval: Approval) -> CallOutcome:
         """Run the approved call exactly as it was asked: the stored, normalised arguments."""
         with self.sessions() as session:
             call = session.get(ToolCall, approval.call_id)
@@ -313,13 +330,12 @@ class Broker:
         try:
             plan = plan_call(tool, _replayable(approval), self.store, approval.owner_id)
         except SkillfleetError as e:
-            self._fail(call, None, e, new=False)
-            return
+            return self._fail(call, None, e, new=False)
         if plan.skill is not None and plan.skill.hash != approval.skill_hash:
             # The skill changed between the stale check and now: run nothing.
-            self._end(call, CallStatus.FAILED, error=("skill_changed", "The skill changed."))
-            return
-        self._run(call, chat, plan, new=False)
+            error = ("skill_changed", "The skill changed after you approved; nothing ran.")
+            return self._end(call, CallStatus.FAILED, error=error)
+        return self._run(call, chat, plan, new=False)
 
     def get_call(self, owner_id: int, call_id: str, wait: float = 0) -> ToolCall:
         """The owner's call; with `wait`, after it reached an end state or the time ran out."""

@@ -25,6 +25,8 @@ class CallRequest:
     turn_id: str | None = None
     job_run_id: str | None = None
     mode: str = "execute"
+    # Dotted names under `arguments` the JSON body gave more than once (see broker.editargs).
+    repeated: tuple[str, ...] = ()
 
     def check(self) -> None:
         if self.mode not in MODES:

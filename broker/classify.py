@@ -10,6 +10,8 @@ from typing import Any
 import jsonschema
 
 from broker.arguments import MISSING, normalize
+from broker.editargs import read_edit
+from broker.editplans import EditDraft, plan_edit
 from broker.errors import (
     InvalidCall,
     SchemaMismatch,
@@ -36,7 +38,10 @@ NEEDS_SKILL = SKILL_TOOLS - {"draft_skill"}
 # Tools that only work on an enabled skill.
 NEEDS_ENABLED = frozenset({"load_skill", "read_skill_resource", "run_skill_script"})
 RUN = "run_skill_script"
-NEVER_GRANTED = frozenset({"edit_skill"})
+EDIT = "edit_skill"
+NEVER_GRANTED = frozenset({EDIT})
+# Tools whose arguments are read exactly: a field given twice in the JSON body is refused.
+READ_EXACTLY = frozenset({EDIT})
 DISABLED = "HOST: that skill is no longer enabled."
 
 
@@ -56,6 +61,7 @@ class CallPlan:
     script_arguments: dict[str, Any] = field(default_factory=dict)
     node: str | None = None
     network: str = "none"
+    edit: EditDraft | None = None  # edit_skill: the checked plan the owner is shown
 
     def offers_grant(self, in_job: bool) -> bool:
         """Whether "approve always" may be offered: in a chat, never for destructive calls.
@@ -76,8 +82,13 @@ def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore, owner_id
     if tool.name == RUN:
         assert skill is not None
         return _plan_run(tool, arguments, store, skill)
+    edit = None
+    if tool.name == EDIT:
+        assert skill is not None
+        read = read_edit(arguments)
+        edit = plan_edit(store, skill, read)
+        arguments = read.as_json()
     key = None if tool.name in NEVER_GRANTED else tool_key(tool.name)
-    locked = skill is not None and (skill.locked or skill.read_only or skill.author != "assistant")
     return CallPlan(
         tool=tool,
         tier=str(tool.tier),
@@ -85,9 +96,15 @@ def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore, owner_id
         grant_key=key,
         skill=skill,
         skill_enabled=skill.enabled if skill is not None else True,
-        skill_locked=locked,
+        skill_locked=skill is not None and is_locked(skill),
         target_is_draft=skill is not None and skill.author == "assistant" and not skill.locked,
+        edit=edit,
     )
+
+
+def is_locked(skill: Skill) -> bool:
+    """Whether a draft may no longer replace the skill: the owner imported, enabled or edited it."""
+    return skill.locked or skill.read_only or skill.author != "assistant"
 
 
 def _named_skill(

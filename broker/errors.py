@@ -106,3 +106,17 @@ class ScriptNotFound(BrokerError):
 
     code = "script_not_found"
     status = 404
+
+
+class DiffTooLarge(BrokerError):
+    """Raised when an edit's diff is over the cap per file or in all; the owner couldn't read it."""
+
+    code = "diff_too_large"
+    status = 413
+
+
+class EditPlanExpired(BrokerError):
+    """Raised when the owner answers an edit plan no longer held (2 hours, or 200 newer ones)."""
+
+    code = "edit_plan_expired"
+    status = 410

@@ -7,9 +7,12 @@ import json
 import re
 from typing import Any
 
+from broker.authoring import draft_skill, get_skill, summary
+from broker.chatreview import CHAT_ID
 from broker.classify import DISABLED
 from broker.context import RunStarted, ToolContext
-from broker.errors import InvalidCall, SkillDisabled, ToolNotImplemented
+from broker.editplans import apply_plan
+from broker.errors import InvalidCall, SkillDisabled
 from broker.registry import Tool
 from broker.tiers import Tier
 from store.errors import SkillNotFound
@@ -38,15 +41,20 @@ def _enabled_skill(context: ToolContext, name: str) -> Skill:
 
 
 def list_skills(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Name and description of each enabled skill, ranked by `query` when one is given."""
-    catalog = context.store.catalog(context.owner_id)
+    """Each enabled skill (with include_disabled, every one), ranked by `query` when given."""
     query = arguments.get("query")
     if query is not None and not isinstance(query, str):
         raise InvalidCall("'query' must be a string.")
+    include_disabled = arguments.get("include_disabled", False)
+    if not isinstance(include_disabled, bool):
+        raise InvalidCall("'include_disabled' must be true or false.")
+    installed = context.store.installed(context.owner_id, enabled_only=not include_disabled)
+    rows = {skill.name: skill for skill in installed}
+    catalog = [(skill.name, skill.description) for skill in installed]
     if query and query.strip():
         catalog = _ranked(catalog, query)
-    skills = [{"name": name, "description": description} for name, description in catalog]
-    if not query:
+    skills = [summary(rows[name]) for name, _description in catalog]
+    if not query and not include_disabled:
         _remember_catalog(context, [name for name, _description in catalog])
     return {"skills": skills, "count": len(skills)}
 
@@ -187,10 +195,6 @@ def run_skill_script(
     return context.dispatcher.dispatch(context)
 
 
-def _not_implemented(context: ToolContext, arguments: dict[str, Any]) -> Any:
-    raise ToolNotImplemented("This tool is not available in this release yet.")
-
-
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {
         "type": "object",
@@ -204,9 +208,20 @@ TOOLS = (
     Tool(
         "list_skills",
         Tier.READ,
-        "Lists the enabled skills by name and description. Pass `query` to rank them by "
-        "keywords. Call load_skill before following a skill.",
-        _object({"query": {"type": "string", "description": "Keywords to rank by."}}, []),
+        "Lists the enabled skills: name, description, author, where it runs (execution) and "
+        "tier; drafts also show their source chats and rationale. Pass `query` to rank them by "
+        "keywords and `include_disabled` to see disabled skills and drafts too. Call load_skill "
+        "before following a skill.",
+        _object(
+            {
+                "query": {"type": "string", "description": "Keywords to rank by."},
+                "include_disabled": {
+                    "type": "boolean",
+                    "description": "Also list disabled skills and drafts.",
+                },
+            },
+            [],
+        ),
         list_skills,
     ),
     Tool(
@@ -258,29 +273,93 @@ TOOLS = (
     Tool(
         "get_skill",
         Tier.READ,
-        "Reads one skill's SKILL.md and file list, or one of its files. Never runs anything.",
+        "Reads one skill in full, enabled or not: hash, enabled, locked, author, source, every "
+        "header key, the body, parameters_schema, review warnings and the files with their "
+        "size and sha256; with `path`, one file's content. Never runs anything.",
         _object(
-            {"skill_name": SKILL_NAME, "path": {"type": "string"}},
+            {
+                "skill_name": SKILL_NAME,
+                "path": {"type": "string", "description": "One file to read, such as SKILL.md."},
+            },
             ["skill_name"],
         ),
-        _not_implemented,
-        implemented=False,
+        get_skill,
     ),
     Tool(
         "draft_skill",
         Tier.DRAFT,
-        "Creates a disabled draft skill for the owner to review, or updates the assistant's "
-        "own untouched draft.",
-        {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
-        _not_implemented,
-        implemented=False,
+        "Saves a new skill as a disabled draft for the owner to review and enable, or replaces "
+        "your own draft of that name while the owner has not imported, enabled or edited it. "
+        "SKILL.md is written from name, description, body, metadata and parameters_schema; "
+        "`files` holds the other files (at most 40). Returns the hash and review warnings.",
+        _object(
+            {
+                "name": {"type": "string", "description": "The skill's name: a-z, 0-9, '-'."},
+                "description": {
+                    "type": "string",
+                    "description": "What the skill does and when to use it.",
+                },
+                "body": {"type": "string", "description": "SKILL.md's instructions (Markdown)."},
+                "files": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "description": "Other files: path (such as scripts/check.py) -> text.",
+                },
+                "parameters_schema": {
+                    "type": "object",
+                    "description": "JSON Schema of the scripts' arguments, or a map script "
+                    "path -> schema.",
+                },
+                "metadata": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "description": "Header metadata such as skillfleet.tier, "
+                    "skillfleet.execution, skillfleet.allowed-domains.",
+                },
+                "source_chats": {
+                    "type": "array",
+                    "items": CHAT_ID,
+                    "description": "The chats this skill comes from (at most 10).",
+                },
+                "rationale": {
+                    "type": "string",
+                    "description": "Why this skill helps (at most 1,000 characters).",
+                },
+            },
+            ["name", "description", "body", "source_chats", "rationale"],
+        ),
+        draft_skill,
     ),
     Tool(
         "edit_skill",
         Tier.SKILL_EDIT,
-        "Proposes a change to a skill; the owner approves the diff before it is written.",
-        {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
-        _not_implemented,
-        implemented=False,
+        "Proposes a change to one of the owner's skills. The owner sees it as a diff and "
+        "approves it before anything is written; it applies only if the skill did not change "
+        "meanwhile. Fields are read exactly: no unknown or repeated names.",
+        _object(
+            {
+                "skill_name": SKILL_NAME,
+                "changes": {
+                    "type": "object",
+                    "properties": {
+                        "files": {
+                            "type": "object",
+                            "additionalProperties": {"type": ["string", "null"]},
+                            "description": "path -> the file's new text, or null to delete it.",
+                        },
+                        "description": {"type": "string"},
+                        "body": {"type": "string", "description": "SKILL.md's new body."},
+                        "parameters_schema": {"type": ["object", "null"]},
+                    },
+                    "additionalProperties": False,
+                },
+                "rationale": {
+                    "type": "string",
+                    "description": "Why (at most 1,000 characters); the owner reads it.",
+                },
+            },
+            ["skill_name", "changes", "rationale"],
+        ),
+        apply_plan,
     ),
 )

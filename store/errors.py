@@ -85,6 +85,20 @@ class SkillChanged(StoreError):
     status = 409
 
 
+class HashRequired(StoreError):
+    """Raised when enabling an assistant-written skill without the hash the owner reviewed."""
+
+    code = "hash_required"
+    status = 422
+
+
+class SkillLocked(StoreError):
+    """Raised when a draft would replace a skill the owner imported, enabled or edited."""
+
+    code = "skill_locked"
+    status = 409
+
+
 class StoreFull(StoreError):
     """Raised when the store already holds the maximum number of skills."""
 
@@ -160,6 +174,8 @@ class UnsafePath(StoreError):
 
     code = "invalid_name"
     status = 422
+
+
 class TokenNotFound(StoreError):
     """Raised when the caller's owner has no token with that id."""
 

@@ -34,3 +34,14 @@ MAX_BUNDLE_FOLDERS = 500  # GitHub folder listings, one request each
 # API tokens.
 MAX_OWNER_TOKENS = 100  # per owner, owner and agent tokens together
 MAX_TOKEN_LABEL_CHARS = 200
+# The authoring loop: edit plans (diffs the owner approves) and chat review.
+MAX_EDIT_PLANS = 200  # pending per owner; the oldest expires first
+MAX_DIFF_FILE_BYTES = 32 * KIB
+MAX_DIFF_BYTES = 192 * KIB
+MAX_REVIEWED_CHATS = 2000  # reviewed-chat records per owner; the oldest are dropped
+MAX_TRANSCRIPT_CALLS = 200  # calls read_chat_transcript returns, the latest
+MAX_LISTED_CHATS = 200  # chats list_chats returns, the newest
+
+# Lint: where a reviewer should look (warnings never block).
+LINT_MAX_BODY_LINES = 500
+LINT_MIN_DESCRIPTION_CHARS = 20

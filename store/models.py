@@ -111,6 +111,10 @@ class Skill(Base):
     file_count: Mapped[int] = mapped_column(Integer)
     size_bytes: Mapped[int] = mapped_column(Integer)
     locked: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Review notes: lint warnings of this content; for drafts, the chats and the reason.
+    lint_warnings: Mapped[list[str] | None] = mapped_column(JSON)
+    source_chats: Mapped[list[str] | None] = mapped_column(JSON)
+    rationale: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     # What the import bent to accept the skill (store/leniency.py), shown for review.
@@ -236,6 +240,41 @@ class Approval(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     answered_at: Mapped[datetime | None]
+
+
+class EditPlan(Base):
+    """An edit_skill call read once: the changes, their diff and the hash they apply to."""
+
+    __tablename__ = "edit_plans"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    call_id: Mapped[str] = mapped_column(String(36), index=True, unique=True)
+    approval_id: Mapped[str | None] = mapped_column(String(36), index=True)
+    skill_name: Mapped[str] = mapped_column(String(64))
+    base_hash: Mapped[str] = mapped_column(String(64))
+    changes: Mapped[dict[str, Any]] = mapped_column(JSON)
+    diff: Mapped[str] = mapped_column(Text)
+    lint_warnings: Mapped[list[str]] = mapped_column(JSON)
+    rationale: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))  # pending, applied, denied, expired, failed
+    applied_hash: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    answered_at: Mapped[datetime | None]
+
+
+class ChatReview(Base):
+    """A chat the owner's chat review already looked at (and the skill it led to, if any)."""
+
+    __tablename__ = "chat_reviews"
+    __table_args__ = (UniqueConstraint("owner_id", "chat_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    chat_id: Mapped[int] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    skill_name: Mapped[str | None] = mapped_column(String(64))
+    reviewed_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Run(Base):

@@ -7,7 +7,7 @@ import fcntl
 import functools
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from store.db import SessionFactory, transaction
 from store.errors import (
+    HashRequired,
     SkillBuiltin,
     SkillChanged,
     SkillExists,
@@ -28,6 +29,7 @@ from store.errors import (
 from store.hashing import content_hash, regular_files
 from store.leniency import read_header, read_skill_dir
 from store.limits import MAX_SKILLS
+from store.lint import lint
 from store.models import Skill, utcnow
 from store.names import is_valid_name
 from store.paths import inside
@@ -135,17 +137,24 @@ class SkillStore:
         root: Path,
         origin: Origin,
         *,
-        enable: bool = True,
+        enable: bool | None = True,
         replace: bool = False,
         expected_name: str | None = None,
         name: str | None = None,
         warnings: Sequence[str] = (),
+        guard: Callable[[Skill | None], None] | None = None,
+        annotate: Callable[[Skill, SkillInfo], None] | None = None,
     ) -> Skill:
         """Validate the staged folder `root` and move it into the owner's store by one rename.
 
         The header is read as an import reads it (store/leniency.py): `expected_name` is the
         folder the skill came from (default: `root`'s name), `name` the name the user chose.
-        Its warnings, and `warnings` from the import itself, are kept with the skill.
+        Its warnings, and `warnings` from the import itself, are kept with the skill; lint
+        findings are kept apart as `lint_warnings`.
+
+        `enable=None` keeps the replaced skill's switch (off for a new one). `guard` sees the
+        skill being replaced (or None) under the store's lock and raises to refuse; `annotate`
+        fills review notes in the same transaction as the index entry.
         """
         owner_id = origin.owner_id
         if owner_id is None:
@@ -155,18 +164,28 @@ class SkillStore:
         skill_hash = content_hash(root)
         files = regular_files(root)
         size = sum((root / rel).stat().st_size for rel in files)
+        findings = lint({rel: (root / rel).read_bytes() for rel in files}, info)
         final = self._owned_folder(owner_id, info.name)
         with self._locked(), transaction(self.sessions) as session:
             existing = session.scalar(_visible(owner_id).where(Skill.name == info.name).limit(1))
+            if guard is not None:
+                guard(existing)
             self._check_can_install(session, existing, owner_id, info, replace)
             final.parent.mkdir(exist_ok=True)
             trash = self._move_aside(final)
             root.rename(final)
             try:
                 skill = existing or Skill(name=info.name, created_at=utcnow(), revision=0)
+                keep = bool(existing is not None and existing.enabled)
                 _fill(skill, info, origin, skill_hash, len(files), size)
                 skill.warnings = [*warnings, *info.warnings]
-                skill.enabled = enable
+                skill.enabled = keep if enable is None else enable
+                skill.lint_warnings = findings
+                if annotate is not None:
+                    annotate(skill, info)
+                else:  # a fresh import: the notes of a draft it replaces no longer apply
+                    skill.source_chats = None
+                    skill.rationale = None
                 session.add(skill)
                 session.flush()
             except BaseException:
@@ -247,6 +266,11 @@ class SkillStore:
             skill = _find(session, owner_id, name)
             if skill.read_only:
                 raise SkillBuiltin(f"'{name}' is a read-only {skill.source} skill.")
+            if enabled and expected_hash is None and skill.author == "assistant":
+                raise HashRequired(
+                    f"'{name}' was written by the assistant: send the hash you reviewed "
+                    "(GET /api/skills/<name> shows it) to enable it."
+                )
             if expected_hash is not None and expected_hash != skill.hash:
                 raise SkillChanged(
                     f"'{name}' changed since you reviewed it: its hash is now {skill.hash}."

@@ -313,14 +313,15 @@ def test_an_unknown_script_or_bad_arguments_fail_at_once_and_ask_nobody(client, 
     assert no_approvals(client, auth)
 
 
-def test_tools_not_built_yet_fail_at_once_and_are_not_listed(client, auth, wiper):
-    listed = {d["function"]["name"] for d in client.get("/api/tools", headers=auth).json}
-    for tool in ("get_skill", "draft_skill", "edit_skill"):
-        assert tool not in listed
-        body = {"arguments": {"skill_name": "wiper", "name": "wiper"}, "chat_id": "c"}
-        envelope = client.post(f"/api/tools/{tool}", headers=auth, json=body).json
-        assert envelope["status"] == "failed"
-        assert envelope["error"]["code"] == "not_implemented"
+def test_an_edit_that_can_only_fail_is_never_put_to_the_owner(client, auth, wiper):
+    for arguments in (
+        {"skill_name": "wiper", "name": "wiper"},
+        {"skill_name": "no-such", "changes": {"body": "x"}, "rationale": "r"},
+        {"skill_name": "wiper", "changes": {"files": {"../x": "y"}}, "rationale": "r"},
+    ):
+        body = {"arguments": arguments, "chat_id": "c"}
+        envelope = client.post("/api/tools/edit_skill", headers=auth, json=body).json
+        assert envelope["status"] == "failed", envelope
     assert no_approvals(client, auth)
 
 

@@ -191,6 +191,9 @@ OWNER_ONLY = [
     ("POST", "/api/nodes/web01/sync", dict),
     ("GET", "/api/nodes/web01/manifest", dict),
     ("GET", "/api/nodes/web01/packages/wiper@{hash}.tar.gz", dict),
+    ("PUT", "/api/skills/wiper/files/notes.md", lambda: {"json": {"content": "agent was here"}}),
+    ("DELETE", "/api/skills/wiper/files/scripts/wipe.sh", dict),
+    ("GET", "/api/review", dict),
 ]
 
 

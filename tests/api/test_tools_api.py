@@ -55,7 +55,7 @@ def test_list_skills_gives_name_and_description_of_enabled_skills_only(client, a
     names = [s["name"] for s in skills]
     assert "disk-report" in names and "skill-authoring" in names
     assert "quiet-one" not in names
-    assert set(skills[0]) == {"name", "description"}
+    assert set(skills[0]) == {"name", "description", "enabled", "author", "execution", "tier"}
 
 
 def test_list_skills_query_ranks_by_keywords(client, auth):
@@ -181,10 +181,12 @@ def test_refresh_skills_reports_added_and_removed_since_the_chat_last_looked(cli
     assert second["removed"] == ["disk-report"]
 
 
-def test_unimplemented_tools_answer_not_implemented(client, auth):
+def test_the_authoring_tools_are_listed_and_get_skill_reads_a_built_in(client, auth):
+    listed = {d["function"]["name"] for d in client.get("/api/tools", headers=auth).json}
+    assert {"get_skill", "draft_skill", "edit_skill", "list_chats"} <= listed
     envelope = call(client, auth, "get_skill", {"skill_name": "skill-authoring"})
-    assert envelope["status"] == "failed"
-    assert envelope["error"]["code"] == "not_implemented"
+    assert envelope["status"] == "done", envelope
+    assert envelope["result"]["author"] == "builtin" and envelope["result"]["locked"] is True
 
 
 def test_an_unknown_tool_is_404_unknown_tool(client, auth):

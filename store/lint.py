@@ -1,0 +1,120 @@
+"""Review warnings: heuristics that tell the owner where to look before enabling or approving.
+
+They never block anything and prove nothing; the owner still reads the scripts. Each warning
+is one sentence naming the file (and line) at fault, never quoting a secret.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+
+from store.limits import LINT_MAX_BODY_LINES, LINT_MIN_DESCRIPTION_CHARS
+from store.schemas import SCRIPT_SUFFIXES, SCRIPTS_DIR
+from store.validation import SkillInfo
+
+MAX_WARNINGS = 50
+
+# Calls that reach the network from a script, by what a reader would search for.
+_NETWORK = re.compile(
+    r"\b(?:curl|wget|nc|ssh|scp|rsync)\s|\brequests\.\w+\(|\burllib\.request\b|\bhttpx\b"
+    r"|\bhttp\.client\b|\bsocket\.socket\(|\bfetch\(|\baiohttp\b|\bInvoke-WebRequest\b"
+    r"|\bHttpClient\b|https?://",
+)
+_DESTRUCTIVE = re.compile(
+    r"\brm\s+-[a-zA-Z]*[rR][a-zA-Z]*f|\brm\s+-[a-zA-Z]*f[a-zA-Z]*[rR]|\bdd\s+[^\n]*\bof="
+    r"|\bmkfs(?:\.\w+)?\b|\bDROP\s+(?:TABLE|DATABASE|SCHEMA)\b|\bTRUNCATE\s+TABLE\b"
+    r"|\bshutil\.rmtree\(|\bwipefs\b|\bshred\b|\bfdisk\b|\bparted\b|\bsystemctl\s+(?:stop|disable)"
+    r"|\breboot\b|\bshutdown\b",
+    re.IGNORECASE,
+)
+_PASSTHROUGH = re.compile(
+    r"shell\s*=\s*True|\bos\.system\(|\beval\s*\(|\bexec\s*\(|\beval\s+\"?\$|\bbash\s+-c\s+\"?\$"
+)
+_SECRETS = (
+    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"),
+    re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
+    re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
+    re.compile(
+        r"(?i)\b[\w-]{0,40}(?:password|passwd|secret|token|api[_-]?key|access[_-]?key)"
+        r"[\"']?\s*[=:]\s*[\"'][^\"'\s$%{}<>]{8,}[\"']"
+    ),
+)
+
+
+def lint(files: Mapping[str, bytes], info: SkillInfo) -> list[str]:
+    """Review warnings for a skill's files (POSIX path -> bytes) and its parsed header."""
+    warnings: list[str] = []
+    scripts = sorted(path for path in files if _is_script(path))
+    for path in scripts:
+        text = files[path].decode("utf-8", "replace")
+        warnings.extend(_script_warnings(path, text, info))
+    for path in sorted(files):
+        line = _secret_line(files[path].decode("utf-8", "replace"))
+        if line is not None:
+            warnings.append(
+                f"{path} line {line} holds text that looks like a secret (a key, token or "
+                "password); secrets don't belong in a skill."
+            )
+    lines = info.body.count("\n") + 1
+    if lines > LINT_MAX_BODY_LINES:
+        warnings.append(
+            f"SKILL.md's body is {lines} lines, over {LINT_MAX_BODY_LINES}; move detail into "
+            "references/ so the agent reads it only when needed."
+        )
+    if len(info.description.strip()) < LINT_MIN_DESCRIPTION_CHARS:
+        warnings.append(
+            f"The description is under {LINT_MIN_DESCRIPTION_CHARS} characters; say what the "
+            "skill does and when to use it, so the agent picks it at the right time."
+        )
+    return warnings[:MAX_WARNINGS]
+
+
+def _is_script(path: str) -> bool:
+    pure = PurePosixPath(path)
+    return pure.parts[0] == SCRIPTS_DIR and pure.suffix.lower() in SCRIPT_SUFFIXES
+
+
+def _script_warnings(path: str, text: str, info: SkillInfo) -> list[str]:
+    warnings: list[str] = []
+    network = _NETWORK.search(text)
+    if network is not None and not info.allowed_domains:
+        warnings.append(
+            f"{path} reaches the network ({_shown(network.group())}) but the skill declares "
+            "no skillfleet.allowed-domains."
+        )
+    destructive = _DESTRUCTIVE.search(text)
+    if destructive is not None and info.tier in ("read", "change"):
+        warnings.append(
+            f"{path} runs a destructive command ({_shown(destructive.group())}) but the "
+            f"skill's tier is {info.tier}; such a script belongs in a destructive skill."
+        )
+    passthrough = _PASSTHROUGH.search(text)
+    if passthrough is not None:
+        warnings.append(
+            f"{path} hands text to a shell or an evaluator ({_shown(passthrough.group())}); "
+            "check that no argument can become a command."
+        )
+    if info.parameters_schema is None and path not in info.script_schemas:
+        warnings.append(
+            f"{path} has no parameters_schema, so its arguments are not checked before it runs."
+        )
+    if path not in info.body and PurePosixPath(path).name not in info.body:
+        warnings.append(f"SKILL.md never mentions {path}; the agent won't know when to run it.")
+    return warnings
+
+
+def _secret_line(text: str) -> int | None:
+    for pattern in _SECRETS:
+        found = pattern.search(text)
+        if found is not None:
+            return text.count("\n", 0, found.start()) + 1
+    return None
+
+
+def _shown(match: str) -> str:
+    return " ".join(match.split())[:40]
