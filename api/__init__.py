@@ -63,9 +63,21 @@ def _spec_kwargs() -> dict[str, Any]:
 
 
 def _register_blueprints(api: SkillfleetApi) -> None:
-    from api import approvals, calls, chats, health, metrics, nodes, runs, settings, skills, tools
+    from api import (
+        approvals,
+        calls,
+        chats,
+        health,
+        jobs,
+        metrics,
+        nodes,
+        runs,
+        settings,
+        skills,
+        tools,
+    )
 
-    modules = (health, skills, tools, calls, approvals, chats, settings, runs, nodes, metrics)
+    modules = (health, skills, tools, calls, approvals, chats, settings, runs, nodes, jobs, metrics)
     for module in modules:
         api.register_blueprint(module.blp)
 

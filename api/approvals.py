@@ -14,6 +14,7 @@ from broker.approvals import expire_due
 from broker.errors import ApprovalNotFound
 from store.db import transaction
 from store.models import Approval
+from workers.jobruns import carry_on
 
 blp = Blueprint("approvals", __name__, url_prefix="/api/approvals", description="Approvals")
 
@@ -50,4 +51,7 @@ def get_approval(approval_id: str) -> Approval:
 @blp.response(200, ApprovalSchema)
 def answer_approval(body: dict[str, Any], approval_id: str) -> Approval:
     """Answer an approval: approve, approve_for_chat or deny; an approved call then runs"""
-    return services().broker.answer(owner_id(), approval_id, body["decision"])
+    approval = services().broker.answer(owner_id(), approval_id, body["decision"])
+    if approval.job_run_id is not None:
+        carry_on(services().celery, approval.job_run_id)
+    return approval

@@ -25,3 +25,13 @@ MAX_COMPATIBILITY_CHARS = 500
 # Archives: refuse compression ratios no honest skill has.
 MAX_COMPRESSION_RATIO = 200
 MAX_ARCHIVE_ENTRIES = MAX_FILES + 100  # directories count as entries too
+
+# Scheduled jobs.
+MAX_JOBS = 100  # per owner
+MAX_JOB_NAME_CHARS = 100
+MAX_JOB_STEPS = 10
+MAX_PROMPT_CHARS = 32_768
+MAX_JOB_GRANTS = 50
+KEPT_JOB_RUNS = 50  # per job, newest first
+# A scheduled time found this long after it passed (the ticker was down) is skipped, not run.
+JOB_MISSED_GRACE_SECONDS = 300
