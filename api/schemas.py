@@ -150,6 +150,9 @@ class WaitSchema(ma.Schema):
 class ApprovalSchema(ma.Schema):
     id = ma.fields.String()
     call_id = ma.fields.String()
+    job_run_id = ma.fields.String(
+        allow_none=True, metadata={"description": "The job run that asks, if a job asks"}
+    )
     status = ma.fields.String(
         metadata={"description": "pending, approved, approved_for_chat, denied, expired or stale"}
     )
