@@ -53,6 +53,7 @@ def context(services):
 def feed(services, redis_client):
     """The owner's event feed, emptied first (Redis outlives the test database)."""
     from factories import owner_id_of
+
     from workers import naming
 
     owner = owner_id_of(services)
