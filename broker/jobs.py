@@ -37,6 +37,7 @@ from store.limits import (
     MAX_JOB_STEPS,
     MAX_JOBS,
     MAX_PROMPT_CHARS,
+    MAX_SKILLS,
 )
 from store.models import Grant, Job, JobRun, Skill, utcnow
 from store.skills import SkillStore
@@ -156,6 +157,8 @@ class Jobs:
         if skills == EVERY_SKILL:
             return None
         names = set(skills or [])
+        if len(names) > MAX_SKILLS:
+            raise JobInvalid(f"'skills' names at most {MAX_SKILLS} skills.")
         for name in sorted(names):
             try:
                 self.store.get(owner_id, name)

@@ -15,6 +15,7 @@ from croniter import CroniterError, croniter
 from store.errors import CronInvalid, TimeZoneUnknown
 
 FIELDS = 5
+MAX_CRON_CHARS = 100  # the column's width
 
 
 def time_zone(name: object) -> ZoneInfo:
@@ -33,11 +34,13 @@ def check_cron(expression: object) -> str:
     """A standard five-field cron expression, whitespace normalised; anything else is refused."""
     if not isinstance(expression, str):
         raise CronInvalid("'cron' must be a five-field cron expression such as '30 2 * * *'.")
+    if len(expression) > MAX_CRON_CHARS:
+        raise CronInvalid(f"'cron' has at most {MAX_CRON_CHARS} characters.")
     fields = expression.split()
     if len(fields) != FIELDS:
         raise CronInvalid(
             f"'cron' must have exactly 5 fields (minute hour day month weekday), "
-            f"not {len(fields)}: '{expression[:100]}'."
+            f"not {len(fields)}: '{expression}'."
         )
     normalised = " ".join(fields)
     try:

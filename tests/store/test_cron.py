@@ -63,6 +63,7 @@ def test_the_latest_time_counts_a_time_that_is_exactly_now():
         ("every day", "exactly 5 fields"),
         ("a b c d e", "not a valid cron expression"),
         (7, "five-field cron expression"),
+        ("1 " * 60, "at most 100 characters"),
     ],
 )
 def test_cron_garbage_is_refused_with_a_clear_message(expression, words):
