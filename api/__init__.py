@@ -68,6 +68,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         calls,
         chats,
         health,
+        jobs,
         metrics,
         nodes,
         review,
@@ -90,6 +91,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         nodes,
         tokens,
         review,
+        jobs,
         metrics,
     )
     for module in modules:

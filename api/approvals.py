@@ -17,6 +17,7 @@ from broker.approvals import expire_due
 from broker.errors import ApprovalNotFound
 from store.db import transaction
 from store.models import Approval, EditPlan
+from workers.jobruns import carry_on
 
 blp = Blueprint("approvals", __name__, url_prefix="/api/approvals", description="Approvals")
 
@@ -74,5 +75,7 @@ def answer_approval(body: dict[str, Any], approval_id: str) -> ApprovalCard:
     approval = services().broker.answer(owner_only(), approval_id, body["decision"])
     if approval.tool == "edit_skill" and approval.status == "approved":
         broadcast_sync()  # the edited skill has a new package for the nodes
+    if approval.job_run_id is not None:
+        carry_on(services().celery, approval.job_run_id)
     with services().sessions() as session:
         return cards(session, [approval])[0]

@@ -242,6 +242,9 @@ class WaitSchema(ma.Schema):
 class ApprovalSchema(ma.Schema):
     id = ma.fields.String()
     call_id = ma.fields.String()
+    job_run_id = ma.fields.String(
+        allow_none=True, metadata={"description": "The job run that asks, if a job asks"}
+    )
     status = ma.fields.String(
         metadata={"description": "pending, approved, approved_for_chat, denied, expired or stale"}
     )
@@ -397,3 +400,89 @@ class NewTokenSchema(ma.Schema):
     token = ma.fields.String(metadata={"description": "Shown this once; only its hash is kept"})
     role = ma.fields.String()
     label = ma.fields.String(allow_none=True)
+
+
+def _job_skills(value: object) -> None:
+    if value is None or value == "*":
+        return
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ma.ValidationError(
+            "'skills' is null, \"*\" (every enabled skill) or a list of names."
+        )
+
+
+class JobGrantsSchema(ma.Schema):
+    tools = ma.fields.List(
+        ma.fields.String(),
+        load_default=list,
+        metadata={"description": "Change or destructive tools the job may run without asking"},
+    )
+    skills = ma.fields.List(
+        ma.fields.String(),
+        load_default=list,
+        metadata={"description": "Skills whose scripts run without asking: name or name@hash"},
+    )
+
+
+class JobBodySchema(ma.Schema):
+    name = ma.fields.String(required=True)
+    cron = ma.fields.String(
+        required=True, metadata={"description": "Five-field cron, in the job's time zone"}
+    )
+    time_zone = ma.fields.String(
+        load_default="UTC", metadata={"description": "IANA time zone, e.g. Europe/Berlin"}
+    )
+    steps = ma.fields.List(
+        ma.fields.Dict(),
+        required=True,
+        metadata={"description": '1-10 of {"tool": name, "arguments": {…}} or {"prompt": text}'},
+    )
+    grants = ma.fields.Nested(JobGrantsSchema, load_default=lambda: {"tools": [], "skills": []})
+    skills = ma.fields.Raw(
+        load_default=None,
+        validate=_job_skills,
+        metadata={"description": 'null or [] for none, "*" for every enabled skill, or names'},
+    )
+    enabled = ma.fields.Boolean(load_default=True)
+
+
+class JobSchema(ma.Schema):
+    id = ma.fields.String()
+    name = ma.fields.String()
+    cron = ma.fields.String()
+    time_zone = ma.fields.String()
+    steps = ma.fields.List(ma.fields.Dict())
+    grants = ma.fields.Nested(JobGrantsSchema)
+    skills = ma.fields.Raw(allow_none=True)
+    enabled = ma.fields.Boolean()
+    next_run_at = ma.fields.DateTime(
+        allow_none=True, metadata={"description": "The next cron time, UTC (null if disabled)"}
+    )
+    created_at = ma.fields.DateTime()
+    updated_at = ma.fields.DateTime()
+
+
+class JobRunSchema(ma.Schema):
+    id = ma.fields.String()
+    job_id = ma.fields.String()
+    trigger = ma.fields.String(metadata={"description": "schedule or manual"})
+    due_at = ma.fields.DateTime(allow_none=True)
+    status = ma.fields.String(
+        metadata={
+            "description": "queued, running, waiting, succeeded, failed, unanswered, skipped "
+            "or interrupted"
+        }
+    )
+    step = ma.fields.Integer(metadata={"description": "Index of the step running or waiting"})
+    steps = ma.fields.List(ma.fields.Dict(), metadata={"description": "Each ended step"})
+    call_id = ma.fields.String(allow_none=True)
+    approval_id = ma.fields.String(allow_none=True)
+    error_code = ma.fields.String(allow_none=True)
+    error_message = ma.fields.String(allow_none=True)
+    created_at = ma.fields.DateTime()
+    started_at = ma.fields.DateTime(allow_none=True)
+    finished_at = ma.fields.DateTime(allow_none=True)
+
+
+class JobRunStartedSchema(ma.Schema):
+    job_run_id = ma.fields.String()

@@ -12,7 +12,7 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from broker import approvals, callstate, editplans
+from broker import approvals, callstate, editplans, jobstate
 from broker.calls import CallOutcome, CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
 from broker.classify import READ_EXACTLY, CallPlan, plan_call
@@ -23,15 +23,17 @@ from broker.errors import (
     CallNotFound,
     GrantNotOffered,
     InvalidCall,
+    SkillNotInJob,
 )
 from broker.grants import CHAT, JOB, add_grant, grants_for
+from broker.jobs import skill_allowed
 from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
 from broker.turns import MAX_CALLS_PER_TURN, admit, turn_key
 from store.db import SessionFactory, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
-from store.models import Approval, Chat, ToolCall, utcnow
+from store.models import Approval, Chat, Job, JobRun, ToolCall, utcnow
 from store.skills import SkillStore
 
 log = structlog.get_logger(__name__)
@@ -62,6 +64,7 @@ class Broker:
         request.check()
         try:
             chat = self._chat(owner_id, request.chat_id) if request.chat_id else None
+            job = self._job(owner_id, request.job_run_id) if request.job_run_id else None
             number = admit(
                 self.sessions, owner_id, turn_key(request.turn_id, chat.id if chat else None)
             )
@@ -85,8 +88,10 @@ class Broker:
             plan = plan_call(tool, request.arguments, self.store, owner_id)
         except SkillfleetError as e:  # a call that can only fail fails before any policy
             return self._fail(call, None, e)
+        if job is not None and plan.skill is not None and not skill_allowed(job, plan.skill):
+            return self._fail(call, plan, SkillNotInJob(plan.skill.name))
         _describe(call, plan)
-        decision = self._decide(owner_id, call, chat, plan, number)
+        decision = self._decide(owner_id, call, chat, job, plan, number)
         if number > MAX_CALLS_PER_TURN and decision.action != "deny":
             # The limit holds even under an operator's policy that forgot the rule.
             decision = Decision("deny", TURN_LIMIT_RULE)
@@ -98,7 +103,13 @@ class Broker:
         return self._run(call, chat, plan, new=True)
 
     def _decide(
-        self, owner_id: int, call: ToolCall, chat: Chat | None, plan: CallPlan, number: int
+        self,
+        owner_id: int,
+        call: ToolCall,
+        chat: Chat | None,
+        job: Job | None,
+        plan: CallPlan,
+        number: int,
     ) -> Decision:
         """The policy's verdict; grants are read only when they could change it."""
         base = CallFacts(
@@ -120,7 +131,9 @@ class Broker:
         if len(verdicts) == 1:
             return verdicts.pop()
         with self.sessions() as session:
-            grants = grants_for(session, owner_id, chat.id if chat else None, call.job_run_id)
+            grants = grants_for(
+                session, owner_id, chat.id if chat else None, job.id if job else None
+            )
         # Keys hold the full content hash, so a grant matches exactly one version of a skill.
         return self.policy.decide(
             replace(
@@ -233,6 +246,13 @@ class Broker:
             call.error_code, call.error_message = error
         return CallOutcome.of(call)
 
+    def _job(self, owner_id: int, job_run_id: str) -> Job:
+        """The job of an active run of the owner: its grants and skills govern the call."""
+        with self.sessions() as session:
+            job = session.get(Job, jobstate.job_of_call(session, owner_id, job_run_id))
+        assert job is not None  # a run is removed with its job
+        return job
+
     def _chat(self, owner_id: int, external_id: str) -> Chat:
         query = select(Chat).where(Chat.owner_id == owner_id, Chat.external_id == external_id)
         with self.sessions() as session:
@@ -306,7 +326,8 @@ class Broker:
         return None
 
     def _grant_for_chat(self, session: Any, approval: Approval) -> None:
-        """In a chat the key joins the chat's grants; in a job it is saved to the job."""
+        """In a chat the key joins the chat's grants; in a job it is saved to the job (not the
+        run), so the job's next runs don't ask again."""
         assert approval.grant_key is not None
         if approval.chat_id is not None:
             add_grant(
@@ -318,7 +339,9 @@ class Broker:
                 chat_id=approval.chat_id,
             )
         elif approval.job_run_id is not None:
-            add_grant(session, approval.owner_id, JOB, approval.job_run_id, approval.grant_key)
+            run = session.get(JobRun, approval.job_run_id)
+            if run is not None:  # its job was deleted meanwhile: nothing left to grant to
+                add_grant(session, approval.owner_id, JOB, run.job_id, approval.grant_key)
 
     def _resume(self, approval: Approval) -> CallOutcome:
         """Run the approved call exactly as it was asked: the stored, normalised arguments."""

@@ -120,3 +120,13 @@ class EditPlanExpired(BrokerError):
 
     code = "edit_plan_expired"
     status = 410
+
+
+class SkillNotInJob(BrokerError):
+    """Raised when a call in a job run names a skill the job's skills don't include."""
+
+    code = "skill_not_in_job"
+    status = 403
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"HOST: the skill '{name}' is not one of this job's skills.")

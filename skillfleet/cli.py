@@ -8,6 +8,7 @@ import click
 
 from skillfleet import __version__
 from skillfleet.cli_approvals import approvals
+from skillfleet.cli_jobs import jobs
 from skillfleet.cli_nodes import keys, nodes
 from skillfleet.cli_policy import policy
 from skillfleet.cli_run import run
@@ -106,6 +107,7 @@ def tokens_create(owner_name: str, role: str, label: str | None) -> None:
 cli.add_command(skills)
 cli.add_command(policy)
 cli.add_command(approvals)
+cli.add_command(jobs)
 cli.add_command(worker)
 cli.add_command(run)
 cli.add_command(nodes)

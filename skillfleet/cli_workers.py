@@ -106,9 +106,10 @@ def sandbox(concurrency: int) -> None:
 
 
 @worker.command("control")
-@click.option("--concurrency", default=2, show_default=True)
+# A job run holds a thread while one of its scripts runs; the reaper and expiry need one too.
+@click.option("--concurrency", default=4, show_default=True)
 def control(concurrency: int) -> None:
-    """API-side background work: reaping lost runs, expiring approvals."""
+    """API-side background work: job runs, reaping lost runs, expiring approvals."""
     _serve(_settings(), role="control", queue=naming.CONTROL, name=None, runner=None,
            packages=None, features=[], concurrency=concurrency)  # fmt: skip
 
@@ -116,7 +117,7 @@ def control(concurrency: int) -> None:
 def beat_command() -> click.Command:
     @click.command("beat")
     def beat() -> None:
-        """celery beat: the reaper every 5 s, approval expiry every 30 s."""
+        """celery beat: job tick each minute, reaper every 5 s, approval expiry every 30 s."""
         from workers.app import create_celery
 
         settings = _settings()
@@ -193,6 +194,7 @@ def _serve(
     client = redis_client(settings)
     instance = Instance(role=role, queue=queue, name=name, features=features, reason=reason)
     serving = reason is None
+    app.skillfleet_instance = instance  # job runs record it; the reaper watches its heartbeat
     if runner is not None:
         sessions = make_sessions(make_engine(settings.database))
         app.skillfleet_worker = WorkerContext(sessions, client, instance, runner, packages)

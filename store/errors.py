@@ -202,3 +202,70 @@ class TooManyTokens(StoreError):
 
     code = "too_many_tokens"
     status = 409
+
+
+class JobError(SkillfleetError):
+    """Root of the errors about scheduled jobs."""
+
+    code = "job_error"
+    status = 400
+
+
+class JobInvalid(JobError):
+    """Raised when a job's steps, grants or skills break a rule; the message says which."""
+
+    code = "job_invalid"
+    status = 422
+
+
+class CronInvalid(JobInvalid):
+    """Raised when a job's cron is not a standard five-field cron expression."""
+
+    code = "cron_invalid"
+
+
+class TimeZoneUnknown(JobInvalid):
+    """Raised when a job's time zone is not an IANA time zone name."""
+
+    code = "time_zone_unknown"
+
+
+class GrantInvalid(JobInvalid):
+    """Raised when a job grants a tool or skill that doesn't exist or needs no grant."""
+
+    code = "grant_invalid"
+
+
+class JobNotFound(JobError):
+    """Raised when the caller has no job with that id."""
+
+    code = "job_not_found"
+    status = 404
+
+
+class JobRunNotFound(JobError):
+    """Raised when the caller has no job run with that id."""
+
+    code = "job_run_not_found"
+    status = 404
+
+
+class JobRunEnded(JobError):
+    """Raised when a call names a job run that already ended."""
+
+    code = "job_run_ended"
+    status = 409
+
+
+class TooManyJobs(JobError):
+    """Raised when an owner already has the most jobs allowed."""
+
+    code = "too_many_jobs"
+    status = 409
+
+
+class JobRunning(JobError):
+    """Raised when a job is run now while one of its runs is still queued, running or waiting."""
+
+    code = "job_running"
+    status = 409

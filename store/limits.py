@@ -45,3 +45,12 @@ MAX_LISTED_CHATS = 200  # chats list_chats returns, the newest
 # Lint: where a reviewer should look (warnings never block).
 LINT_MAX_BODY_LINES = 500
 LINT_MIN_DESCRIPTION_CHARS = 20
+# Scheduled jobs.
+MAX_JOBS = 100  # per owner
+MAX_JOB_NAME_CHARS = 100
+MAX_JOB_STEPS = 10
+MAX_PROMPT_CHARS = 32_768
+MAX_JOB_GRANTS = 50
+KEPT_JOB_RUNS = 50  # per job, newest first
+# A scheduled time found this long after it passed (the ticker was down) is skipped, not run.
+JOB_MISSED_GRACE_SECONDS = 300

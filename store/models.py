@@ -313,3 +313,49 @@ class Node(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    """A scheduled job of an owner: a cron time in a time zone and the steps it runs.
+
+    Its grants live in `grants` with scope `job` and the job's id as subject.
+    """
+
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    cron: Mapped[str] = mapped_column(String(100))
+    time_zone: Mapped[str] = mapped_column(String(64))
+    steps: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    # None: no skills; "*": every enabled skill; or a list of names (built-ins always offered).
+    skills: Mapped[Any | None] = mapped_column(JSON)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    # The next cron time, in UTC; the ticker claims a due time by moving it on.
+    next_run_at: Mapped[datetime | None] = mapped_column(index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JobRun(Base):
+    """One run of a job: its own chat in execute mode; steps in order, the first failure stops."""
+
+    __tablename__ = "job_runs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    trigger: Mapped[str] = mapped_column(String(16))  # schedule or manual
+    due_at: Mapped[datetime | None]
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    step: Mapped[int] = mapped_column(Integer, default=0)  # the step running or waiting
+    steps: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # each finished step's outcome
+    call_id: Mapped[str | None] = mapped_column(String(36))  # the open call of `step`
+    approval_id: Mapped[str | None] = mapped_column(String(36))
+    worker: Mapped[str | None] = mapped_column(String(200))
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
+from celery.schedules import crontab
 
 from skillfleet.settings import Settings
 from workers import naming
 
 REAP_EVERY_SECONDS = 5.0
 EXPIRE_EVERY_SECONDS = 30.0
+JOB_TICK_SECONDS = 60.0
 
 
 def kombu_url(redis_url: str) -> str:
@@ -43,6 +45,12 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
         worker_send_task_events=settings.task_events,
         task_send_sent_event=settings.task_events,
         beat_schedule={
+            # At the start of every minute, so a job's cron time is met within seconds.
+            "job-tick": {
+                "task": "skillfleet.job_tick",
+                "schedule": crontab(),
+                "options": {"queue": naming.CONTROL, "expires": JOB_TICK_SECONDS},
+            },
             "reap-interrupted-runs": {
                 "task": "skillfleet.reap",
                 "schedule": REAP_EVERY_SECONDS,

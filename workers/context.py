@@ -8,11 +8,16 @@ from typing import Any
 
 import redis
 
+from broker.broker import Broker
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
 from workers.execute import WorkerContext
+from workers.heartbeat import Instance
+from workers.jobruns import JobContext
 
 _lock = threading.Lock()
+# A job waits this much longer than the run timeout for a script step before giving up.
+STEP_SLACK_SECONDS = 60
 
 
 @dataclass
@@ -31,6 +36,60 @@ def worker_context(app: Any) -> WorkerContext:
     if context is None:
         raise RuntimeError("This worker was not started with `skillfleet worker …`.")
     return context
+
+
+def job_context(app: Any) -> JobContext:
+    """What job runs need on the control worker: a broker like the API's, built once."""
+    with _lock:
+        context: JobContext | None = getattr(app, "skillfleet_jobs", None)
+        if context is None:
+            settings: Settings = app.skillfleet_settings
+            context = JobContext(
+                *_broker(settings),
+                worker=_instance_id(app),
+                step_limit=settings.run_timeout + STEP_SLACK_SECONDS,
+            )
+            app.skillfleet_jobs = context
+        return context
+
+
+def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
+    """The broker of the API, dispatching runs through Celery (see api/services.py)."""
+    from broker.policy import Policy, load_builtin_policy
+    from broker.toolset import build_registry
+    from store.packagestore import PackageStore
+    from store.skills import SkillStore
+    from workers.app import create_celery
+    from workers.dispatch import CeleryDispatcher
+    from workers.streams import wait_for_end
+
+    sessions = make_sessions(make_engine(settings.database))
+    client = redis_client(settings)
+    store = SkillStore(sessions, settings.skills_dir)
+    policy = (
+        Policy.from_file(settings.policy_file) if settings.policy_file else load_builtin_policy()
+    )
+    packages = PackageStore(settings.data_dir / "packages", store)
+    dispatcher = CeleryDispatcher(
+        sessions, client, create_celery(settings), settings.run_timeout, packages
+    )
+    broker = Broker(
+        build_registry(),
+        policy,
+        store,
+        sessions,
+        dispatcher=dispatcher,
+        run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
+    )
+    return sessions, client, broker
+
+
+def _instance_id(app: Any) -> str:
+    """The heartbeat id of this worker process, which the reaper watches."""
+    instance: Instance | None = getattr(app, "skillfleet_instance", None)
+    if instance is None:
+        raise RuntimeError("This worker was not started with `skillfleet worker control`.")
+    return instance.id
 
 
 def control_context(app: Any) -> ControlContext:

@@ -76,3 +76,8 @@ def run_events_channel(run_id: str) -> str:
 def tokens_generation() -> str:
     """A counter bumped whenever a token is deleted, so every API process drops cached tokens."""
     return f"{PREFIX}:tokens:generation"
+
+
+def owner_events(owner_id: int) -> str:
+    """The Redis Stream of things an owner should hear about (a job run waiting or failing)."""
+    return f"{PREFIX}:owner:{owner_id}:events"

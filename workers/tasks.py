@@ -5,8 +5,10 @@ from __future__ import annotations
 import structlog
 from celery import Task, shared_task
 
-from workers.context import control_context, worker_context
+from workers import jobruns
+from workers.context import control_context, job_context, worker_context
 from workers.execute import execute
+from workers.jobruns import RUN_JOB_TASK
 from workers.runs import reap
 
 log = structlog.get_logger(__name__)
@@ -21,12 +23,15 @@ def execute_run(self: Task, run_id: str) -> str | None:
 
 @shared_task(name="skillfleet.reap", bind=True)
 def reap_runs(self: Task) -> int:
-    """Answer `interrupted` for runs whose worker stopped heartbeating."""
+    """Answer `interrupted` for runs and job runs whose worker stopped heartbeating."""
     context = control_context(self.app)
     reaped = reap(context.sessions, context.redis)
     if reaped:
         log.warning("runs interrupted", runs=reaped)
-    return len(reaped)
+    lost_jobs = jobruns.reap(context.sessions, context.redis)
+    if lost_jobs:
+        log.warning("job runs interrupted", job_runs=lost_jobs)
+    return len(reaped) + len(lost_jobs)
 
 
 @shared_task(name="skillfleet.expire_approvals", bind=True)
@@ -39,4 +44,25 @@ def expire_approvals(self: Task) -> int:
     context = control_context(self.app)
     with transaction(context.sessions) as session:
         forget_old(session)
-        return expire_due(session)
+        expired = expire_due(session)
+    # A job run waiting on an approval that just expired ends `unanswered`.
+    for job_run_id in jobruns.settled_waiting(context.sessions):
+        jobruns.send(self.app, job_run_id)
+    return expired
+
+
+@shared_task(name=RUN_JOB_TASK, bind=True)
+def run_job(self: Task, job_run_id: str) -> str | None:
+    """Run a job run, or carry on with one whose waiting call was answered: ids only."""
+    with structlog.contextvars.bound_contextvars(job_run_id=job_run_id):
+        return jobruns.execute(job_context(self.app), job_run_id)
+
+
+@shared_task(name="skillfleet.job_tick", bind=True)
+def job_tick(self: Task) -> int:
+    """Start every job whose cron time has come; carry on with runs whose approval was answered."""
+    context = control_context(self.app)
+    queued = jobruns.tick(context.sessions)
+    for job_run_id in [*queued, *jobruns.settled_waiting(context.sessions)]:
+        jobruns.send(self.app, job_run_id)
+    return len(queued)

@@ -325,22 +325,43 @@ def test_an_edit_that_can_only_fail_is_never_put_to_the_owner(client, auth, wipe
     assert no_approvals(client, auth)
 
 
-def test_a_job_approval_for_chat_saves_the_grant_to_the_job(client, auth, wiper):
-    body = {
-        "arguments": {
-            "skill_name": "wiper",
-            "script": "scripts/wipe.sh",
-            "arguments": {"node": "web01"},
-        },
-        "job_run_id": "job-7",
+def test_a_job_approval_for_chat_saves_the_grant_to_the_job(client, auth, wiper, services):
+    from broker import jobstate
+
+    job = {
+        "name": "wipe",
+        "cron": "0 3 * * *",
+        "steps": [{"tool": "list_skills"}],
+        "skills": ["wiper"],
     }
-    first = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+    job_id = client.post("/api/jobs", headers=auth, json=job).json["id"]
+
+    def call_in_a_new_run() -> dict:
+        run_id = client.post(f"/api/jobs/{job_id}/run", headers=auth).json["job_run_id"]
+        body = {
+            "arguments": {
+                "skill_name": "wiper",
+                "script": "scripts/wipe.sh",
+                "arguments": {"node": "web01"},
+            },
+            "job_run_id": run_id,
+        }
+        envelope = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+        with transaction(services.sessions) as session:  # end the run: the next one may start
+            run = jobstate.claim(session, run_id, "test")
+            jobstate.succeed(session, run, "test")
+        return dict(envelope)
+
+    first = call_in_a_new_run()
     assert first["status"] == "pending_approval"
     answer(client, auth, first["approval_id"], "approve_for_chat")
-    again = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+    again = call_in_a_new_run()  # another run of the same job: the grant is the job's
     assert again["status"] == "done"
     call = client.get(f"/api/calls/{again['call_id']}", headers=auth).json
     assert call["rule"] == "job-granted"
+    assert client.get(f"/api/jobs/{job_id}", headers=auth).json["grants"]["skills"] == [
+        f"wiper@{wiper['hash']}"
+    ]
 
 
 def test_more_than_fifty_calls_in_one_turn_are_refused(client, auth):

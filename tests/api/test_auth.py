@@ -194,6 +194,9 @@ OWNER_ONLY = [
     ("PUT", "/api/skills/wiper/files/notes.md", lambda: {"json": {"content": "agent was here"}}),
     ("DELETE", "/api/skills/wiper/files/scripts/wipe.sh", dict),
     ("GET", "/api/review", dict),
+    ("POST", "/api/jobs", lambda: {"json": {"name": "n", "cron": "* * * * *", "steps": []}}),
+    ("POST", "/api/jobs/some-job/run", dict),
+    ("DELETE", "/api/jobs/some-job", dict),
 ]
 
 

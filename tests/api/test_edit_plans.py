@@ -180,7 +180,10 @@ def test_edit_skill_is_refused_in_plan_mode_and_in_jobs(client, auth, report):
     body = {"arguments": edit(body="x"), "chat_id": "c1", "mode": "plan"}
     plan = client.post("/api/tools/edit_skill", headers=auth, json=body).json
     assert plan["status"] == "denied" and "skill-edit-plan-mode" in plan["error"]["message"]
-    body = {"arguments": edit(body="x"), "job_run_id": "job-1"}
+    job = {"name": "edits", "cron": "0 3 * * *", "steps": [{"tool": "list_skills"}], "skills": "*"}
+    job_id = client.post("/api/jobs", headers=auth, json=job).json["id"]
+    run_id = client.post(f"/api/jobs/{job_id}/run", headers=auth).json["job_run_id"]
+    body = {"arguments": edit(body="x"), "job_run_id": run_id}
     job = client.post("/api/tools/edit_skill", headers=auth, json=body).json
     assert job["status"] == "denied" and "skill-edit-chats-only" in job["error"]["message"]
 

@@ -1,0 +1,305 @@
+"""Scheduled jobs of an owner: checked, saved with their grants, listed and removed.
+
+A job's grants are rows of `grants` with scope `job` and the job's id as subject, so a call in
+any run of the job sees them, including grants the owner added by answering "always".
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from broker import jobstate
+from broker.classify import RUN, SKILL_TOOLS
+from broker.errors import UnknownTool
+from broker.grants import JOB, add_grant, tool_key
+from broker.registry import Registry
+from broker.tiers import Tier
+from store.cron import check_cron, next_time, time_zone
+from store.db import SessionFactory, transaction
+from store.errors import (
+    GrantInvalid,
+    JobInvalid,
+    JobNotFound,
+    JobRunning,
+    SkillNotFound,
+    TooManyJobs,
+)
+from store.hashing import grant_key
+from store.limits import (
+    MAX_JOB_GRANTS,
+    MAX_JOB_NAME_CHARS,
+    MAX_JOB_STEPS,
+    MAX_JOBS,
+    MAX_PROMPT_CHARS,
+    MAX_SKILLS,
+)
+from store.models import Grant, Job, JobRun, Skill, utcnow
+from store.skills import SkillStore
+
+EVERY_SKILL = "*"
+GRANTABLE = (Tier.CHANGE, Tier.DESTRUCTIVE)
+HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job as the owner sent it (already shaped by the API schema)."""
+
+    name: str
+    cron: str
+    time_zone: str
+    steps: list[dict[str, Any]]
+    grant_tools: list[str]
+    grant_skills: list[str]
+    skills: Any
+    enabled: bool
+
+
+@dataclass
+class Jobs:
+    """Saves and reads jobs; every check that needs the tools or the skills is made here."""
+
+    sessions: SessionFactory
+    registry: Registry
+    store: SkillStore
+
+    def create(self, owner_id: int, spec: JobSpec) -> Job:
+        keys = self._check(owner_id, spec)
+        with transaction(self.sessions) as session:
+            count = session.scalar(select(func.count()).where(Job.owner_id == owner_id))
+            if (count or 0) >= MAX_JOBS:
+                raise TooManyJobs(f"You already have {MAX_JOBS} jobs, the most allowed.")
+            job = Job(id=str(uuid.uuid4()), owner_id=owner_id, created_at=utcnow())
+            _fill(job, spec)
+            session.add(job)
+            session.flush()
+            _replace_grants(session, job, keys)
+        return job
+
+    def update(self, owner_id: int, job_id: str, spec: JobSpec) -> Job:
+        self.get(owner_id, job_id)  # another owner's job is not found, whatever the body says
+        keys = self._check(owner_id, spec)
+        with transaction(self.sessions) as session:
+            job = _owned(session, owner_id, job_id, lock=True)
+            _fill(job, spec)
+            _replace_grants(session, job, keys)
+        return job
+
+    def delete(self, owner_id: int, job_id: str) -> None:
+        with transaction(self.sessions) as session:
+            job = _owned(session, owner_id, job_id, lock=True)
+            session.execute(delete(JobRun).where(JobRun.job_id == job.id))
+            session.execute(
+                delete(Grant).where(
+                    Grant.owner_id == owner_id, Grant.scope == JOB, Grant.subject == job.id
+                )
+            )
+            session.delete(job)
+
+    def get(self, owner_id: int, job_id: str) -> Job:
+        with self.sessions() as session:
+            return _owned(session, owner_id, job_id)
+
+    def list_jobs(self, owner_id: int) -> list[Job]:
+        query = select(Job).where(Job.owner_id == owner_id).order_by(Job.name, Job.created_at)
+        with self.sessions() as session:
+            return list(session.scalars(query))
+
+    def run_now(self, owner_id: int, job_id: str) -> JobRun:
+        """Queue a run of the job now; refused while one is still queued, running or waiting."""
+        with transaction(self.sessions) as session:
+            job = _owned(session, owner_id, job_id, lock=True)
+            active = jobstate.active_run(session, job.id)
+            if active is not None:
+                raise JobRunning(
+                    f"The job is still {active.status} (run {active.id}); wait for it to end."
+                )
+            return jobstate.queue(session, job, jobstate.MANUAL)
+
+    def runs(self, owner_id: int, job_id: str) -> list[JobRun]:
+        """The job's runs, newest first (at most the newest 50 are kept)."""
+        query = (
+            select(JobRun)
+            .where(JobRun.job_id == job_id)
+            .order_by(JobRun.created_at.desc(), JobRun.id.desc())
+        )
+        with self.sessions() as session:
+            _owned(session, owner_id, job_id)
+            return list(session.scalars(query))
+
+    # -- checks -------------------------------------------------------------------
+
+    def _check(self, owner_id: int, spec: JobSpec) -> list[str]:
+        """Every rule a job must keep; the grant keys to save."""
+        if not spec.name.strip() or len(spec.name) > MAX_JOB_NAME_CHARS:
+            raise JobInvalid(f"'name' must be 1 to {MAX_JOB_NAME_CHARS} characters.")
+        check_cron(spec.cron)
+        time_zone(spec.time_zone)
+        allowed = self._skills(owner_id, spec.skills)
+        if not 1 <= len(spec.steps) <= MAX_JOB_STEPS:
+            raise JobInvalid(f"A job has 1 to {MAX_JOB_STEPS} steps, not {len(spec.steps)}.")
+        for number, step in enumerate(spec.steps, 1):
+            self._check_step(owner_id, number, step, allowed)
+        if len(spec.grant_tools) + len(spec.grant_skills) > MAX_JOB_GRANTS:
+            raise GrantInvalid(f"A job has at most {MAX_JOB_GRANTS} grants.")
+        keys = [self._tool_grant(name) for name in spec.grant_tools]
+        keys += [self._skill_grant(owner_id, entry) for entry in spec.grant_skills]
+        return sorted(set(keys))
+
+    def _skills(self, owner_id: int, skills: Any) -> set[str] | None:
+        """The names a job may use (None: every enabled skill); unknown names are refused."""
+        if skills == EVERY_SKILL:
+            return None
+        names = set(skills or [])
+        if len(names) > MAX_SKILLS:
+            raise JobInvalid(f"'skills' names at most {MAX_SKILLS} skills.")
+        for name in sorted(names):
+            try:
+                self.store.get(owner_id, name)
+            except SkillNotFound:
+                raise JobInvalid(
+                    f"'skills' names '{name}', which you have no skill called."
+                ) from None
+        return names
+
+    def _check_step(
+        self, owner_id: int, number: int, step: dict[str, Any], allowed: set[str] | None
+    ) -> None:
+        keys = set(step)
+        if keys == {"prompt"}:
+            prompt = step["prompt"]
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise JobInvalid(f"Step {number}: 'prompt' must be non-empty text.")
+            if len(prompt) > MAX_PROMPT_CHARS:
+                raise JobInvalid(
+                    f"Step {number}: a prompt has at most {MAX_PROMPT_CHARS:,} characters, "
+                    f"not {len(prompt):,}."
+                )
+            return
+        if keys not in ({"tool"}, {"tool", "arguments"}):
+            raise JobInvalid(
+                f'Step {number} must be {{"tool": name, "arguments": {{…}}}} or {{"prompt": text}}.'
+            )
+        if not isinstance(step.get("arguments", {}), dict):
+            raise JobInvalid(f"Step {number}: 'arguments' must be a JSON object.")
+        try:
+            tool = self.registry.get(str(step["tool"]))
+        except UnknownTool:
+            raise JobInvalid(f"Step {number}: there is no tool named '{step['tool']}'.") from None
+        if not tool.implemented:
+            raise JobInvalid(f"Step {number}: {tool.name} is not available in this release yet.")
+        skill = step.get("arguments", {}).get("skill_name")
+        if (
+            tool.name in SKILL_TOOLS
+            and isinstance(skill, str)
+            and not may_use(allowed, self._shared_builtin(owner_id, skill), skill)
+        ):
+            raise JobInvalid(
+                f"Step {number} uses the skill '{skill}', which the job's 'skills' don't include."
+            )
+
+    def _shared_builtin(self, owner_id: int, name: str) -> bool:
+        try:
+            return self.store.get(owner_id, name).source == "builtin"
+        except SkillNotFound:
+            return False
+
+    def _tool_grant(self, name: str) -> str:
+        try:
+            tool = self.registry.get(name)
+        except UnknownTool:
+            raise GrantInvalid(f"'grants.tools' names '{name}', which is not a tool.") from None
+        if tool.name == RUN:
+            raise GrantInvalid(
+                "run_skill_script takes each skill's tier: grant the skill in 'grants.skills'."
+            )
+        if tool.tier not in GRANTABLE:
+            raise GrantInvalid(
+                f"'{tool.name}' is a {tool.tier} tool; only change and destructive tools are "
+                "granted to a job."
+            )
+        return tool_key(tool.name)
+
+    def _skill_grant(self, owner_id: int, entry: str) -> str:
+        """`name` (its current version) or `name@<full hash>` (exactly that version)."""
+        name, at, skill_hash = entry.partition("@")
+        if at and not HASH.match(skill_hash):
+            raise GrantInvalid(f"'{entry}': a skill grant is 'name' or 'name@<64-hex hash>'.")
+        try:
+            skill = self.store.get(owner_id, name)
+        except SkillNotFound:
+            raise GrantInvalid(
+                f"'grants.skills' names '{name}', which you have no skill called."
+            ) from None
+        if skill.tier not in GRANTABLE:
+            raise GrantInvalid(
+                f"The skill '{name}' is a {skill.tier} skill; only change and destructive skills "
+                "are granted to a job."
+            )
+        return grant_key(name, skill_hash if at else skill.hash)
+
+
+def may_use(allowed: set[str] | None, builtin: bool, name: str) -> bool:
+    """Whether a job whose skills are `allowed` (None: all) may use the skill `name`."""
+    return allowed is None or builtin or name in allowed
+
+
+def skill_allowed(job: Job, skill: Skill) -> bool:
+    """Whether a call in a run of `job` may use `skill` (built-ins always)."""
+    allowed = None if job.skills == EVERY_SKILL else set(job.skills or [])
+    return may_use(allowed, skill.source == "builtin", skill.name)
+
+
+def grants_of(session: Session, job: Job) -> dict[str, list[str]]:
+    """The job's grants as the owner writes them: tool names and `name@<full hash>`."""
+    query = select(Grant.key).where(
+        Grant.owner_id == job.owner_id, Grant.scope == JOB, Grant.subject == job.id
+    )
+    tools: list[str] = []
+    skills: list[str] = []
+    for key in sorted(session.scalars(query)):
+        kind, _, rest = key.partition(":")
+        (tools if kind == "tool" else skills).append(rest)
+    return {"tools": tools, "skills": skills}
+
+
+def schedule(job: Job) -> None:
+    """Set the job's next cron time from now (none while it is disabled)."""
+    job.next_run_at = next_time(job.cron, job.time_zone, utcnow()) if job.enabled else None
+
+
+def _fill(job: Job, spec: JobSpec) -> None:
+    job.name = spec.name.strip()
+    job.cron = check_cron(spec.cron)
+    job.time_zone = spec.time_zone
+    job.steps = [dict(step) for step in spec.steps]
+    job.skills = EVERY_SKILL if spec.skills == EVERY_SKILL else sorted(set(spec.skills or []))
+    job.enabled = spec.enabled
+    job.updated_at = utcnow()
+    schedule(job)
+
+
+def _replace_grants(session: Session, job: Job, keys: list[str]) -> None:
+    session.execute(
+        delete(Grant).where(
+            Grant.owner_id == job.owner_id, Grant.scope == JOB, Grant.subject == job.id
+        )
+    )
+    for key in keys:
+        add_grant(session, job.owner_id, JOB, job.id, key)
+
+
+def _owned(session: Session, owner_id: int, job_id: str, lock: bool = False) -> Job:
+    query = select(Job).where(Job.id == job_id)
+    if lock:
+        query = query.with_for_update()
+    job = session.scalar(query)
+    if job is None or job.owner_id != owner_id:
+        raise JobNotFound(f"You have no job '{job_id}'.")
+    return job

@@ -1,0 +1,180 @@
+"""Jobs over the API: create, read, change, delete; every bad request is refused whole."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime
+
+import pytest
+from factories import skill_files, zip_bytes
+
+WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
+READ = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
+
+
+def install(client, auth, name: str, metadata: dict[str, str]) -> dict:
+    files = skill_files(name, metadata=metadata)
+    files["scripts/wipe.sh"] = b'#!/bin/bash\necho wiping "$SKILLFLEET_ARGS"\n'
+    response = client.post(
+        "/api/skills",
+        headers=auth,
+        data={"file": (io.BytesIO(zip_bytes(files, top=name)), "s.zip")},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 201, response.json
+    return dict(response.json)
+
+
+def nightly(**changes: object) -> dict:
+    body: dict = {
+        "name": "nightly cleanup",
+        "cron": "30 2 * * *",
+        "time_zone": "Europe/Berlin",
+        "steps": [
+            {"tool": "list_skills", "arguments": {}},
+            {
+                "tool": "run_skill_script",
+                "arguments": {
+                    "skill_name": "wiper",
+                    "script": "scripts/wipe.sh",
+                    "arguments": {"node": "web01"},
+                },
+            },
+        ],  # fmt: skip
+        "grants": {"tools": [], "skills": ["wiper"]},
+        "skills": ["wiper"],
+        "enabled": True,
+    }
+    body.update(changes)
+    return body
+
+
+@pytest.fixture
+def wiper(client, auth):
+    return install(client, auth, "wiper", WIPE)
+
+
+def test_a_job_is_created_with_its_id_and_next_run_in_utc(client, auth, wiper):
+    response = client.post("/api/jobs", headers=auth, json=nightly())
+    assert response.status_code == 201, response.json
+    job = response.json
+    assert job["id"] and job["cron"] == "30 2 * * *" and job["time_zone"] == "Europe/Berlin"
+    next_run = datetime.fromisoformat(job["next_run_at"])
+    assert next_run.utcoffset().total_seconds() == 0
+    assert next_run.minute == 30 and next_run.hour in (0, 1)  # 02:30 in Berlin
+    assert job["grants"] == {"tools": [], "skills": [f"wiper@{wiper['hash']}"]}
+    assert job["skills"] == ["wiper"]
+    shown = client.get(f"/api/jobs/{job['id']}", headers=auth).json
+    assert shown == job
+    assert [j["id"] for j in client.get("/api/jobs", headers=auth).json] == [job["id"]]
+
+
+def test_a_job_is_replaced_disabled_and_deleted(client, auth, wiper):
+    job = client.post("/api/jobs", headers=auth, json=nightly()).json
+    changed = client.put(
+        f"/api/jobs/{job['id']}",
+        headers=auth,
+        json=nightly(cron="0 9 * * 1", time_zone="America/New_York", enabled=False, skills="*",
+                     grants={"tools": [], "skills": []}),
+    )  # fmt: skip
+    assert changed.status_code == 200, changed.json
+    assert changed.json["cron"] == "0 9 * * 1" and changed.json["next_run_at"] is None
+    assert changed.json["grants"] == {"tools": [], "skills": []}
+    assert changed.json["skills"] == "*"
+    assert client.delete(f"/api/jobs/{job['id']}", headers=auth).status_code == 204
+    gone = client.get(f"/api/jobs/{job['id']}", headers=auth)
+    assert gone.status_code == 404 and gone.json["code"] == "job_not_found"
+
+
+def test_every_job_route_needs_a_token(client):
+    for method, path in [
+        ("GET", "/api/jobs"),
+        ("POST", "/api/jobs"),
+        ("GET", "/api/jobs/x"),
+        ("PUT", "/api/jobs/x"),
+        ("DELETE", "/api/jobs/x"),
+        ("POST", "/api/jobs/x/run"),
+        ("GET", "/api/jobs/x/runs"),
+    ]:
+        response = client.open(path, method=method, json={})
+        assert response.status_code == 401, (method, path)
+        assert response.json["code"] == "unauthorized"
+
+
+def test_another_owners_job_is_not_found_and_stays_unchanged(client, auth, other_auth, wiper):
+    job = client.post("/api/jobs", headers=auth, json=nightly()).json
+    path = f"/api/jobs/{job['id']}"
+    assert client.get(path, headers=other_auth).status_code == 404
+    assert (
+        client.put(path, headers=other_auth, json=nightly(skills=None, grants={})).status_code
+        == 404
+    )
+    assert client.delete(path, headers=other_auth).status_code == 404
+    assert client.post(f"{path}/run", headers=other_auth).status_code == 404
+    assert client.get(f"{path}/runs", headers=other_auth).status_code == 404
+    assert client.get("/api/jobs", headers=other_auth).json == []
+    assert client.get(path, headers=auth).json == job
+
+
+PROMPT = "p" * 32_769
+
+
+@pytest.mark.parametrize(
+    ("changes", "code", "words"),
+    [
+        ({"steps": "not a list"}, "invalid_request", "Not a valid list"),
+        ({"colour": "red"}, "invalid_request", "Unknown field"),
+        ({"skills": 7}, "invalid_request", "every enabled skill"),
+        ({"grants": {"tools": "delete_app"}}, "invalid_request", "Not a valid list"),
+        ({"cron": "every night at two"}, "cron_invalid", "exactly 5 fields"),
+        ({"cron": "30 25 * * *"}, "cron_invalid", "not a valid cron expression"),
+        ({"time_zone": "Europe/Atlantis"}, "time_zone_unknown", "not an IANA time zone"),
+        ({"steps": [{"tool": "list_skills"}] * 11}, "job_invalid", "1 to 10 steps, not 11"),
+        ({"steps": []}, "job_invalid", "1 to 10 steps, not 0"),
+        ({"steps": [{"prompt": PROMPT}]}, "job_invalid", "at most 32,768 characters"),
+        ({"steps": [{"tool": "list_skills", "prompt": "x"}]}, "job_invalid", "must be"),
+        ({"steps": [{"tool": "reboot_world"}]}, "job_invalid", "no tool named 'reboot_world'"),
+        ({"grants": {"tools": ["list_skills"]}}, "grant_invalid", "is a read tool"),
+        ({"grants": {"tools": ["nope"]}}, "grant_invalid", "not a tool"),
+        ({"grants": {"tools": ["run_skill_script"]}}, "grant_invalid", "grant the skill"),
+        ({"grants": {"skills": ["ghost"]}}, "grant_invalid", "no skill called"),
+        ({"grants": {"skills": ["wiper@1234"]}}, "grant_invalid", "64-hex"),
+        ({"skills": ["ghost"]}, "job_invalid", "no skill called"),
+        ({"skills": []}, "job_invalid", "don't include"),
+        ({"name": ""}, "job_invalid", "'name'"),
+    ],
+)
+def test_bad_jobs_are_refused_whole(client, auth, wiper, changes, code, words):
+    response = client.post("/api/jobs", headers=auth, json=nightly(**changes))
+    assert response.status_code == 422, response.json
+    assert response.json["code"] == code
+    text = response.json["message"] + str(response.json.get("errors", ""))
+    assert words in text
+    assert client.get("/api/jobs", headers=auth).json == []
+
+
+def test_a_read_skill_is_never_granted(client, auth, wiper):
+    install(client, auth, "peek", READ)
+    response = client.post("/api/jobs", headers=auth, json=nightly(grants={"skills": ["peek"]}))
+    assert response.status_code == 422
+    assert response.json["code"] == "grant_invalid" and "read skill" in response.json["message"]
+
+
+def test_a_bad_change_leaves_the_job_as_it_was(client, auth, wiper):
+    job = client.post("/api/jobs", headers=auth, json=nightly()).json
+    refused = client.put(
+        f"/api/jobs/{job['id']}", headers=auth, json=nightly(grants={"tools": ["list_skills"]})
+    )
+    assert refused.status_code == 422
+    assert client.get(f"/api/jobs/{job['id']}", headers=auth).json == job
+
+
+def test_running_a_job_now_answers_202_and_a_second_run_waits_its_turn(client, auth, wiper):
+    job = client.post("/api/jobs", headers=auth, json=nightly()).json
+    started = client.post(f"/api/jobs/{job['id']}/run", headers=auth)
+    assert started.status_code == 202, started.json
+    run_id = started.json["job_run_id"]
+    [run] = client.get(f"/api/jobs/{job['id']}/runs", headers=auth).json
+    assert run["id"] == run_id and run["status"] == "queued" and run["trigger"] == "manual"
+    again = client.post(f"/api/jobs/{job['id']}/run", headers=auth)
+    assert again.status_code == 409 and again.json["code"] == "job_running"

@@ -1,0 +1,131 @@
+"""Jobs with real processes: beat ticks, the control worker runs, a killed worker's run ends."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from conftest import REDIS_URL
+from fleet import fleet, wait_until
+from sqlalchemy import func, select
+
+from skillfleet.settings import Settings
+from store.models import ToolCall
+from workers import events, naming
+from workers.streams import read_events
+
+READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
+
+
+@pytest.fixture
+def settings_for(tmp_path: Path, database_url: str):
+    def build(**changes: object) -> Settings:
+        return Settings(
+            data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL, **changes
+        )
+
+    return build
+
+
+def newest_run(client, job_id: str) -> dict | None:
+    runs = client.get(f"/api/jobs/{job_id}/runs").json()
+    return runs[0] if runs else None
+
+
+def test_beat_and_the_control_worker_start_a_due_job_within_a_minute(settings_for):
+    with fleet(settings_for(run_timeout=20)) as running:
+        with running.http() as client:
+            body = {"name": "every minute", "cron": "* * * * *", "time_zone": "Asia/Kolkata",
+                    "steps": [{"tool": "list_skills"}, {"tool": "refresh_skills"}]}  # fmt: skip
+            job = client.post("/api/jobs", json=body).json()
+            running.start("control", "worker", "control")
+            running.start("beat", "beat")
+            run = wait_until(
+                lambda: (r := newest_run(client, job["id"])) and r["status"] == "succeeded" and r,
+                75,
+                "beat's tick to start the job and the control worker to run it",
+            )
+            assert run["trigger"] == "schedule"
+            assert run["due_at"] == job["next_run_at"]
+            started = datetime.fromisoformat(run["started_at"])
+            assert (started - datetime.fromisoformat(job["next_run_at"])).total_seconds() < 30
+            assert [step["status"] for step in run["steps"]] == ["done", "done"]
+            later = client.get(f"/api/jobs/{job['id']}").json()["next_run_at"]
+            assert later > job["next_run_at"]
+
+
+def test_a_killed_control_worker_leaves_its_job_run_interrupted_never_run_again(
+    settings_for, tmp_path: Path
+):
+    marker = tmp_path / "runs.log"
+    script = (
+        "import os, time\n"
+        f"open({str(marker)!r}, 'a').write(os.environ['SKILLFLEET_RUN_ID'] + '\\n')\n"
+        "print('started', flush=True)\n"
+        "time.sleep(45)\n"
+    )
+    with fleet(settings_for(visibility_timeout=3, run_timeout=60)) as running:
+        node = f"t-{uuid.uuid4().hex[:8]}"
+        running.start("control", "worker", "control")
+        running.start("beat", "beat")
+        running.start_node(node)
+        running.wait_for_queue(naming.CONTROL)
+        running.import_skill("slow", READ_NODE, {"scripts/slow.py": script})
+        with running.http() as client:
+            step = {
+                "tool": "run_skill_script",
+                "arguments": {
+                    "skill_name": "slow",
+                    "script": "scripts/slow.py",
+                    "arguments": {"node": node},
+                },
+            }
+            body = {"name": "slow", "cron": "0 3 * * *", "steps": [step], "skills": ["slow"]}
+            job = client.post("/api/jobs", json=body).json()
+            run_id = client.post(f"/api/jobs/{job['id']}/run").json()["job_run_id"]
+            run = wait_until(
+                lambda: (r := newest_run(client, job["id"])) and r["call_id"] and r,
+                30,
+                "the job's script step to start",
+            )
+            script_run = client.get(f"/api/calls/{run['call_id']}").json()["run_id"]
+            wait_until(
+                lambda: any(e.kind == "stdout" for e in read_events(running.redis, script_run)),
+                30,
+                "the script to print",
+            )
+            running.kill("control", signal.SIGKILL)
+            running.start("control-again", "worker", "control")
+            ended = wait_until(
+                lambda: (r := newest_run(client, job["id"])) and r["status"] == "interrupted" and r,
+                40,
+                "the reaper to answer the job run interrupted",
+            )
+            assert ended["id"] == run_id and ended["error_code"] == "interrupted"
+            wait_until(
+                lambda: "already taken or still waiting" in running.log_text("control-again"),
+                40,
+                "the unacknowledged job message to come back to the new worker",
+            )
+            assert newest_run(client, job["id"])["status"] == "interrupted"
+        owner_id = ended_owner(running, run_id)
+        kinds = [e.kind for e in events.read(running.redis, owner_id)]
+        assert kinds[-1] == "job_run.interrupted"
+        with running.services.sessions() as session:
+            calls = session.scalar(
+                select(func.count()).select_from(ToolCall).where(ToolCall.job_run_id == run_id)
+            )
+        assert calls == 1  # the step was not run again
+    assert marker.read_text().split() == [script_run]
+
+
+def ended_owner(running, run_id: str) -> int:
+    from store.models import JobRun
+
+    with running.services.sessions() as session:
+        run = session.get(JobRun, run_id)
+        assert run is not None
+        return run.owner_id

@@ -1,0 +1,313 @@
+"""Job runs on the control worker: the minute tick, running steps, resuming, reaping.
+
+A run's steps go through the broker exactly like a chat's calls, with the run's id as
+`job_run_id`. A step that waits for the owner leaves the run `waiting` and frees the worker;
+the answer (or the approval's expiry) sends the run's task again and it carries on from there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import kombu.exceptions
+import redis
+import structlog
+from celery import Celery
+from sqlalchemy import select, update
+
+from broker import jobstate
+from broker.broker import Broker
+from broker.calls import CallRequest
+from broker.callstate import OPEN_STATES, CallStatus
+from broker.jobstate import JobRunStatus
+from store.cron import latest_time, next_time
+from store.db import SessionFactory, transaction
+from store.errors import SkillfleetError
+from store.limits import JOB_MISSED_GRACE_SECONDS
+from store.models import Job, JobRun, ToolCall, utcnow
+from workers import events, heartbeat, naming
+from workers.errors import BackendUnavailable
+
+log = structlog.get_logger(__name__)
+
+NO_MODEL = (
+    "No model is configured, so a prompt step can't run an agent turn; "
+    "the run stopped at this step."
+)
+RUN_JOB_TASK = "skillfleet.run_job"
+UNREACHABLE = "The control queue (Redis) can't be reached, so the job run was not started."
+LOST_WORKER = "The control worker running this job stopped; the run will not be started again."
+
+
+@dataclass
+class JobContext:
+    """What running a job needs: the database, Redis, the broker and this worker's id."""
+
+    sessions: SessionFactory
+    redis: redis.Redis
+    broker: Broker
+    worker: str
+    # How long a step's call may stay running (a script) before the job gives up on it.
+    step_limit: float
+
+
+def send(celery: Celery, job_run_id: str) -> None:
+    """Send a job run's task to the control worker; the message carries the id only."""
+    celery.send_task(RUN_JOB_TASK, args=[job_run_id], queue=naming.CONTROL)
+
+
+def carry_on(celery: Celery, job_run_id: str) -> None:
+    """Wake a job run whose call the owner just answered; the minute tick retries if Redis
+    can't take the message now."""
+    try:
+        send(celery, job_run_id)
+    except (redis.RedisError, kombu.exceptions.OperationalError) as e:
+        log.warning("job run not woken", job_run_id=job_run_id, error_type=type(e).__name__)
+
+
+def start(sessions: SessionFactory, celery: Celery, job_run_id: str) -> None:
+    """Send a queued run; if Redis can't take it, the run fails instead of staying queued."""
+    try:
+        send(celery, job_run_id)
+    except (redis.RedisError, kombu.exceptions.OperationalError) as e:
+        with transaction(sessions) as session:
+            jobstate.abandon(session, job_run_id, UNREACHABLE)
+        raise BackendUnavailable(UNREACHABLE) from e
+
+
+# -- the tick ------------------------------------------------------------------------
+
+
+def tick(sessions: SessionFactory, now: datetime | None = None) -> list[str]:
+    """Queue a run of every enabled job whose cron time has come; the ids to send.
+
+    Each due time is claimed once by moving `next_run_at` past now, so a late or repeated
+    tick never starts a time twice and downtime leaves no backlog: only the latest missed
+    time counts, and it is recorded `skipped` when it is older than the grace period.
+    """
+    now = now or utcnow()
+    query = select(Job.id, Job.next_run_at).where(Job.enabled.is_(True), Job.next_run_at <= now)
+    with sessions() as session:
+        due = list(session.execute(query))
+    queued = []
+    for job_id, due_at in due:
+        assert due_at is not None
+        with transaction(sessions) as session:
+            run_id = _start_due(session, job_id, due_at, now)
+        if run_id is not None:
+            queued.append(run_id)
+    return queued
+
+
+def _start_due(session: Any, job_id: str, due_at: datetime, now: datetime) -> str | None:
+    job = session.get(Job, job_id)
+    if job is None:
+        return None
+    claimed = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.next_run_at == due_at, Job.enabled.is_(True))
+        .values(next_run_at=next_time(job.cron, job.time_zone, now))
+        .execution_options(synchronize_session=False)
+    )
+    if claimed.rowcount != 1:  # another tick took this time
+        return None
+    latest = latest_time(job.cron, job.time_zone, now)
+    if now - latest > timedelta(seconds=JOB_MISSED_GRACE_SECONDS):
+        jobstate.skip(
+            session, job, latest, "missed", "skillfleet was not running when this time came."
+        )
+        return None
+    active = jobstate.active_run(session, job.id)
+    if active is not None:
+        message = f"The previous run ({active.id}) was still {active.status}."
+        jobstate.skip(session, job, latest, "still_running", message)
+        log.info("job skipped: still running", job_id=job.id, run_id=active.id)
+        return None
+    run = jobstate.queue(session, job, jobstate.SCHEDULE, latest)
+    return run.id
+
+
+def settled_waiting(sessions: SessionFactory) -> list[str]:
+    """Waiting runs whose call was answered or expired: they can carry on."""
+    query = (
+        select(JobRun.id)
+        .join(ToolCall, ToolCall.id == JobRun.call_id)
+        .where(
+            JobRun.status == JobRunStatus.WAITING, ToolCall.status != CallStatus.PENDING_APPROVAL
+        )
+    )
+    with sessions() as session:
+        return list(session.scalars(query))
+
+
+def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
+    """Answer `interrupted` for running job runs whose control worker stopped beating."""
+    with sessions() as session:
+        running = list(
+            session.execute(
+                select(JobRun.id, JobRun.worker).where(JobRun.status == JobRunStatus.RUNNING)
+            )
+        )
+    reaped = []
+    for run_id, worker in running:
+        if not worker or heartbeat.is_alive(client, worker):
+            continue
+        with transaction(sessions) as session:
+            run = jobstate.interrupt(session, run_id, worker, LOST_WORKER)
+            job = session.get(Job, run.job_id) if run is not None else None
+        if run is not None and job is not None:
+            _notify(client, job, run, JobRunStatus.INTERRUPTED, LOST_WORKER)
+            reaped.append(run_id)
+    return reaped
+
+
+# -- a run ---------------------------------------------------------------------------
+
+
+def execute(context: JobContext, run_id: str) -> str | None:
+    """Run (or carry on with) one job run; a redelivered message finds it taken and stops."""
+    run = _claim(context, run_id)
+    if run is None:
+        log.info("job run already taken or still waiting; nothing to do", job_run_id=run_id)
+        return None
+    with context.sessions() as session:
+        job = session.get(Job, run.job_id)
+    if job is None:
+        return None
+    if run.call_id is not None:  # carrying on: the call the run waited for was answered
+        ended = _settle(context, job, run, run.call_id)
+        if ended is not None:
+            return ended
+    while run.step < len(job.steps):
+        ended = _step(context, job, run)
+        if ended is not None:
+            return ended
+    with transaction(context.sessions) as session:
+        jobstate.succeed(session, run, context.worker)
+    log.info("job run succeeded", job_id=job.id, job_run_id=run.id)
+    return JobRunStatus.SUCCEEDED
+
+
+def _claim(context: JobContext, run_id: str) -> JobRun | None:
+    with transaction(context.sessions) as session:
+        run = jobstate.claim(session, run_id, context.worker)
+    if run is not None:
+        return run
+    with context.sessions() as session:
+        current = session.get(JobRun, run_id)
+        call = session.get(ToolCall, current.call_id) if current and current.call_id else None
+    if current is None or current.status != JobRunStatus.WAITING or call is None:
+        return None
+    if call.status == CallStatus.PENDING_APPROVAL:
+        return None
+    with transaction(context.sessions) as session:
+        return jobstate.resume(session, run_id, context.worker)
+
+
+def _step(context: JobContext, job: Job, run: JobRun) -> str | None:
+    """Run the current step; the run's end state when it stopped, None to go on."""
+    step = job.steps[run.step]
+    number = run.step + 1
+    if "prompt" in step:
+        outcome = {"step": number, "kind": "prompt", "status": "failed", "error_code": "no_model"}
+        return _end(context, job, run, JobRunStatus.FAILED, "no_model", NO_MODEL, outcome)
+    request = CallRequest(
+        tool=step["tool"],
+        arguments=dict(step.get("arguments") or {}),
+        job_run_id=run.id,
+        turn_id=f"job-run:{run.id}",
+        mode="execute",
+    )
+    try:
+        call_id = context.broker.call(job.owner_id, request).call_id
+    except SkillfleetError as e:
+        failed = {"step": number, "tool": step["tool"], "status": "failed", "error_code": e.code}
+        return _end(context, job, run, JobRunStatus.FAILED, e.code, e.message, failed)
+    return _settle(context, job, run, call_id)
+
+
+def _settle(context: JobContext, job: Job, run: JobRun, call_id: str) -> str | None:
+    """Act on the current step's call: go on, wait for the owner, or stop the run."""
+    call = context.broker.get_call(job.owner_id, call_id)
+    if call.status == CallStatus.RUNNING:
+        with transaction(context.sessions) as session:
+            jobstate.calling(session, run.id, context.worker, call_id)
+        call = _wait_for(context, job.owner_id, call_id)
+    outcome = {
+        "step": run.step + 1,
+        "tool": call.tool,
+        "call_id": call.id,
+        "status": call.status,
+        "run_id": call.run_id,
+    }
+    if call.status == CallStatus.DONE:
+        with transaction(context.sessions) as session:
+            moved = jobstate.step_done(session, run, context.worker, outcome)
+        return None if moved else run.status
+    if call.status == CallStatus.PENDING_APPROVAL:
+        assert call.approval_id is not None
+        with transaction(context.sessions) as session:
+            waiting = jobstate.wait(session, run.id, context.worker, call.id, call.approval_id)
+        if waiting:
+            message = f"Step {run.step + 1} ({call.tool}) waits for your approval."
+            _notify(context.redis, job, run, JobRunStatus.WAITING, message, call.approval_id)
+        return JobRunStatus.WAITING
+    outcome["error_code"] = call.error_code
+    if call.status == CallStatus.RUNNING:
+        code, message = "step_timed_out", "The step's call did not end in time; the run stopped."
+        return _end(context, job, run, JobRunStatus.FAILED, code, message, outcome)
+    status = JobRunStatus.UNANSWERED if call.status == CallStatus.EXPIRED else JobRunStatus.FAILED
+    code = call.error_code or str(call.status)
+    message = call.error_message or f"Step {run.step + 1} ended {call.status}."
+    return _end(context, job, run, status, code, message, outcome)
+
+
+def _wait_for(context: JobContext, owner_id: int, call_id: str) -> ToolCall:
+    """The call once it left `running`, or as it is when the step limit ran out."""
+    deadline = time.monotonic() + context.step_limit
+    while True:
+        left = deadline - time.monotonic()
+        call = context.broker.get_call(owner_id, call_id, wait=max(0.0, left))
+        if call.status not in OPEN_STATES or left <= 0:
+            return call
+
+
+def _end(
+    context: JobContext,
+    job: Job,
+    run: JobRun,
+    status: JobRunStatus,
+    code: str,
+    message: str,
+    outcome: dict[str, Any],
+) -> str:
+    with transaction(context.sessions) as session:
+        ended = jobstate.fail(session, run, status, code, message, outcome)
+    if ended:
+        _notify(context.redis, job, run, status, message)
+        log.info("job run stopped", job_id=job.id, job_run_id=run.id, status=status, code=code)
+    return status
+
+
+def _notify(
+    client: redis.Redis,
+    job: Job,
+    run: JobRun,
+    status: JobRunStatus,
+    message: str,
+    approval_id: str | None = None,
+) -> None:
+    """Tell the owner about a run that needs them (waiting, failed, unanswered, interrupted)."""
+    data: dict[str, Any] = {
+        "job_id": job.id,
+        "job_name": job.name,
+        "job_run_id": run.id,
+        "status": str(status),
+        "message": message,
+    }
+    if approval_id is not None:
+        data["approval_id"] = approval_id
+    events.publish(client, job.owner_id, f"job_run.{status}", **data)
