@@ -10,6 +10,8 @@ from flask import Flask, send_from_directory
 from werkzeug.wrappers import Response
 
 from api.auth import install_auth
+from api.console import install_console
+from api.cors import install_cors
 from api.errors import SkillfleetApi, register_error_handlers
 from api.services import Services
 from skillfleet import __version__
@@ -33,8 +35,10 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     api = SkillfleetApi(app, spec_kwargs=_spec_kwargs())
     register_error_handlers(app)
     install_auth(app)
+    install_cors(app, settings.cors_origins)
     _register_blueprints(api)
     _serve_swagger_assets(app)
+    install_console(app)
     return app
 
 
@@ -63,9 +67,23 @@ def _spec_kwargs() -> dict[str, Any]:
 
 
 def _register_blueprints(api: SkillfleetApi) -> None:
-    from api import approvals, calls, chats, health, metrics, nodes, runs, settings, skills, tools
+    from api import (
+        approvals,
+        calls,
+        chats,
+        events,
+        health,
+        metrics,
+        nodes,
+        runs,
+        settings,
+        skills,
+        tools,
+    )
 
-    modules = (health, skills, tools, calls, approvals, chats, settings, runs, nodes, metrics)
+    modules = (
+        health, skills, tools, calls, approvals, chats, settings, runs, nodes, events, metrics
+    )  # fmt: skip
     for module in modules:
         api.register_blueprint(module.blp)
 

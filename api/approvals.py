@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from flask_smorest import Blueprint
+from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 
 from api.auth import owner_id
+from api.paging import paginate, sql_page
 from api.schemas import ApprovalQuerySchema, ApprovalSchema, DecisionSchema
 from api.services import services
 from broker.approvals import expire_due
@@ -21,7 +23,10 @@ blp = Blueprint("approvals", __name__, url_prefix="/api/approvals", description=
 @blp.route("")
 @blp.arguments(ApprovalQuerySchema, location="query")
 @blp.response(200, ApprovalSchema(many=True))
-def list_approvals(query: dict[str, Any]) -> list[Approval]:
+@paginate(blp)
+def list_approvals(
+    query: dict[str, Any], pagination_parameters: PaginationParameters
+) -> list[Approval]:
     """List your approvals, newest first; `?status=pending` for the open ones"""
     caller = owner_id()
     statement = select(Approval).where(Approval.owner_id == caller)
@@ -29,7 +34,8 @@ def list_approvals(query: dict[str, Any]) -> list[Approval]:
         statement = statement.where(Approval.status == query["status"])
     with transaction(services().sessions) as session:
         expire_due(session, caller)
-        return list(session.scalars(statement.order_by(Approval.created_at.desc())))
+        newest_first = statement.order_by(Approval.created_at.desc())
+        return sql_page(session, newest_first, pagination_parameters)
 
 
 @blp.route("/<approval_id>")

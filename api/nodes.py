@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from api.auth import node_or_owner, owner
 from api.errors import ApiError
+from api.paging import paginate
 from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema
 from api.services import services
 from store.errors import PackageNotFound
@@ -27,6 +28,7 @@ blp = Blueprint("nodes", __name__, url_prefix="/api/nodes", description="Managed
 
 @blp.route("")
 @blp.response(200, NodeSchema(many=True))
+@paginate(blp, in_memory=True)
 def list_nodes() -> list[dict[str, Any]]:
     """List registered nodes and live workers: features, hashes held, last heartbeat"""
     owner()

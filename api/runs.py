@@ -8,11 +8,14 @@ from typing import Any
 
 from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
+from flask_smorest.pagination import PaginationParameters
+from sqlalchemy import select
 
 from api.auth import owner_id
-from api.schemas import RunSchema
+from api.paging import paginate, sql_page
+from api.schemas import RunQuerySchema, RunSchema
 from api.services import services
-from store.models import Run
+from store.models import Chat, Run, ToolCall
 from workers.runs import END_STATES, get_run, request_cancel
 from workers.streams import Event, follow, read_events
 
@@ -71,3 +74,28 @@ def _from_row(run: Run) -> list[str]:
     end = {"status": run.status, "exit_code": run.exit_code, "error": run.error}
     frames.append(_sse(Event("0-3", "exit", end)))
     return frames
+
+
+@blp.route("")
+@blp.arguments(RunQuerySchema, location="query")
+@blp.response(200, RunSchema(many=True))
+@paginate(blp)
+def list_runs(query: dict[str, Any], pagination_parameters: PaginationParameters) -> list[Run]:
+    """List your runs, newest first; filter by status, skill, node, chat and since"""
+    statement = select(Run).where(Run.owner_id == owner_id())
+    if "status" in query:
+        statement = statement.where(Run.status == query["status"])
+    if "skill" in query:
+        statement = statement.where(Run.skill_name == query["skill"])
+    if "node" in query:
+        statement = statement.where(Run.node == query["node"])
+    if "since" in query:
+        statement = statement.where(Run.created_at >= query["since"])
+    if "chat" in query:
+        chat_calls = (
+            select(ToolCall.id).join(Chat, ToolCall.chat_id == Chat.id)
+            .where(Chat.external_id == query["chat"])
+        )  # fmt: skip
+        statement = statement.where(Run.call_id.in_(chat_calls))
+    with services().sessions() as session:
+        return sql_page(session, statement.order_by(Run.created_at.desc()), pagination_parameters)

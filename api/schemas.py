@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import marshmallow as ma
 
 from store.hashing import shown_key
@@ -270,3 +272,28 @@ class SignedManifestSchema(ma.Schema):
 class SyncRequestSchema(ma.Schema):
     node = ma.fields.String()
     receivers = ma.fields.Integer(metadata={"description": "Agents listening right now"})
+
+
+RUN_STATES = ["queued", "running", "succeeded", "failed", "timed_out", "cancelled", "interrupted"]
+CALL_STATES = ["pending_approval", "running", "done", "denied", "failed", "expired"]
+
+
+class ListFilterSchema(ma.Schema):
+    """Filters shared by the run and call lists (all optional, combined with AND)."""
+
+    skill = ma.fields.String(metadata={"description": "Only this skill's"})
+    node = ma.fields.String(metadata={"description": "Only those on this node"})
+    chat = ma.fields.String(metadata={"description": "Only those of this chat id"})
+    since = ma.fields.AwareDateTime(
+        default_timezone=UTC,
+        metadata={"description": "Only those created at or after this ISO 8601 time"},
+    )
+
+
+class RunQuerySchema(ListFilterSchema):
+    status = ma.fields.String(validate=ma.validate.OneOf(RUN_STATES))
+
+
+class CallQuerySchema(ListFilterSchema):
+    status = ma.fields.String(validate=ma.validate.OneOf(CALL_STATES))
+    tool = ma.fields.String(metadata={"description": "Only calls of this tool"})

@@ -12,6 +12,7 @@ from flask_smorest import Blueprint
 from api.auth import owner_id
 from api.errors import ApiError
 from api.nodes import broadcast_sync
+from api.paging import paginate
 from api.schemas import (
     DuplicateSchema,
     EnabledSchema,
@@ -44,6 +45,7 @@ IMPORT_BODY = {
 class Skills(MethodView):
     @blp.arguments(SkillListQuerySchema, location="query")
     @blp.response(200, SkillSchema(many=True))
+    @paginate(blp, in_memory=True)
     def get(self, query: dict[str, Any]) -> list[Skill]:
         """List your skills and the shared ones (built-ins, configured paths)"""
         skills = services().store.installed(owner_id())

@@ -8,6 +8,7 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from api.auth import owner
+from api.paging import paginate
 from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services
 from broker.calls import OPEN_STATES, CallOutcome, CallRequest
@@ -19,6 +20,7 @@ blp = Blueprint("tools", __name__, url_prefix="/api/tools", description="Tools f
 @blp.route("")
 class ToolList(MethodView):
     @blp.response(200, ToolDefinitionSchema(many=True))
+    @paginate(blp, in_memory=True)
     def get(self) -> list[dict[str, Any]]:
         """List every tool as an OpenAI-style function definition"""
         owner()

@@ -182,6 +182,7 @@ def _serve(
 
     from skillfleet.logs import configure_logging
     from store.db import make_engine, make_sessions
+    from workers import feed
     from workers.app import create_celery
     from workers.context import redis_client
     from workers.execute import WorkerContext
@@ -195,6 +196,7 @@ def _serve(
     serving = reason is None
     if runner is not None:
         sessions = make_sessions(make_engine(settings.database))
+        feed.attach(sessions, client)
         app.skillfleet_worker = WorkerContext(sessions, client, instance, runner, packages)
 
     def refresh(current: Instance) -> None:

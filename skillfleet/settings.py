@@ -50,6 +50,7 @@ class Settings:
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     task_events: bool = False
     log_level: str = "info"
+    cors_origins: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -120,6 +121,7 @@ class Settings:
             visibility_timeout=_int(
                 env, "SKILLFLEET_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT
             ),
+            cors_origins=_origins(env.get("SKILLFLEET_CORS_ORIGINS")),
             extra=config,
         )
 
@@ -146,6 +148,17 @@ def normalise_database_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+def _origins(raw: str | None) -> tuple[str, ...]:
+    """Browser origins allowed to call the API (`https://app.example.com`), comma separated."""
+    origins = tuple(part.strip().rstrip("/") for part in (raw or "").replace(" ", ",").split(","))
+    for origin in origins:
+        if origin and origin != "*" and not origin.startswith(("http://", "https://")):
+            raise SettingsError(
+                f"SKILLFLEET_CORS_ORIGINS holds {origin!r}; give origins like https://host:port."
+            )
+    return tuple(origin for origin in origins if origin)
 
 
 def _path(value: str | None) -> Path | None:

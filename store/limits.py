@@ -25,3 +25,9 @@ MAX_COMPATIBILITY_CHARS = 500
 # Archives: refuse compression ratios no honest skill has.
 MAX_COMPRESSION_RATIO = 200
 MAX_ARCHIVE_ENTRIES = MAX_FILES + 100  # directories count as entries too
+
+# The owner's event feed keeps about this many recent events for Last-Event-ID replay.
+MAX_OWNER_EVENTS = 10_000
+# List routes: the page size when none is asked for, and the largest one served.
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500

@@ -10,6 +10,7 @@ import redis
 
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
+from workers import feed
 from workers.execute import WorkerContext
 
 _lock = threading.Lock()
@@ -41,5 +42,6 @@ def control_context(app: Any) -> ControlContext:
             context = ControlContext(
                 make_sessions(make_engine(settings.database)), redis_client(settings)
             )
+            feed.attach(context.sessions, context.redis)
             app.skillfleet_control = context
         return context

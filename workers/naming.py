@@ -71,3 +71,8 @@ def nodes_sync() -> str:
 def run_events_channel(run_id: str) -> str:
     """Pub/sub channel announcing that a run's stream got a new entry (wakes waiters)."""
     return f"{PREFIX}:run:{run_id}:wake"
+
+
+def owner_events(owner_id: int) -> str:
+    """The Redis Stream of one owner's changes (approvals, calls, runs, job runs) for frontends."""
+    return f"{PREFIX}:owner:{owner_id}:events"
