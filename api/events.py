@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
@@ -26,8 +27,21 @@ FEED_DOC = (
 )
 
 
+def sse_response(description: str, example: str) -> dict[str, Any]:
+    """The OpenAPI description of a Server-Sent Events response."""
+    content = {"schema": {"type": "string"}, "example": example}
+    return {"description": description, "content": {"text/event-stream": content}}
+
+
+FEED_EXAMPLE = (
+    'id: 1733011200000-0\nevent: approval.created\ndata: {"approval_id": "a41b…", '
+    '"status": "pending", "tool": "run_skill_script", "tier": "destructive"}\n\n'
+)
+
+
 @blp.route("")
 @blp.response(200, content_type="text/event-stream", description=FEED_DOC)
+@blp.doc(responses={"200": sse_response(FEED_DOC, FEED_EXAMPLE)})
 def owner_events() -> Response:
     """Your changes as they happen (approvals, calls, runs, job runs), as Server-Sent Events"""
     caller = owner_id()

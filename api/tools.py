@@ -27,10 +27,43 @@ class ToolList(MethodView):
         return services().broker.registry.definitions()
 
 
+CALL = "6f1c2d3e-0000-4000-8000-000000000001"
+ENVELOPE_EXAMPLES = {
+    "done": {
+        "summary": "A read tool answered at once",
+        "value": {"call_id": CALL, "status": "done", "result": {"skills": []}},
+    },
+    "running": {
+        "summary": "A script was dispatched; follow /api/runs/<run_id>/events",
+        "value": {"call_id": CALL, "status": "running", "run_id": "0d9e…"},
+    },
+    "pending_approval": {
+        "summary": "The owner is asked; poll /api/calls/<call_id>?wait=30",
+        "value": {"call_id": CALL, "status": "pending_approval", "approval_id": "a41b…"},
+    },
+    "denied": {
+        "summary": "The policy (or the owner) said no",
+        "value": {
+            "call_id": CALL,
+            "status": "denied",
+            "error": {"code": "policy_denied", "message": "Plan mode changes nothing."},
+        },
+    },
+    "failed": {
+        "summary": "The call could not run or the script failed",
+        "value": {
+            "call_id": CALL,
+            "status": "failed",
+            "error": {"code": "skill_not_found", "message": "No enabled skill is named 'x'."},
+        },
+    },
+}
+
+
 @blp.route("/<tool>", methods=["POST"])
 @blp.arguments(WaitSchema, location="query")
 @blp.arguments(ToolCallSchema)
-@blp.response(200, ToolResultSchema)
+@blp.response(200, ToolResultSchema, examples=ENVELOPE_EXAMPLES)
 def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[str, Any]:
     """Call one tool; the envelope says done, failed, denied, running or pending_approval"""
     caller = owner()
