@@ -23,7 +23,7 @@ from store.db import SessionFactory
 from store.limits import MAX_OWNER_EVENTS
 from store.models import Approval, Run
 from workers import naming
-from workers.streams import Event, _event
+from workers.streams import MAX_BLOCK_MS, Event, _event
 
 log = structlog.get_logger(__name__)
 
@@ -123,7 +123,7 @@ def read(
 
 
 def follow(
-    client: redis.Redis, owner_id: int, after: str, block_ms: int = 15_000
+    client: redis.Redis, owner_id: int, after: str, block_ms: int = MAX_BLOCK_MS
 ) -> Iterator[Event | None]:
     """Every event after `after`, forever; None each time a wait passes without one."""
     if after == "$":

@@ -3,28 +3,24 @@
 import { ApiError, follow, get, setToken, token } from "./api.js";
 import { clearError, h, replace, showError } from "./ui.js";
 import * as approvals from "./approvals.js";
-import * as jobs from "./jobs.js";
-import * as nodes from "./nodes.js";
-import * as review from "./review.js";
-import * as runs from "./runs.js";
-import * as skills from "./skills.js";
-import * as tokens from "./tokens.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 const live = document.getElementById("live");
 const signOut = document.getElementById("sign-out");
 
+// The approvals inbox comes with the shell; other pages load when first visited.
+const lazy = (file, name) => async (...args) => (await import(file))[name](...args);
 const ROUTES = [
   [/^#\/approvals$/, approvals.page, "approvals"],
-  [/^#\/runs$/, runs.page, "runs"],
-  [/^#\/runs\/([\w-]+)$/, runs.runPage, "runs"],
-  [/^#\/skills$/, skills.page, "skills"],
-  [/^#\/skills\/([a-z0-9-]+)$/, skills.skillPage, "skills"],
-  [/^#\/review$/, review.page, "review"],
-  [/^#\/jobs$/, jobs.page, "jobs"],
-  [/^#\/nodes$/, nodes.page, "nodes"],
-  [/^#\/tokens$/, tokens.page, "tokens"],
+  [/^#\/runs$/, lazy("./runs.js", "page"), "runs"],
+  [/^#\/runs\/([\w-]+)$/, lazy("./runs.js", "runPage"), "runs"],
+  [/^#\/skills$/, lazy("./skills.js", "page"), "skills"],
+  [/^#\/skills\/([a-z0-9-]+)$/, lazy("./skills.js", "skillPage"), "skills"],
+  [/^#\/review$/, lazy("./review.js", "page"), "review"],
+  [/^#\/jobs$/, lazy("./jobs.js", "page"), "jobs"],
+  [/^#\/nodes$/, lazy("./nodes.js", "page"), "nodes"],
+  [/^#\/tokens$/, lazy("./tokens.js", "page"), "tokens"],
 ];
 
 // Feed listeners of the page on show; dropped when the page changes.
@@ -36,19 +32,24 @@ function onFeed(listener) {
   listeners.add(listener);
 }
 
+const onApprovals = () => ["", "#/approvals"].includes(location.hash);
+
 function startFeed() {
+  let opened = false;
   stopFeed = follow("/api/events", {
     onEvent(event) {
       for (const listener of listeners) listener(event);
-      if (event.kind.startsWith("approval.")) approvals.refreshBadge();
+      if (event.kind.startsWith("approval.") && !onApprovals()) approvals.refreshBadge();
     },
     onState(state, error) {
       live.hidden = false;
       live.className = `live live-${state}`;
       live.textContent = state === "open" ? "live" : state;
       if (state === "error" && error && error.status >= 400) showError(error, "Live updates");
-      // A fresh connection may have missed changes made while it was down: show them now.
-      if (state === "open") for (const listener of listeners) listener({ kind: "reconnected" });
+      // Changes made while the feed was down are replayed from Last-Event-ID, but the first
+      // connection starts at "now": pages reload once if it opened after they loaded.
+      if (state === "open" && opened) for (const listener of listeners) listener({ kind: "reconnected" });
+      if (state === "open") opened = true;
     },
   });
 }
@@ -58,6 +59,7 @@ function render() {
   cleanup = [];
   listeners = new Set();
   clearError();
+  delete main.dataset.ready;
   const hash = location.hash || "#/approvals";
   const route = ROUTES.find(([pattern]) => pattern.test(hash));
   if (!route) {
@@ -70,10 +72,16 @@ function render() {
   }
   const params = hash.match(pattern).slice(1).map(decodeURIComponent);
   const context = { main, params, onFeed, onLeave: (stop) => cleanup.push(stop) };
-  Promise.resolve(page(context, ...params)).catch((error) => {
-    showError(error);
-    if (!main.childElementCount) replace(main, h("p", { class: "muted" }, "This page could not be shown."));
-  });
+  Promise.resolve(page(context, ...params))
+    .catch((error) => {
+      showError(error);
+      if (!main.childElementCount) replace(main, h("p", { class: "muted" }, "This page could not be shown."));
+    })
+    .finally(() => {
+      // The first page with its data on screen: what the console's speed is measured by.
+      if (!performance.getEntriesByName("console-ready").length) performance.mark("console-ready");
+      main.dataset.ready = name;
+    });
 }
 
 // An owner token passes an owner-only route; an agent token gets 403 owner_only there.
@@ -121,13 +129,14 @@ function showSignIn(message) {
     button);
   replace(main, form);
   input.focus();
+  main.dataset.ready = "sign-in";
 }
 
 function start() {
   nav.hidden = false;
   signOut.hidden = false;
   if (!stopFeed) startFeed();
-  approvals.refreshBadge();
+  if (!onApprovals()) approvals.refreshBadge(); // the approvals page sets it itself
   render();
 }
 
@@ -144,13 +153,14 @@ window.addEventListener("hashchange", () => {
 
 if (token()) {
   start();
-  // A token kept from earlier in this tab may have been revoked since.
-  check(token()).catch((error) => {
+  // A token kept from earlier in this tab may have been revoked since: check once the first
+  // page is up (its own requests would show a 401 as well).
+  setTimeout(() => check(token()).catch((error) => {
     if (error.status === 401 || error.status === 403) {
       setToken(null);
       showSignIn(error.message);
     }
-  });
+  }), 500);
 } else {
   showSignIn();
 }

@@ -3,14 +3,17 @@
 import { get, post } from "./api.js";
 import { diff, h, hash8, json, replace, showError, status, when } from "./ui.js";
 
-export async function refreshBadge() {
+function setBadge(count) {
   const badge = document.getElementById("pending-count");
+  badge.textContent = count;
+  badge.hidden = count === 0;
+}
+
+export async function refreshBadge() {
   try {
-    const pending = await get("/api/approvals?status=pending");
-    badge.textContent = pending.length;
-    badge.hidden = pending.length === 0;
+    setBadge((await get("/api/approvals?status=pending")).length);
   } catch {
-    badge.hidden = true;
+    setBadge(0);
   }
 }
 
@@ -69,12 +72,15 @@ export async function page({ main, onFeed }) {
   }
 
   async function load() {
-    const [pending, answered] = await Promise.all([
-      get("/api/approvals?status=pending"),
-      get("/api/approvals?page_size=10"),
-    ]);
+    const pending = await get("/api/approvals?status=pending");
+    setBadge(pending.length);
     if (pending.length) replace(list, pending.map((approval) => card(approval, answer)));
     else replace(list, h("p", { class: "empty" }, "Nothing is waiting for you."));
+    loadAnswered().catch((e) => showError(e)); // below the fold: not waited for
+  }
+
+  async function loadAnswered() {
+    const answered = await get("/api/approvals?page_size=10");
     const done = answered.filter((approval) => approval.status !== "pending");
     replace(recent, done.length
       ? h("table", {}, h("tbody", {}, done.map((approval) => h("tr", {},
