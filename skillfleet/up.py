@@ -302,6 +302,7 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
 def _announce(settings: Settings, token: str, workers: list[str], note: str | None) -> None:
     url = f"http://{settings.host}:{settings.port}"
     click.echo(f"skillfleet is running on {url}")
+    click.echo(f"  console:     {url}/")
     click.echo(f"  API docs:    {url}/api/docs")
     click.echo(f"  database:    {settings.database.split('://')[0]}")
     click.echo(f"  data:        {settings.data_dir}")

@@ -29,5 +29,5 @@ MAX_ARCHIVE_ENTRIES = MAX_FILES + 100  # directories count as entries too
 # The owner's event feed keeps about this many recent events for Last-Event-ID replay.
 MAX_OWNER_EVENTS = 10_000
 # List routes: the page size when none is asked for, and the largest one served.
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 250
+MAX_PAGE_SIZE = 1000
