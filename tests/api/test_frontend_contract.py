@@ -170,6 +170,21 @@ def test_the_event_feed_replays_an_approval_asked_and_answered_from_last_event_i
     assert [e["id"] for e in again] == [answered["id"], finished["id"]]
 
 
+def test_a_refused_answer_is_rolled_back_and_never_announced(client, auth):
+    install(client, auth, "wiper", WIPE)
+    asked = run(client, auth)
+    refused = answer(client, auth, asked["approval_id"], "approve_for_chat")
+    assert refused.status_code == 400 and refused.json["code"] == "grant_not_offered"
+    assert answer(client, auth, asked["approval_id"], "approve").status_code == 200
+
+    events = read_feed(client, auth, 2)
+
+    assert [(e["kind"], e["status"]) for e in events] == [
+        ("approval.created", "pending"),
+        ("approval.answered", "approved"),
+    ]
+
+
 def test_another_owner_hears_nothing_of_alices_approvals(client, auth, other_auth, redis_client):
     install(client, auth, "wiper", WIPE)
     run(client, auth)
