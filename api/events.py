@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
 
 from api.auth import owner_id
 from api.errors import ApiError
+from api.schemas import sse_response
 from api.services import services
 from workers import feed
 from workers.streams import Event
@@ -25,12 +25,6 @@ FEED_DOC = (
     "Reconnect with the Last-Event-ID header (or ?last_event_id=) to replay what you missed; "
     "without one the stream starts with the next change."
 )
-
-
-def sse_response(description: str, example: str) -> dict[str, Any]:
-    """The OpenAPI description of a Server-Sent Events response."""
-    content = {"schema": {"type": "string"}, "example": example}
-    return {"description": description, "content": {"text/event-stream": content}}
 
 
 FEED_EXAMPLE = (

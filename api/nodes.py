@@ -14,7 +14,7 @@ from sqlalchemy import select
 from api.auth import node_or_owner, owner
 from api.errors import ApiError
 from api.paging import paginate
-from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema
+from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema, file_response
 from api.services import services
 from store.errors import PackageNotFound
 from store.models import Node
@@ -88,6 +88,7 @@ def manifest(node: str) -> dict[str, Any]:
 
 @blp.route("/<node>/packages/<package>")
 @blp.response(200, content_type="application/gzip")
+@blp.doc(responses={"200": file_response("The package, a .tar.gz", "application/gzip")})
 def package(node: str, package: str) -> Response:
     """Download one package, named `name@hash`, while that node may hold it"""
     _check_node(node)

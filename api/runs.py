@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from api.auth import owner_id
 from api.paging import paginate, sql_page
-from api.schemas import RunQuerySchema, RunSchema
+from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
 from store.models import Chat, Run, ToolCall
 from workers.runs import END_STATES, get_run, request_cancel
@@ -23,6 +23,7 @@ blp = Blueprint("runs", __name__, url_prefix="/api/runs", description="Script ru
 
 # A comment line keeps idle connections (and proxies) from timing out.
 KEEPALIVE = ": keep-alive\n\n"
+RUN_EXAMPLE = 'id: 1733011200000-0\nevent: stdout\ndata: {"text": "line 0\\n"}\n\n'
 
 
 @blp.route("/<run_id>")
@@ -41,6 +42,7 @@ def cancel_run(run_id: str) -> Run:
 
 @blp.route("/<run_id>/events")
 @blp.response(200, content_type="text/event-stream")
+@blp.doc(responses={"200": sse_response("stdout, stderr, status and exit events", RUN_EXAMPLE)})
 def run_events(run_id: str) -> Response:
     """Live output as Server-Sent Events; reconnect with Last-Event-ID to replay what you missed"""
     run = get_run(services().sessions, run_id, owner_id())

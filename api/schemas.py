@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Any
 
 import marshmallow as ma
 
@@ -297,3 +298,15 @@ class RunQuerySchema(ListFilterSchema):
 class CallQuerySchema(ListFilterSchema):
     status = ma.fields.String(validate=ma.validate.OneOf(CALL_STATES))
     tool = ma.fields.String(metadata={"description": "Only calls of this tool"})
+
+
+def sse_response(description: str, example: str) -> dict[str, Any]:
+    """The OpenAPI description of a Server-Sent Events response."""
+    content = {"schema": {"type": "string"}, "example": example}
+    return {"description": description, "content": {"text/event-stream": content}}
+
+
+def file_response(description: str, *media_types: str) -> dict[str, Any]:
+    """The OpenAPI description of a file download."""
+    schema = {"type": "string", "format": "binary"}
+    return {"description": description, "content": {t: {"schema": schema} for t in media_types}}

@@ -23,6 +23,7 @@ from api.schemas import (
     SkillListQuerySchema,
     SkillSchema,
     ZipUploadSchema,
+    file_response,
 )
 from api.services import services
 from store.hashing import regular_files
@@ -147,6 +148,7 @@ class SkillItem(MethodView):
 
 @blp.route("/<name>/files/<path:path>")
 @blp.response(200, content_type="application/octet-stream")
+@blp.doc(responses={"200": file_response("The file", "text/plain", "application/octet-stream")})
 def skill_file(name: str, path: str) -> Response:
     """Download one file of a skill"""
     store = services().store

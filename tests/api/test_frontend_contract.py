@@ -288,6 +288,15 @@ def test_the_openapi_document_describes_the_frontend_routes_and_envelope_example
     examples = envelope["application/json"]["examples"]
     assert {"done", "running", "pending_approval", "denied", "failed"} <= set(examples)
     assert "text/event-stream" in doc["paths"]["/api/events"]["get"]["responses"]["200"]["content"]
+    undescribed = [
+        f"{method.upper()} {path} {status}"
+        for path, operations in doc["paths"].items()
+        for method, operation in operations.items()
+        if isinstance(operation, dict)
+        for status, response in operation.get("responses", {}).items()
+        if status.startswith("2") and status != "204" and "content" not in response
+    ]
+    assert undescribed == []
 
 
 def test_the_console_is_served_at_the_root_with_a_strict_content_policy(client):
