@@ -16,15 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import IN_CI, REDIS_URL
 from factories import skill_files, zip_bytes
 from fleet import Fleet, fleet, wait_until
+from sqlalchemy import delete
 
 from skillfleet.settings import Settings
 from store.db import transaction
-from store.models import Node
-from store.tokens import create_node_token
+from store.models import ApiToken, Node
+from store.tokens import create_node_token, create_owner_token, token_digest
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -345,14 +347,35 @@ def test_a_wrong_token_gets_the_apis_message(page: Any, console: Fleet) -> None:
     assert "The bearer token is not valid." in alert.inner_text()
 
 
+def test_a_token_revoked_while_signed_in_sends_the_tab_back_to_sign_in(
+    page: Any, console: Fleet
+) -> None:
+    with transaction(console.services.sessions) as session:
+        doomed = create_owner_token(session, f"revoked-{uuid.uuid4().hex[:6]}")
+    sign_in(page, console, doomed)
+    page.wait_for_selector("main[data-ready=approvals]")
+
+    with transaction(console.services.sessions) as session:
+        session.execute(delete(ApiToken).where(ApiToken.token_hash == token_digest(doomed)))
+    headers = {"Authorization": f"Bearer {doomed}"}
+    wait_until(  # the API forgets a deleted token within a few seconds
+        lambda: httpx.get(f"{console.url}/api/settings", headers=headers).status_code == 401,
+        15,
+        "the deleted token to be refused",
+    )
+    page.get_by_role("link", name="Runs").click()
+
+    alert = page.wait_for_selector("form.sign-in .error:not([hidden])")
+    assert "The bearer token is not valid." in alert.inner_text()
+    assert page.evaluate("sessionStorage.getItem('skillfleet.owner-token')") is None
+
+
 @pytest.mark.xfail(
     reason="agent tokens (token roles) are not in this server yet; GET /api/settings "
     "answers 403 owner_only for them once they are",
     strict=False,
 )
 def test_an_agent_token_cannot_sign_in(page: Any, console: Fleet) -> None:
-    from store.tokens import create_owner_token
-
     with transaction(console.services.sessions) as session:
         agent = create_owner_token(session, "agent-owner", role="agent")  # type: ignore[call-arg]
 
@@ -419,7 +442,7 @@ def first_page_ms(browser: Any, console: Fleet) -> float:
 
 def test_the_first_page_is_usable_within_300_ms(browser: Any, console: Fleet) -> None:
     first_page_ms(browser, console)  # warm the server's code paths once
-    times = [first_page_ms(browser, console) for _ in range(7)]
+    times = [first_page_ms(browser, console) for _ in range(9)]
     median = statistics.median(times)
     print(f"\nfirst page usable after {median:.0f} ms (median of {[round(t) for t in times]})")
     assert median <= FIRST_PAGE_MS

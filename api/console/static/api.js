@@ -57,7 +57,14 @@ export async function call(method, path, body, options = {}) {
   } catch {
     throw new ApiError(0, "unreachable", UNREACHABLE);
   }
-  if (!response.ok) throw await errorFrom(response);
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    // The tab's token stopped working (revoked or deleted): the shell goes back to sign-in.
+    if (response.status === 401 && !options.token) {
+      window.dispatchEvent(new CustomEvent("skillfleet:unauthorized", { detail: error }));
+    }
+    throw error;
+  }
   if (response.status === 204) return { data: null, response };
   const type = response.headers.get("Content-Type") || "";
   const data = type.includes("json") ? await response.json() : await response.text();
@@ -136,6 +143,9 @@ export function follow(path, { onEvent, onState = () => {}, until = () => false,
         const response = await fetch(path, { headers: headers(extra), signal: controller.signal, cache: "no-store" });
         if (!response.ok) {
           const error = await errorFrom(response);
+          if (response.status === 401) {
+            window.dispatchEvent(new CustomEvent("skillfleet:unauthorized", { detail: error }));
+          }
           onState("error", error);
           if (response.status >= 400 && response.status < 500) return;
         } else {

@@ -54,12 +54,18 @@ function startFeed() {
   });
 }
 
-function render() {
+function leave() {
   for (const stop of cleanup) stop();
   cleanup = [];
   listeners = new Set();
-  clearError();
   delete main.dataset.ready;
+}
+
+let shown = 0;
+
+function render() {
+  leave();
+  clearError();
   const hash = location.hash || "#/approvals";
   const route = ROUTES.find(([pattern]) => pattern.test(hash));
   if (!route) {
@@ -71,13 +77,20 @@ function render() {
     link.classList.toggle("active", link.dataset.page === name);
   }
   const params = hash.match(pattern).slice(1).map(decodeURIComponent);
-  const context = { main, params, onFeed, onLeave: (stop) => cleanup.push(stop) };
+  // Each page draws into its own element, so a page left before its data came can't draw over
+  // the next one.
+  const view = h("div", { class: "view" });
+  replace(main, view);
+  const current = ++shown;
+  const context = { main: view, params, onFeed, onLeave: (stop) => cleanup.push(stop) };
   Promise.resolve(page(context, ...params))
     .catch((error) => {
+      if (current !== shown) return;
       showError(error);
-      if (!main.childElementCount) replace(main, h("p", { class: "muted" }, "This page could not be shown."));
+      if (!view.childElementCount) replace(view, h("p", { class: "muted" }, "This page could not be shown."));
     })
     .finally(() => {
+      if (current !== shown) return;
       // The first page with its data on screen: what the console's speed is measured by.
       if (!performance.getEntriesByName("console-ready").length) performance.mark("console-ready");
       main.dataset.ready = name;
@@ -140,11 +153,17 @@ function start() {
   render();
 }
 
-signOut.addEventListener("click", () => {
+function signOutWith(message) {
   setToken(null);
   if (stopFeed) stopFeed();
   stopFeed = null;
-  showSignIn();
+  leave();
+  showSignIn(message);
+}
+
+signOut.addEventListener("click", () => signOutWith());
+window.addEventListener("skillfleet:unauthorized", (event) => {
+  if (token()) signOutWith(event.detail.message);
 });
 
 window.addEventListener("hashchange", () => {
@@ -156,10 +175,7 @@ if (token()) {
   // A token kept from earlier in this tab may have been revoked since: check once the first
   // page is up (its own requests would show a 401 as well).
   setTimeout(() => check(token()).catch((error) => {
-    if (error.status === 401 || error.status === 403) {
-      setToken(null);
-      showSignIn(error.message);
-    }
+    if (error.status === 401 || error.status === 403) signOutWith(error.message);
   }), 500);
 } else {
   showSignIn();
