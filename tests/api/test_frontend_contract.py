@@ -195,8 +195,9 @@ def test_another_owner_hears_nothing_of_alices_approvals(client, auth, other_aut
     assert len(streams) == 1  # only alice's
 
 
-def test_a_bad_last_event_id_is_refused(client, auth):
-    response = client.get("/api/events", headers={**auth, "Last-Event-ID": "'; DROP"})
+@pytest.mark.parametrize("last_id", ["'; DROP", "---", "1-2-3", "12-"])
+def test_a_bad_last_event_id_is_refused(client, auth, last_id):
+    response = client.get("/api/events", headers={**auth, "Last-Event-ID": last_id})
     assert response.status_code == 400
     assert response.json["code"] == "invalid_event_id"
 
