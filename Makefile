@@ -37,7 +37,7 @@ bench: $(STAMP)
 # A picture of every console page, taken in Chromium against a real fleet, into docs/img/.
 screenshots: $(STAMP)
 	SKILLFLEET_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q \
-		tests/console/test_console.py::test_screenshots_of_every_page
+		tests/console/test_console_pages.py::test_screenshots_of_every_page
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
