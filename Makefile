@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint format bench clean
+.PHONY: up test lint format bench screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/policy.py
 	$(BIN)/python bench/verification.py
 	$(BIN)/python bench/runs.py --spark
+
+# A picture of every console page, taken in Chromium against a real fleet, into docs/img/.
+screenshots: $(STAMP)
+	SKILLFLEET_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q \
+		tests/console/test_console_pages.py::test_screenshots_of_every_page
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

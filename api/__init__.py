@@ -10,6 +10,8 @@ from flask import Flask, send_from_directory
 from werkzeug.wrappers import Response
 
 from api.auth import install_auth
+from api.console import install_console
+from api.cors import install_cors
 from api.errors import SkillfleetApi, register_error_handlers
 from api.services import Services
 from skillfleet import __version__
@@ -33,8 +35,10 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     api = SkillfleetApi(app, spec_kwargs=_spec_kwargs())
     register_error_handlers(app)
     install_auth(app)
+    install_cors(app, settings.cors_origins)
     _register_blueprints(api)
     _serve_swagger_assets(app)
+    install_console(app)
     return app
 
 
@@ -67,6 +71,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         approvals,
         calls,
         chats,
+        events,
         health,
         jobs,
         metrics,
@@ -92,6 +97,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         tokens,
         review,
         jobs,
+        events,
         metrics,
     )
     for module in modules:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from flask_smorest import Blueprint
+from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.auth import owner_only, owner_or_agent
 from api.nodes import broadcast_sync
+from api.paging import paginate, sql_page
 from api.schemas import ApprovalQuerySchema, ApprovalSchema, DecisionSchema
 from api.services import services
 from broker import editplans
@@ -42,7 +44,10 @@ def cards(session: Session, approvals: list[Approval]) -> list[ApprovalCard]:
 @blp.route("")
 @blp.arguments(ApprovalQuerySchema, location="query")
 @blp.response(200, ApprovalSchema(many=True))
-def list_approvals(query: dict[str, Any]) -> list[ApprovalCard]:
+@paginate(blp)
+def list_approvals(
+    query: dict[str, Any], pagination_parameters: PaginationParameters
+) -> list[ApprovalCard]:
     """List your approvals, newest first; `?status=pending` for the open ones"""
     caller = owner_or_agent()
     statement = select(Approval).where(Approval.owner_id == caller)
@@ -50,8 +55,8 @@ def list_approvals(query: dict[str, Any]) -> list[ApprovalCard]:
         statement = statement.where(Approval.status == query["status"])
     with transaction(services().sessions) as session:
         expire_due(session, caller)
-        found = list(session.scalars(statement.order_by(Approval.created_at.desc())))
-        return cards(session, found)
+        newest_first = statement.order_by(Approval.created_at.desc())
+        return cards(session, sql_page(session, newest_first, pagination_parameters))
 
 
 @blp.route("/<approval_id>")

@@ -1,17 +1,48 @@
-"""GET /api/calls/<id>: the recorded outcome of one tool call, optionally waited for."""
+"""Tool calls: their recorded outcomes, listed with filters or one at a time (can be waited for)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from flask_smorest import Blueprint
+from flask_smorest.pagination import PaginationParameters
+from sqlalchemy import select
 
 from api.auth import owner_or_agent
-from api.schemas import CallSchema, WaitSchema
+from api.paging import paginate, sql_page
+from api.schemas import CallQuerySchema, CallSchema, WaitSchema
 from api.services import services
-from store.models import ToolCall
+from store.models import Chat, ToolCall
 
 blp = Blueprint("calls", __name__, url_prefix="/api/calls", description="Tool call outcomes")
+
+
+@blp.route("")
+@blp.arguments(CallQuerySchema, location="query")
+@blp.response(200, CallSchema(many=True))
+@paginate(blp)
+def list_calls(
+    query: dict[str, Any], pagination_parameters: PaginationParameters
+) -> list[ToolCall]:
+    """List your tool calls, newest first; filter by status, tool, skill, node, chat and since"""
+    caller = owner_or_agent()
+    statement = select(ToolCall).where(ToolCall.owner_id == caller)
+    for field, column in (
+        ("status", ToolCall.status),
+        ("tool", ToolCall.tool),
+        ("skill", ToolCall.skill_name),
+        ("node", ToolCall.node),
+    ):
+        if field in query:
+            statement = statement.where(column == query[field])
+    if "since" in query:
+        statement = statement.where(ToolCall.created_at >= query["since"])
+    if "chat" in query:
+        chats = select(Chat.id).where(Chat.owner_id == caller, Chat.external_id == query["chat"])
+        statement = statement.where(ToolCall.chat_id.in_(chats))
+    with services().sessions() as session:
+        newest_first = statement.order_by(ToolCall.created_at.desc())
+        return sql_page(session, newest_first, pagination_parameters)
 
 
 @blp.route("/<call_id>")

@@ -6,6 +6,7 @@ from flask_smorest import Blueprint
 from sqlalchemy import delete, select
 
 from api.auth import owner_only
+from api.paging import paginate
 from api.schemas import ChatSchema, GrantSchema
 from api.services import services
 from broker.errors import ChatNotFound
@@ -28,6 +29,7 @@ def _chat(owner_id: int, chat_id: str) -> Chat:
 
 @blp.route("")
 @blp.response(200, ChatSchema(many=True))
+@paginate(blp, in_memory=True)
 def list_chats() -> list[Chat]:
     """List your chats with their declined, expired, failed and timed-out call counts"""
     caller = owner_only()
@@ -55,6 +57,7 @@ def delete_chat(chat_id: str) -> None:
 
 @blp.route("/<chat_id>/grants")
 @blp.response(200, GrantSchema(many=True))
+@paginate(blp, in_memory=True)
 def chat_grants(chat_id: str) -> list[Grant]:
     """List the grant keys the owner gave this chat ("approve for this chat")"""
     chat = _chat(owner_only(), chat_id)

@@ -13,7 +13,8 @@ from sqlalchemy import select
 
 from api.auth import node_or_owner, owner_only
 from api.errors import ApiError
-from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema
+from api.paging import paginate
+from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema, file_response
 from api.services import services
 from store.errors import PackageNotFound
 from store.models import Node
@@ -27,6 +28,7 @@ blp = Blueprint("nodes", __name__, url_prefix="/api/nodes", description="Managed
 
 @blp.route("")
 @blp.response(200, NodeSchema(many=True))
+@paginate(blp, in_memory=True)
 def list_nodes() -> list[dict[str, Any]]:
     """List registered nodes and live workers: features, hashes held, last heartbeat"""
     owner_only()
@@ -86,6 +88,7 @@ def manifest(node: str) -> dict[str, Any]:
 
 @blp.route("/<node>/packages/<package>")
 @blp.response(200, content_type="application/gzip")
+@blp.doc(responses={"200": file_response("The package, a .tar.gz", "application/gzip")})
 def package(node: str, package: str) -> Response:
     """Download one package, named `name@hash`, while that node may hold it"""
     _check_node(node)

@@ -8,11 +8,14 @@ from typing import Any
 
 from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
+from flask_smorest.pagination import PaginationParameters
+from sqlalchemy import select
 
 from api.auth import owner_or_agent
-from api.schemas import RunSchema
+from api.paging import paginate, sql_page
+from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
-from store.models import Run
+from store.models import Chat, Run, ToolCall
 from workers.runs import END_STATES, get_run, request_cancel
 from workers.streams import Event, follow, read_events
 
@@ -20,6 +23,7 @@ blp = Blueprint("runs", __name__, url_prefix="/api/runs", description="Script ru
 
 # A comment line keeps idle connections (and proxies) from timing out.
 KEEPALIVE = ": keep-alive\n\n"
+RUN_EXAMPLE = 'id: 1733011200000-0\nevent: stdout\ndata: {"text": "line 0\\n"}\n\n'
 
 
 @blp.route("/<run_id>")
@@ -38,6 +42,7 @@ def cancel_run(run_id: str) -> Run:
 
 @blp.route("/<run_id>/events")
 @blp.response(200, content_type="text/event-stream")
+@blp.doc(responses={"200": sse_response("stdout, stderr, status and exit events", RUN_EXAMPLE)})
 def run_events(run_id: str) -> Response:
     """Live output as Server-Sent Events; reconnect with Last-Event-ID to replay what you missed"""
     run = get_run(services().sessions, run_id, owner_or_agent())
@@ -71,3 +76,28 @@ def _from_row(run: Run) -> list[str]:
     end = {"status": run.status, "exit_code": run.exit_code, "error": run.error}
     frames.append(_sse(Event("0-3", "exit", end)))
     return frames
+
+
+@blp.route("")
+@blp.arguments(RunQuerySchema, location="query")
+@blp.response(200, RunSchema(many=True))
+@paginate(blp)
+def list_runs(query: dict[str, Any], pagination_parameters: PaginationParameters) -> list[Run]:
+    """List your runs, newest first; filter by status, skill, node, chat and since"""
+    statement = select(Run).where(Run.owner_id == owner_or_agent())
+    if "status" in query:
+        statement = statement.where(Run.status == query["status"])
+    if "skill" in query:
+        statement = statement.where(Run.skill_name == query["skill"])
+    if "node" in query:
+        statement = statement.where(Run.node == query["node"])
+    if "since" in query:
+        statement = statement.where(Run.created_at >= query["since"])
+    if "chat" in query:
+        chat_calls = (
+            select(ToolCall.id).join(Chat, ToolCall.chat_id == Chat.id)
+            .where(Chat.external_id == query["chat"])
+        )  # fmt: skip
+        statement = statement.where(Run.call_id.in_(chat_calls))
+    with services().sessions() as session:
+        return sql_page(session, statement.order_by(Run.created_at.desc()), pagination_parameters)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+from typing import Any
+
 import marshmallow as ma
 
 from store.hashing import shown_key
@@ -486,3 +489,40 @@ class JobRunSchema(ma.Schema):
 
 class JobRunStartedSchema(ma.Schema):
     job_run_id = ma.fields.String()
+
+
+RUN_STATES = ["queued", "running", "succeeded", "failed", "timed_out", "cancelled", "interrupted"]
+CALL_STATES = ["pending_approval", "running", "done", "denied", "failed", "expired"]
+
+
+class ListFilterSchema(ma.Schema):
+    """Filters shared by the run and call lists (all optional, combined with AND)."""
+
+    skill = ma.fields.String(metadata={"description": "Only this skill's"})
+    node = ma.fields.String(metadata={"description": "Only those on this node"})
+    chat = ma.fields.String(metadata={"description": "Only those of this chat id"})
+    since = ma.fields.AwareDateTime(
+        default_timezone=UTC,
+        metadata={"description": "Only those created at or after this ISO 8601 time"},
+    )
+
+
+class RunQuerySchema(ListFilterSchema):
+    status = ma.fields.String(validate=ma.validate.OneOf(RUN_STATES))
+
+
+class CallQuerySchema(ListFilterSchema):
+    status = ma.fields.String(validate=ma.validate.OneOf(CALL_STATES))
+    tool = ma.fields.String(metadata={"description": "Only calls of this tool"})
+
+
+def sse_response(description: str, example: str) -> dict[str, Any]:
+    """The OpenAPI description of a Server-Sent Events response."""
+    content = {"schema": {"type": "string"}, "example": example}
+    return {"description": description, "content": {"text/event-stream": content}}
+
+
+def file_response(description: str, *media_types: str) -> dict[str, Any]:
+    """The OpenAPI description of a file download."""
+    schema = {"type": "string", "format": "binary"}
+    return {"description": description, "content": {t: {"schema": schema} for t in media_types}}

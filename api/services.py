@@ -20,6 +20,7 @@ from store.discovery import read_only_skills
 from store.packagestore import PackageStore
 from store.signing import load_or_create_key
 from store.skills import BUILTIN_DIR, SkillStore
+from workers import feed
 from workers.app import create_celery
 from workers.dispatch import CeleryDispatcher
 from workers.streams import wait_for_end
@@ -46,6 +47,7 @@ class Services:
         store.sync_read_only(read_only_skills(BUILTIN_DIR, settings.skill_paths))
         policy = load_policy(settings)
         client = redis.Redis.from_url(settings.redis, socket_connect_timeout=2)
+        feed.attach(sessions, client)
         celery = create_celery(settings)
         packages = PackageStore(settings.data_dir / "packages", store)
         dispatcher: Dispatcher = CeleryDispatcher(

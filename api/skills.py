@@ -12,6 +12,7 @@ from flask_smorest import Blueprint
 from api.auth import owner_only, owner_or_agent
 from api.errors import ApiError
 from api.nodes import broadcast_sync
+from api.paging import paginate
 from api.schemas import (
     BundleImportSchema,
     DuplicateSchema,
@@ -25,6 +26,7 @@ from api.schemas import (
     SkillListQuerySchema,
     SkillSchema,
     ZipUploadSchema,
+    file_response,
 )
 from api.services import services
 from store.drafts import encoded
@@ -52,6 +54,7 @@ IMPORT_BODY = {
 class Skills(MethodView):
     @blp.arguments(SkillListQuerySchema, location="query")
     @blp.response(200, SkillSchema(many=True))
+    @paginate(blp, in_memory=True)
     def get(self, query: dict[str, Any]) -> list[Skill]:
         """List your skills and the shared ones (built-ins, configured paths)"""
         skills = services().store.installed(owner_or_agent())
@@ -181,6 +184,7 @@ class SkillItem(MethodView):
 @blp.route("/<name>/files/<path:path>")
 class SkillFile(MethodView):
     @blp.response(200, content_type="application/octet-stream")
+    @blp.doc(responses={"200": file_response("The file", "text/plain", "application/octet-stream")})
     def get(self, name: str, path: str) -> Response:
         """Download one file of a skill"""
         store = services().store

@@ -9,6 +9,7 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
+from api.paging import paginate
 from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services
 from broker.calls import OPEN_STATES, CallOutcome, CallRequest
@@ -22,16 +23,50 @@ blp = Blueprint("tools", __name__, url_prefix="/api/tools", description="Tools f
 @blp.route("")
 class ToolList(MethodView):
     @blp.response(200, ToolDefinitionSchema(many=True))
+    @paginate(blp, in_memory=True)
     def get(self) -> list[dict[str, Any]]:
         """List every tool as an OpenAI-style function definition"""
         owner_or_agent()
         return services().broker.registry.definitions()
 
 
+CALL = "6f1c2d3e-0000-4000-8000-000000000001"
+ENVELOPE_EXAMPLES = {
+    "done": {
+        "summary": "A read tool answered at once",
+        "value": {"call_id": CALL, "status": "done", "result": {"skills": []}},
+    },
+    "running": {
+        "summary": "A script was dispatched; follow /api/runs/<run_id>/events",
+        "value": {"call_id": CALL, "status": "running", "run_id": "0d9e…"},
+    },
+    "pending_approval": {
+        "summary": "The owner is asked; poll /api/calls/<call_id>?wait=30",
+        "value": {"call_id": CALL, "status": "pending_approval", "approval_id": "a41b…"},
+    },
+    "denied": {
+        "summary": "The policy (or the owner) said no",
+        "value": {
+            "call_id": CALL,
+            "status": "denied",
+            "error": {"code": "policy_denied", "message": "Plan mode changes nothing."},
+        },
+    },
+    "failed": {
+        "summary": "The call could not run or the script failed",
+        "value": {
+            "call_id": CALL,
+            "status": "failed",
+            "error": {"code": "skill_not_found", "message": "No enabled skill is named 'x'."},
+        },
+    },
+}
+
+
 @blp.route("/<tool>", methods=["POST"])
 @blp.arguments(WaitSchema, location="query")
 @blp.arguments(ToolCallSchema)
-@blp.response(200, ToolResultSchema)
+@blp.response(200, ToolResultSchema, examples=ENVELOPE_EXAMPLES)
 def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[str, Any]:
     """Call one tool; the envelope says done, failed, denied, running or pending_approval"""
     caller = owner_or_agent()

@@ -15,6 +15,7 @@ from broker.editplans import refuse_expired
 from broker.errors import ApprovalAnswered, ApprovalNotFound
 from broker.warnings import warning_for
 from store.models import Approval, ToolCall, utcnow
+from workers import feed
 
 APPROVAL_LIFE = timedelta(minutes=30)
 PENDING = "pending"
@@ -48,6 +49,7 @@ def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str 
         expires_at=now + APPROVAL_LIFE,
     )
     session.add(approval)
+    feed.note_approval(session, approval)
     return approval
 
 
@@ -61,6 +63,7 @@ def expire_due(session: Session, owner_id: int | None = None) -> int:
     for approval in expired:
         approval.status = "expired"
         approval.answered_at = now
+        feed.note_approval(session, approval)
         callstate.answer(
             session,
             approval.call_id,
@@ -88,6 +91,7 @@ def claim_for_answer(session: Session, owner_id: int, approval_id: str) -> Appro
     if claimed.rowcount != 1:  # type: ignore[attr-defined]
         raise ApprovalAnswered("This approval was answered by another request just now.")
     session.refresh(approval)
+    feed.note_approval(session, approval)  # published with the answer, after commit
     return approval
 
 

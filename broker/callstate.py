@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from store.db import save
 from store.models import Chat, ToolCall, utcnow
+from workers import feed
 
 
 class CallStatus(StrEnum):
@@ -49,6 +50,7 @@ def record(session: Session, call: ToolCall, status: CallStatus) -> None:
         call.finished_at = utcnow()
     save(session, call)
     _count(session, call.chat_id, status, call.error_code)
+    _announce(session, call.owner_id, call.id, status, call.error_code)
 
 
 def answer(
@@ -75,12 +77,13 @@ def answer(
         update(ToolCall)
         .where(ToolCall.id == call_id, ToolCall.status.in_(source))
         .values(**values)
-        .returning(ToolCall.chat_id, ToolCall.id)
+        .returning(ToolCall.chat_id, ToolCall.id, ToolCall.owner_id)
         .execution_options(synchronize_session=False)
     ).first()
     if chat_id is None:
         return False
     _count(session, chat_id[0], status, error[0] if error else None)
+    _announce(session, chat_id[2], call_id, status, error[0] if error else None)
     return True
 
 
@@ -90,3 +93,12 @@ def _count(session: Session, chat_id: int | None, status: CallStatus, code: str 
     column = Chat.timed_out_calls if code == TIMED_OUT else _COUNTERS.get(status)
     if column is not None:
         session.execute(update(Chat).where(Chat.id == chat_id).values({column: column + 1}))
+
+
+def _announce(
+    session: Session, owner_id: int, call_id: str, status: CallStatus, code: str | None
+) -> None:
+    """An ended call goes to the owner's event feed once the session commits."""
+    if status in END_STATES:
+        data = {"call_id": call_id, "status": str(status), "error_code": code}
+        feed.note(session, owner_id, "call.finished", data)

@@ -183,6 +183,7 @@ def _serve(
 
     from skillfleet.logs import configure_logging
     from store.db import make_engine, make_sessions
+    from workers import feed
     from workers.app import create_celery
     from workers.context import redis_client
     from workers.execute import WorkerContext
@@ -197,6 +198,7 @@ def _serve(
     app.skillfleet_instance = instance  # job runs record it; the reaper watches its heartbeat
     if runner is not None:
         sessions = make_sessions(make_engine(settings.database))
+        feed.attach(sessions, client)
         app.skillfleet_worker = WorkerContext(sessions, client, instance, runner, packages)
 
     def refresh(current: Instance) -> None:

@@ -53,6 +53,7 @@ class Settings:
     log_level: str = "info"
     metrics_public: bool = False
     metrics_token: str | None = None
+    cors_origins: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -140,6 +141,7 @@ class Settings:
             ),
             metrics_public=_bool(env, "SKILLFLEET_METRICS_PUBLIC"),
             metrics_token=env.get("SKILLFLEET_METRICS_TOKEN") or None,
+            cors_origins=_origins(env.get("SKILLFLEET_CORS_ORIGINS")),
             extra=config,
         )
 
@@ -166,6 +168,17 @@ def normalise_database_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+def _origins(raw: str | None) -> tuple[str, ...]:
+    """Browser origins allowed to call the API (`https://app.example.com`), comma separated."""
+    origins = tuple(part.strip().rstrip("/") for part in (raw or "").replace(" ", ",").split(","))
+    for origin in origins:
+        if origin and origin != "*" and not origin.startswith(("http://", "https://")):
+            raise SettingsError(
+                f"SKILLFLEET_CORS_ORIGINS holds {origin!r}; give origins like https://host:port."
+            )
+    return tuple(origin for origin in origins if origin)
 
 
 def _path(value: str | None) -> Path | None:

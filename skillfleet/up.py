@@ -326,6 +326,7 @@ def _announce(
     owner, agent = tokens
     url = f"http://{settings.host}:{settings.port}"
     click.echo(f"skillfleet is running on {url}")
+    click.echo(f"  console:     {url}/")
     click.echo(f"  API docs:    {url}/api/docs")
     click.echo(f"  database:    {settings.database.split('://')[0]}")
     click.echo(f"  data:        {settings.data_dir}")

@@ -54,3 +54,8 @@ MAX_JOB_GRANTS = 50
 KEPT_JOB_RUNS = 50  # per job, newest first
 # A scheduled time found this long after it passed (the ticker was down) is skipped, not run.
 JOB_MISSED_GRACE_SECONDS = 300
+# The owner's event feed keeps about this many recent events for Last-Event-ID replay.
+MAX_OWNER_EVENTS = 10_000
+# List routes: the page size when none is asked for, and the largest one served.
+DEFAULT_PAGE_SIZE = 250
+MAX_PAGE_SIZE = 1000

@@ -11,6 +11,7 @@ import redis
 from broker.broker import Broker
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
+from workers import feed
 from workers.execute import WorkerContext
 from workers.heartbeat import Instance
 from workers.jobruns import JobContext
@@ -100,5 +101,6 @@ def control_context(app: Any) -> ControlContext:
             context = ControlContext(
                 make_sessions(make_engine(settings.database)), redis_client(settings)
             )
+            feed.attach(context.sessions, context.redis)
             app.skillfleet_control = context
         return context

@@ -11,7 +11,7 @@ from broker.callstate import CallStatus
 from broker.context import RunStarted, ToolContext
 from store.db import SessionFactory, transaction
 from store.packagestore import PackageStore
-from workers import heartbeat, naming
+from workers import feed, heartbeat, naming
 from workers.errors import BackendUnavailable, NoRunner
 from workers.runs import abandon, new_run
 
@@ -59,6 +59,7 @@ class CeleryDispatcher:
                 callstate.answer(session, context.call.id, CallStatus.RUNNING, run_id=run.id)
                 context.call.status = CallStatus.RUNNING
             session.add(run)
+            feed.note_run(session, run)
         try:
             self.celery.send_task(EXECUTE_TASK, args=[run.id], queue=queue)
         except (redis.RedisError, kombu.exceptions.OperationalError) as e:

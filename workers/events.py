@@ -6,51 +6,13 @@ sentence; never arguments or output.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any
 
 import redis
-import structlog
 
-from workers import naming
-
-log = structlog.get_logger(__name__)
-# The feed keeps about this many entries per owner; older ones are trimmed.
-KEPT_EVENTS = 1000
-
-
-@dataclass(frozen=True)
-class OwnerEvent:
-    id: str
-    kind: str
-    data: dict[str, Any]
+from workers import feed
 
 
 def publish(client: redis.Redis, owner_id: int, kind: str, **data: Any) -> str | None:
-    """Add one event to the owner's feed; a Redis outage is logged, never raised."""
-    fields: dict[Any, Any] = {"kind": kind, "data": json.dumps(data, default=str)}
-    try:
-        entry = client.xadd(
-            naming.owner_events(owner_id), fields, maxlen=KEPT_EVENTS, approximate=True
-        )
-    except redis.RedisError as e:
-        log.warning("owner event not published", kind=kind, error_type=type(e).__name__)
-        return None
-    return entry.decode() if isinstance(entry, bytes) else str(entry)
-
-
-def read(client: redis.Redis, owner_id: int, after: str = "0-0") -> list[OwnerEvent]:
-    """The owner's events after the entry id `after`, oldest first."""
-    found = []
-    entries: Any = client.xrange(naming.owner_events(owner_id), f"({after}", "+")
-    for entry_id, fields in entries:
-        decoded = {_text(k): _text(v) for k, v in fields.items()}
-        found.append(
-            OwnerEvent(_text(entry_id), decoded["kind"], json.loads(decoded.get("data", "{}")))
-        )
-    return found
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """Add one event to the owner's feed (workers/feed.py); Redis being away is only logged."""
+    return feed.publish(client, owner_id, kind, data)

@@ -79,5 +79,5 @@ def tokens_generation() -> str:
 
 
 def owner_events(owner_id: int) -> str:
-    """The Redis Stream of things an owner should hear about (a job run waiting or failing)."""
+    """The Redis Stream of one owner's changes (approvals, calls, runs, job runs) for frontends."""
     return f"{PREFIX}:owner:{owner_id}:events"

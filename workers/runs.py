@@ -15,7 +15,7 @@ from broker.classify import CallPlan
 from broker.results import shape_result
 from store.db import SessionFactory, transaction
 from store.models import Run, utcnow
-from workers import heartbeat, naming
+from workers import feed, heartbeat, naming
 from workers.errors import RunFinished, RunNotFound
 from workers.streams import RunStream, collected_output
 
@@ -82,8 +82,10 @@ def claim(sessions: SessionFactory, run_id: str, worker: str) -> Run | None:
             .values(status=RUNNING, worker=worker, started_at=utcnow())
             .returning(Run)
             .execution_options(synchronize_session=False)
-        )
-        return claimed.one_or_none()
+        ).one_or_none()
+        if claimed is not None:
+            feed.note_run(session, claimed)
+        return claimed
 
 
 def finish(
@@ -110,6 +112,7 @@ def finish(
         ).one_or_none()
         if run is None:
             return False
+        feed.note_run(session, run)
         _answer_call(session, run, outcome.code)
     return True
 
@@ -166,6 +169,7 @@ def request_cancel(
         if stopped.rowcount == 1:  # type: ignore[attr-defined]
             found = session.get(Run, run_id)
             assert found is not None
+            feed.note_run(session, found)
             _answer_call(session, found)
     if stopped.rowcount == 1:  # type: ignore[attr-defined]
         RunStream(client, run_id).exit(CANCELLED, None)

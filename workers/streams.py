@@ -17,6 +17,8 @@ FINISHED_TTL_SECONDS = 3600
 # Output published to a stream is capped; past it one note says so and the rest is dropped.
 MAX_STREAM_BYTES = 8 * 1024 * 1024
 END_KINDS = ("exit",)
+# A blocking read must end before redis-py's socket timeout (5 s by default) cuts it off.
+MAX_BLOCK_MS = 4_000
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def read_events(
 
 
 def follow(
-    client: redis.Redis, run_id: str, after: str = "0-0", block_ms: int = 15_000
+    client: redis.Redis, run_id: str, after: str = "0-0", block_ms: int = MAX_BLOCK_MS
 ) -> Iterator[Event | None]:
     """Every event after `after` until the exit event; yields None when a wait times out."""
     while True:
@@ -127,7 +129,9 @@ def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> bool:
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        events = read_events(client, run_id, after, block_ms=max(1, int(left * 1000)))
+        events = read_events(
+            client, run_id, after, block_ms=max(1, min(MAX_BLOCK_MS, int(left * 1000)))
+        )
         for event in events:
             if event.kind in END_KINDS:
                 return True

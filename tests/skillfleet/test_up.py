@@ -231,12 +231,15 @@ def test_up_prints_the_url_docs_and_token_and_serves_the_api_with_embedded_redis
     token = up.wait_for_token()
     assert f"skillfleet is running on {up.url}" in up.lines
     assert f"  API docs:    {up.url}/api/docs" in up.lines
+    assert f"  console:     {up.url}/" in up.lines
     assert token.startswith("sf_")
 
     health = httpx.get(f"{up.url}/api/health", timeout=10)
     assert health.status_code == 200
     assert health.json() == {"status": "ok", "database": "sqlite"}
     assert httpx.get(f"{up.url}/api/docs", timeout=10).status_code == 200
+    console = httpx.get(f"{up.url}/", timeout=10)
+    assert console.status_code == 200 and "/console/app.js" in console.text
 
     anonymous = httpx.get(f"{up.url}/api/skills", timeout=10)
     assert anonymous.status_code == 401

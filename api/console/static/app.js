@@ -1,0 +1,182 @@
+// The console shell: sign-in with an owner token, the router, and the live event feed.
+
+import { ApiError, follow, get, setToken, token } from "./api.js";
+import { clearError, h, replace, showError } from "./ui.js";
+import * as approvals from "./approvals.js";
+
+const main = document.getElementById("main");
+const nav = document.getElementById("nav");
+const live = document.getElementById("live");
+const signOut = document.getElementById("sign-out");
+
+// The approvals inbox comes with the shell; other pages load when first visited.
+const lazy = (file, name) => async (...args) => (await import(file))[name](...args);
+const ROUTES = [
+  [/^#\/approvals$/, approvals.page, "approvals"],
+  [/^#\/runs$/, lazy("./runs.js", "page"), "runs"],
+  [/^#\/runs\/([\w-]+)$/, lazy("./runs.js", "runPage"), "runs"],
+  [/^#\/skills$/, lazy("./skills.js", "page"), "skills"],
+  [/^#\/skills\/([a-z0-9-]+)$/, lazy("./skills.js", "skillPage"), "skills"],
+  [/^#\/review$/, lazy("./review.js", "page"), "review"],
+  [/^#\/jobs$/, lazy("./jobs.js", "page"), "jobs"],
+  [/^#\/nodes$/, lazy("./nodes.js", "page"), "nodes"],
+  [/^#\/tokens$/, lazy("./tokens.js", "page"), "tokens"],
+];
+
+// Feed listeners of the page on show; dropped when the page changes.
+let listeners = new Set();
+let cleanup = [];
+let stopFeed = null;
+
+function onFeed(listener) {
+  listeners.add(listener);
+}
+
+const onApprovals = () => ["", "#/approvals"].includes(location.hash);
+
+function startFeed() {
+  let opened = false;
+  stopFeed = follow("/api/events", {
+    onEvent(event) {
+      for (const listener of listeners) listener(event);
+      if (event.kind.startsWith("approval.") && !onApprovals()) approvals.refreshBadge();
+    },
+    onState(state, error) {
+      live.hidden = false;
+      live.className = `live live-${state}`;
+      live.textContent = state === "open" ? "live" : state;
+      if (state === "error" && error && error.status >= 400) showError(error, "Live updates");
+      // Changes made while the feed was down are replayed from Last-Event-ID, but the first
+      // connection starts at "now": pages reload once if it opened after they loaded.
+      if (state === "open" && opened) for (const listener of listeners) listener({ kind: "reconnected" });
+      if (state === "open") opened = true;
+    },
+  });
+}
+
+function leave() {
+  for (const stop of cleanup) stop();
+  cleanup = [];
+  listeners = new Set();
+  delete main.dataset.ready;
+}
+
+let shown = 0;
+
+function render() {
+  leave();
+  clearError();
+  const hash = location.hash || "#/approvals";
+  const route = ROUTES.find(([pattern]) => pattern.test(hash));
+  if (!route) {
+    location.hash = "#/approvals";
+    return;
+  }
+  const [pattern, page, name] = route;
+  for (const link of nav.querySelectorAll("a")) {
+    link.classList.toggle("active", link.dataset.page === name);
+  }
+  const params = hash.match(pattern).slice(1).map(decodeURIComponent);
+  // Each page draws into its own element, so a page left before its data came can't draw over
+  // the next one.
+  const view = h("div", { class: "view" });
+  replace(main, view);
+  const current = ++shown;
+  const context = { main: view, params, onFeed, onLeave: (stop) => cleanup.push(stop) };
+  Promise.resolve(page(context, ...params))
+    .catch((error) => {
+      if (current !== shown) return;
+      showError(error);
+      if (!view.childElementCount) replace(view, h("p", { class: "muted" }, "This page could not be shown."));
+    })
+    .finally(() => {
+      if (current !== shown) return;
+      // The first page with its data on screen: what the console's speed is measured by.
+      if (!performance.getEntriesByName("console-ready").length) performance.mark("console-ready");
+      main.dataset.ready = name;
+    });
+}
+
+// An owner token passes an owner-only route; an agent token gets 403 owner_only there.
+async function check(candidate) {
+  try {
+    await get("/api/settings", { token: candidate });
+  } catch (error) {
+    if (error.status === 403) {
+      const why = error.code === "owner_only"
+        ? "This is an agent token; the console needs an owner token."
+        : "This token can't manage an owner's fleet; the console needs an owner token.";
+      throw new ApiError(403, error.code, `${why} (${error.message})`);
+    }
+    throw error;
+  }
+}
+
+function showSignIn(message) {
+  nav.hidden = true;
+  signOut.hidden = true;
+  live.hidden = true;
+  const input = h("input", { id: "owner-token", name: "token", type: "password", autocomplete: "off", required: true, spellcheck: "false" });
+  const problem = h("p", { class: "error", role: "alert", hidden: !message }, message || "");
+  const button = h("button", { type: "submit" }, "Sign in");
+  const form = h("form", { class: "panel sign-in", onsubmit: async (event) => {
+    event.preventDefault();
+    button.disabled = true;
+    const candidate = input.value.trim();
+    try {
+      await check(candidate);
+      setToken(candidate);
+      start();
+    } catch (error) {
+      replace(problem, error.message);
+      problem.hidden = false;
+    } finally {
+      button.disabled = false;
+    }
+  } },
+    h("h1", {}, "Sign in"),
+    h("label", { for: "owner-token" }, "Owner token"),
+    input,
+    h("p", { class: "muted" }, "Kept for this tab only. `skillfleet up` prints the owner token."),
+    problem,
+    button);
+  replace(main, form);
+  input.focus();
+  main.dataset.ready = "sign-in";
+}
+
+function start() {
+  nav.hidden = false;
+  signOut.hidden = false;
+  if (!stopFeed) startFeed();
+  if (!onApprovals()) approvals.refreshBadge(); // the approvals page sets it itself
+  render();
+}
+
+function signOutWith(message) {
+  setToken(null);
+  if (stopFeed) stopFeed();
+  stopFeed = null;
+  leave();
+  showSignIn(message);
+}
+
+signOut.addEventListener("click", () => signOutWith());
+window.addEventListener("skillfleet:unauthorized", (event) => {
+  if (token()) signOutWith(event.detail.message);
+});
+
+window.addEventListener("hashchange", () => {
+  if (token()) render();
+});
+
+if (token()) {
+  start();
+  // A token kept from earlier in this tab may have been revoked since: check once the first
+  // page is up (its own requests would show a 401 as well).
+  setTimeout(() => check(token()).catch((error) => {
+    if (error.status === 401 || error.status === 403) signOutWith(error.message);
+  }), 500);
+} else {
+  showSignIn();
+}

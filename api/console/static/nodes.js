@@ -1,0 +1,48 @@
+// Nodes: each managed server's heartbeat, features and held skill versions; sync on demand.
+
+import { list, post } from "./api.js";
+import { ago, busy, h, hash8, replace, showError } from "./ui.js";
+
+export async function page({ main, onLeave }) {
+  const table = h("div", { id: "nodes" });
+  const note = h("p", { class: "notice", role: "status", hidden: true });
+  replace(main, h("h1", {}, "Nodes"), note, table);
+
+  async function sync(name, button) {
+    await busy(button, async () => {
+      try {
+        const answer = await post(`/api/nodes/${name}/sync`);
+        replace(note, `Asked ${name} to sync; ${answer.receivers} agent(s) listening.`);
+        note.hidden = false;
+      } catch (error) {
+        showError(error, `Syncing ${name}`);
+      }
+    })();
+  }
+
+  async function load() {
+    const { items } = await list("/api/nodes");
+    if (!items.length) {
+      replace(table, h("p", { class: "empty" }, "No node has registered or beaten yet."));
+      return;
+    }
+    replace(table, h("table", {},
+      h("thead", {}, h("tr", {}, ["Node", "State", "Last heartbeat", "Features", "Skills held", ""].map((t) => h("th", {}, t)))),
+      h("tbody", {}, items.map((node) => {
+        const button = h("button", { type: "button" }, "Sync now");
+        button.addEventListener("click", () => sync(node.name, button));
+        return h("tr", { dataset: { node: node.name } },
+          h("td", {}, node.name, node.registered ? "" : h("span", { class: "muted" }, " (not registered)")),
+          h("td", {}, h("span", { class: `status status-${node.alive ? "alive" : "down"}` }, node.alive ? "alive" : "silent")),
+          h("td", {}, ago(node.last_heartbeat)),
+          h("td", {}, node.features.join(", ") || "—"),
+          h("td", {}, Object.entries(node.hashes).map(([skill, hashes]) =>
+            h("div", {}, h("code", {}, `${skill}@${hashes.map(hash8).join(", ")}`)))),
+          h("td", {}, button));
+      }))));
+  }
+
+  const timer = setInterval(() => load().catch(() => {}), 10_000); // heartbeats are not events
+  onLeave(() => clearInterval(timer));
+  await load();
+}

@@ -1,0 +1,119 @@
+// Runs: a filterable list, and a run page whose output streams in live.
+
+import { follow, get, list, post } from "./api.js";
+import { busy, definitions, h, hash8, replace, showError, status, when } from "./ui.js";
+
+const STATES = ["", "queued", "running", "succeeded", "failed", "timed_out", "cancelled", "interrupted"];
+const END_STATES = ["succeeded", "failed", "timed_out", "cancelled", "interrupted"];
+
+function filterForm(onChange) {
+  const field = (name, label, control) => h("label", {}, label, control);
+  const form = h("form", { class: "filters", onsubmit: (event) => { event.preventDefault(); onChange(); } },
+    field("status", "Status", h("select", { name: "status", onchange: onChange },
+      STATES.map((state) => h("option", { value: state }, state ? state.replaceAll("_", " ") : "any")))),
+    field("skill", "Skill", h("input", { name: "skill", placeholder: "any" })),
+    field("node", "Node", h("input", { name: "node", placeholder: "any" })),
+    field("chat", "Chat", h("input", { name: "chat", placeholder: "any" })),
+    h("button", { type: "submit" }, "Filter"));
+  return form;
+}
+
+export async function page({ main, onFeed }) {
+  let pageNumber = 1;
+  const form = filterForm(() => { pageNumber = 1; load().catch((e) => showError(e)); });
+  const table = h("div", { id: "runs" });
+  const pager = h("div", { class: "pager" });
+  replace(main, h("h1", {}, "Runs"), form, table, pager);
+
+  async function load() {
+    const query = new URLSearchParams({ page: pageNumber, page_size: 25 });
+    for (const [key, value] of new FormData(form)) if (value) query.set(key, value);
+    const { items, pagination } = await list(`/api/runs?${query}`);
+    replace(table, items.length ? h("table", {},
+      h("thead", {}, h("tr", {}, ["Run", "Skill", "Script", "Node", "Status", "Exit", "Started"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, items.map((run) => h("tr", { dataset: { runId: run.run_id } },
+        h("td", {}, h("a", { href: `#/runs/${run.run_id}` }, run.run_id.slice(0, 8))),
+        h("td", {}, `${run.skill_name}@${hash8(run.skill_hash)}`),
+        h("td", {}, run.script),
+        h("td", {}, run.node || run.queue),
+        h("td", {}, status(run.status)),
+        h("td", {}, run.exit_code ?? ""),
+        h("td", {}, when(run.started_at || run.created_at))))))
+      : h("p", { class: "empty" }, "No runs match."));
+    const total = pagination ? pagination.total : items.length;
+    const last = pagination ? pagination.last_page || 1 : 1;
+    replace(pager,
+      h("button", { type: "button", disabled: pageNumber <= 1, onclick: () => { pageNumber -= 1; load(); } }, "Newer"),
+      h("span", { class: "muted" }, `Page ${pageNumber} of ${last} · ${total} runs`),
+      h("button", { type: "button", disabled: pageNumber >= last, onclick: () => { pageNumber += 1; load(); } }, "Older"));
+  }
+
+  onFeed((event) => {
+    if (event.kind === "run.state" || event.kind === "reconnected") load().catch((e) => showError(e));
+  });
+  await load();
+}
+
+export async function runPage({ main, onFeed, onLeave }, runId) {
+  const facts = h("div", { id: "run-facts" });
+  const output = h("pre", { id: "output", class: "output", "aria-live": "polite" });
+  const cancel = h("button", { type: "button", class: "danger", id: "cancel" }, "Cancel");
+  const streamState = h("span", { class: "muted", id: "stream-state" });
+  replace(main,
+    h("p", {}, h("a", { href: "#/runs" }, "← Runs")),
+    h("h1", {}, "Run ", h("code", {}, runId.slice(0, 8))),
+    facts,
+    h("div", { class: "actions" }, cancel, streamState),
+    h("h2", {}, "Output"),
+    output);
+
+  async function load() {
+    const run = await get(`/api/runs/${encodeURIComponent(runId)}`);
+    replace(facts, definitions([
+      ["State", status(run.status)],
+      ["Exit code", run.exit_code ?? null],
+      ["Skill", h("a", { href: `#/skills/${run.skill_name}` }, `${run.skill_name}@${hash8(run.skill_hash)}`)],
+      ["Skill hash", h("code", { class: "hash" }, run.skill_hash)],
+      ["Script", run.script],
+      ["Node", run.node || run.queue],
+      ["Isolation", run.isolation],
+      ["Worker", run.worker],
+      ["Error", run.error],
+      ["Created", when(run.created_at)],
+      ["Started", when(run.started_at)],
+      ["Finished", when(run.finished_at)],
+    ]));
+    cancel.hidden = END_STATES.includes(run.status);
+    facts.dataset.status = run.status;
+    return run;
+  }
+
+  cancel.addEventListener("click", busy(cancel, async () => {
+    try {
+      await post(`/api/runs/${encodeURIComponent(runId)}/cancel`);
+    } catch (error) {
+      showError(error, "Cancelling");
+    }
+    await load();
+  }));
+
+  await load();
+  const stop = follow(`/api/runs/${encodeURIComponent(runId)}/events`, {
+    onEvent(event) {
+      if (event.kind === "stdout" || event.kind === "stderr") {
+        output.append(h("span", { class: event.kind }, event.data.text));
+      } else if (event.kind === "exit" || event.kind === "status") {
+        load().catch((e) => showError(e));
+      }
+    },
+    onState(state, error) {
+      streamState.textContent = state === "open" ? "streaming" : state;
+      if (error && error.status >= 400) showError(error, "Output");
+    },
+    until: (event) => event.kind === "exit",
+  });
+  onLeave(stop);
+  onFeed((event) => {
+    if (event.kind === "run.state" && event.data.run_id === runId) load().catch((e) => showError(e));
+  });
+}

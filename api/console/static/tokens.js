@@ -1,0 +1,60 @@
+// Tokens: create an agent token (shown once) and revoke tokens, where the server has the routes.
+
+import { del, list, post } from "./api.js";
+import { busy, h, replace, showError, unavailable, when } from "./ui.js";
+
+export async function page({ main }) {
+  let items;
+  try {
+    ({ items } = await list("/api/tokens"));
+  } catch (error) {
+    if (error.status !== 404) throw error;
+    replace(main, unavailable("Tokens", "GET /api/tokens",
+      "Create tokens on the server with `skillfleet tokens create --owner NAME`."));
+    return;
+  }
+  const shown = h("div", { id: "new-token" });
+  const table = h("div", { id: "tokens" });
+  const label = h("input", { id: "token-label", name: "label", placeholder: "what it is for" });
+  const button = h("button", { type: "submit" }, "Create agent token");
+  const form = h("form", { class: "inline" }, h("label", { for: "token-label" }, "Label"), label, button);
+  form.addEventListener("submit", busy(button, async (event) => {
+    event.preventDefault();
+    try {
+      const created = await post("/api/tokens", { role: "agent", label: label.value.trim() || null });
+      replace(shown, h("section", { class: "panel notice" },
+        h("p", {}, "Copy this agent token now; it is shown only once."),
+        h("code", { class: "secret" }, created.token)));
+      form.reset();
+    } catch (error) {
+      showError(error, "Creating a token");
+    }
+    await load();
+  }));
+
+  function render() {
+    replace(table, h("table", {},
+      h("thead", {}, h("tr", {}, ["Label", "Role", "Created", "Last used", ""].map((t) => h("th", {}, t)))),
+      h("tbody", {}, items.map((item) => h("tr", {},
+        h("td", {}, item.label || "—"),
+        h("td", {}, item.role || item.kind || "owner"),
+        h("td", {}, when(item.created_at)),
+        h("td", {}, when(item.last_used_at)),
+        h("td", {}, h("button", { type: "button", class: "danger", onclick: async () => {
+          try {
+            await del(`/api/tokens/${item.id}`);
+          } catch (error) {
+            showError(error, "Revoking");
+          }
+          await load();
+        } }, "Revoke")))))));
+  }
+
+  async function load() {
+    ({ items } = await list("/api/tokens"));
+    render();
+  }
+
+  replace(main, h("h1", {}, "Tokens"), form, shown, table);
+  render();
+}

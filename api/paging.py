@@ -1,0 +1,36 @@
+"""Pagination of every list route: `?page=` and `?page_size=`, totals in the X-Pagination header."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from flask_smorest import Blueprint, Page
+from flask_smorest.pagination import PaginationParameters
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from store.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+
+Row = TypeVar("Row")
+
+
+def paginate(blp: Blueprint, in_memory: bool = False) -> Any:
+    """flask-smorest's pagination with skillfleet's sizes.
+
+    `in_memory`: the view returns the whole (short) list and it is sliced here; otherwise the
+    view gets `pagination_parameters` and pages in SQL with `sql_page`.
+    """
+    return blp.paginate(
+        Page if in_memory else None, page_size=DEFAULT_PAGE_SIZE, max_page_size=MAX_PAGE_SIZE
+    )
+
+
+def sql_page(
+    session: Session, statement: Select[Row], pagination: PaginationParameters
+) -> list[Row]:
+    """One page of an ordered SELECT; the total goes into the X-Pagination header."""
+    pagination.item_count = session.scalar(
+        select(func.count()).select_from(statement.order_by(None).subquery())
+    )
+    page = statement.offset(pagination.first_item).limit(pagination.page_size)
+    return list(session.scalars(page))

@@ -1,0 +1,85 @@
+"""The owner's event feed from real workers: a run's states and its call's end, in order."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import REDIS_URL
+from fleet import Fleet, fleet
+from sqlalchemy import select
+
+from skillfleet.settings import Settings
+from store.models import ApiToken
+from store.tokens import token_digest
+from workers import naming
+
+READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
+HELLO = "print('hello')\n"
+
+
+@pytest.fixture
+def running(tmp_path: Path, database_url: str) -> Iterator[Fleet]:
+    settings = Settings(data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL)
+    with fleet(settings) as started:
+        with started.services.sessions() as session:
+            row = session.scalar(
+                select(ApiToken).where(ApiToken.token_hash == token_digest(started.owner_token))
+            )
+            assert row is not None and row.owner_id is not None
+        # Owner ids restart with each database: drop a stream an earlier test left.
+        started.redis.delete(naming.owner_events(row.owner_id))
+        yield started
+
+
+def feed_until(
+    client: httpx.Client, done: Callable[[list[dict]], bool], limit: float = 30
+) -> list[dict]:
+    events: list[dict] = []
+    headers = {"Last-Event-ID": "0-0"}
+    with client.stream("GET", "/api/events", headers=headers, timeout=limit) as response:
+        assert response.status_code == 200
+        kind = ""
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                events.append({"kind": kind, **json.loads(line[6:])})
+                if done(events):
+                    break
+    return events
+
+
+def test_a_run_announces_queued_running_and_succeeded_then_its_call_finishes(running: Fleet):
+    node = f"f-{uuid.uuid4().hex[:6]}"
+    running.start_node(node)
+    running.import_skill("hello", READ_NODE, {"scripts/hello.py": HELLO})
+    body = {
+        "arguments": {
+            "skill_name": "hello",
+            "script": "scripts/hello.py",
+            "arguments": {"node": node},
+        },
+        "chat_id": "feed",
+    }
+    with running.http() as client:
+        envelope = client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body).json()
+        assert envelope["status"] == "done", envelope
+
+        events = feed_until(client, lambda found: found[-1]["kind"] == "call.finished")
+
+    mine = [
+        e for e in events if e.get("run_id") == envelope["run_id"] or e["kind"] == "call.finished"
+    ]
+    assert [(e["kind"], e["status"]) for e in mine] == [
+        ("run.state", "queued"),
+        ("run.state", "running"),
+        ("run.state", "succeeded"),
+        ("call.finished", "done"),
+    ]
+    assert mine[2]["exit_code"] == 0 and mine[2]["node"] == node
+    assert mine[3]["call_id"] == envelope["call_id"]

@@ -1,0 +1,144 @@
+"""The owner's event feed: one Redis Stream per owner of the changes a frontend shows.
+
+Writers note an event on the database session that makes the change; it is published to
+`skillfleet:owner:<id>:events` only after that session commits, so a frontend never hears of a
+change that was rolled back. Publishing is best effort: with Redis away the change still
+stands and the event is only logged as lost. `GET /api/events` serves the stream as SSE.
+
+Kinds: `approval.created`, `approval.answered`, `call.finished`, `run.state`, `job_run.state`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+import structlog
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from store.db import SessionFactory
+from store.limits import MAX_OWNER_EVENTS
+from store.models import Approval, Run
+from workers import naming
+from workers.streams import MAX_BLOCK_MS, Event, _event
+
+log = structlog.get_logger(__name__)
+
+# What a session holds until it commits: (owner id, kind, data or a snapshot to take then).
+_NOTED = "skillfleet.owner_events"
+_READY = "skillfleet.owner_events.ready"
+Snapshot = Callable[[], dict[str, Any]]
+
+
+def publish(client: redis.Redis, owner_id: int, kind: str, data: dict[str, Any]) -> str | None:
+    """Append one event to the owner's stream; None (and a log line) when Redis is away."""
+    try:
+        entry = client.xadd(
+            naming.owner_events(owner_id),
+            {"kind": kind, "data": json.dumps(data, default=str)},
+            maxlen=MAX_OWNER_EVENTS,
+            approximate=True,
+        )
+    except redis.RedisError as e:
+        log.warning("owner event not published", kind=kind, error=str(e))
+        return None
+    return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+def note(
+    session: Session, owner_id: int | None, kind: str, data: dict[str, Any] | Snapshot
+) -> None:
+    """Publish an event once `session` commits; a callable `data` is read just before commit."""
+    if owner_id is not None:
+        session.info.setdefault(_NOTED, []).append((owner_id, kind, data))
+
+
+def note_approval(session: Session, approval: Approval) -> None:
+    """The approval's state as it is when the session commits: created, or answered."""
+
+    def snapshot() -> dict[str, Any]:
+        return {
+            "approval_id": approval.id,
+            "call_id": approval.call_id,
+            "status": approval.status,
+            "tool": approval.tool,
+            "tier": approval.tier,
+            "skill_name": approval.skill_name,
+            "node": approval.node,
+        }
+
+    kind = "approval.created" if approval.status == "pending" else "approval.answered"
+    note(session, approval.owner_id, kind, snapshot)
+
+
+def note_run(session: Session, run: Run) -> None:
+    """A run moved to a new state."""
+    data = {
+        "run_id": run.id,
+        "call_id": run.call_id,
+        "status": run.status,
+        "skill_name": run.skill_name,
+        "node": run.node,
+        "exit_code": run.exit_code,
+    }
+    note(session, run.owner_id, "run.state", data)
+
+
+def attach(sessions: SessionFactory, client: redis.Redis) -> None:
+    """Publish what sessions of `sessions` noted, after each commit, through `client`."""
+
+    @event.listens_for(sessions, "before_commit")
+    def take_snapshots(session: Session) -> None:
+        noted = session.info.pop(_NOTED, [])
+        ready = session.info.setdefault(_READY, [])
+        for owner_id, kind, data in noted:
+            snapshot = data() if callable(data) else data
+            # An approval answered in the same transaction that made it is only "answered".
+            if kind == "approval.created" and snapshot["status"] != "pending":
+                kind = "approval.answered"
+            ready.append((owner_id, kind, snapshot))
+
+    @event.listens_for(sessions, "after_commit")
+    def send(session: Session) -> None:
+        for owner_id, kind, data in session.info.pop(_READY, []):
+            publish(client, owner_id, kind, data)
+
+    @event.listens_for(sessions, "after_soft_rollback")
+    def forget(session: Session, _transaction: Any) -> None:
+        session.info.pop(_NOTED, None)
+        session.info.pop(_READY, None)
+
+
+def read(
+    client: redis.Redis, owner_id: int, after: str = "$", block_ms: int | None = None
+) -> list[Event]:
+    """The owner's events after entry id `after`; with `block_ms`, wait that long for one."""
+    reply: Any = client.xread({naming.owner_events(owner_id): after}, block=block_ms, count=500)
+    return [
+        _event(entry_id, fields) for _key, entries in reply or [] for entry_id, fields in entries
+    ]
+
+
+def follow(
+    client: redis.Redis, owner_id: int, after: str, block_ms: int = MAX_BLOCK_MS
+) -> Iterator[Event | None]:
+    """Every event after `after`, forever; None each time a wait passes without one."""
+    if after == "$":
+        # "$" would skip what arrives between two reads: pin the position to the last entry.
+        last: Any = client.xrevrange(naming.owner_events(owner_id), count=1)
+        after = _text(last[0][0]) if last else "0-0"
+    while True:
+        events = read(client, owner_id, after, block_ms)
+        if not events:
+            yield None
+            continue
+        for found in events:
+            after = found.id
+            yield found
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
