@@ -56,9 +56,12 @@ class SseReader(threading.Thread):
 
     def run(self) -> None:
         try:
-            with self.running.http(timeout=120) as client, client.stream(
-                "GET", f"/api/runs/{self.run_id}/events", headers=self.headers
-            ) as response:
+            with (
+                self.running.http(timeout=120) as client,
+                client.stream(
+                    "GET", f"/api/runs/{self.run_id}/events", headers=self.headers
+                ) as response,
+            ):
                 self.status = response.status_code
                 frame: list[str] = []
                 for line in response.iter_lines():
