@@ -8,6 +8,7 @@ import marshmallow as ma
 class HealthSchema(ma.Schema):
     status = ma.fields.String()
     database = ma.fields.String()
+    redis = ma.fields.String()
 
 
 class SkillFileSchema(ma.Schema):

@@ -70,8 +70,13 @@ class NodeRunner:
         except (OSError, ValueError) as e:
             message = f"The script could not start: {type(e).__name__}: {e}"
             return Outcome(FAILED, None, "", message, message)
-        stream.status("running", pid=process.pid)
-        state = _pump(process, collector, job.timeout, cancelled)
+        try:
+            stream.status("running", pid=process.pid)
+            state = _pump(process, collector, job.timeout, cancelled)
+        except BaseException:  # Redis went away mid-run, or the worker stops: no orphan script
+            _kill_group(process)
+            process.wait()
+            raise
         code = process.wait()
         return outcome_of(state, code, collector, job.timeout)
 
