@@ -5,20 +5,29 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import redis
 from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
+from sqlalchemy import select
 
 from api.auth import owner_id
 from api.errors import ApiError
-from api.schemas import RunSchema
+from api.schemas import RunListQuerySchema, RunSchema, RunSummarySchema
 from api.services import services
 from store.db import SessionFactory
-from store.limits import REDIS_RETRY_SECONDS, SSE_KEEPALIVE_SECONDS
+from store.limits import KEPT_OUTPUT_CHARS, REDIS_RETRY_SECONDS, SSE_KEEPALIVE_SECONDS
 from store.models import Run
 from workers.runs import END_STATES, get_run, request_cancel
-from workers.streams import Event, follow, last_entry_id, parse_entry_id, read_events
+from workers.streams import (
+    Event,
+    collected_output,
+    follow,
+    last_entry_id,
+    parse_entry_id,
+    read_events,
+)
 
 blp = Blueprint("runs", __name__, url_prefix="/api/runs", description="Script runs")
 
@@ -26,11 +35,29 @@ blp = Blueprint("runs", __name__, url_prefix="/api/runs", description="Script ru
 KEEPALIVE = ": keep-alive\n\n"
 
 
+@blp.route("")
+@blp.arguments(RunListQuerySchema, location="query")
+@blp.response(200, RunSummarySchema(many=True))
+def list_runs(query: dict[str, Any]) -> list[Run]:
+    """List your runs, newest first; `?status=running` shows only those"""
+    statement = select(Run).where(Run.owner_id == owner_id())
+    if "status" in query:
+        statement = statement.where(Run.status == query["status"])
+    statement = statement.order_by(Run.created_at.desc()).limit(query["limit"])
+    with services().sessions() as session:
+        return list(session.scalars(statement))
+
+
 @blp.route("/<run_id>")
 @blp.response(200, RunSchema)
 def show_run(run_id: str) -> Run:
-    """Show a run: state, exit code, node, skill hash, isolation and capped output"""
-    return get_run(services().sessions, run_id, owner_id())
+    """Show a run: state, exit code, node, skill hash, isolation and output (so far, mid-run)"""
+    run = get_run(services().sessions, run_id, owner_id())
+    if run.status not in END_STATES:
+        # The row gets the output when the run ends; until then it is in the run's stream.
+        stdout, stderr = collected_output(services().redis, run_id)
+        run.stdout, run.stderr = stdout[-KEPT_OUTPUT_CHARS:], stderr[-KEPT_OUTPUT_CHARS:]
+    return run
 
 
 @blp.route("/<run_id>/cancel", methods=["POST"])

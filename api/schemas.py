@@ -231,6 +231,27 @@ class RunSchema(ma.Schema):
     finished_at = ma.fields.DateTime(allow_none=True)
 
 
+class RunSummarySchema(RunSchema):
+    """A run in a list: everything but its output."""
+
+    class Meta:
+        exclude = ("stdout", "stderr")
+
+
+class RunListQuerySchema(ma.Schema):
+    status = ma.fields.String(
+        validate=ma.validate.OneOf(
+            ["queued", "running", "succeeded", "failed", "timed_out", "cancelled", "interrupted"]
+        ),
+        metadata={"description": "Only runs in this state"},
+    )
+    limit = ma.fields.Integer(
+        load_default=50,
+        validate=ma.validate.Range(min=1, max=500),
+        metadata={"description": "At most this many runs, newest first"},
+    )
+
+
 class NodeWorkerSchema(ma.Schema):
     id = ma.fields.String()
     role = ma.fields.String()

@@ -12,6 +12,7 @@ from skillfleet.cli_approvals import approvals
 from skillfleet.cli_nodes import keys, nodes
 from skillfleet.cli_policy import policy
 from skillfleet.cli_run import run
+from skillfleet.cli_runs import runs
 from skillfleet.cli_skills import skills
 from skillfleet.cli_workers import beat_command, worker
 from skillfleet.settings import Settings, SettingsError
@@ -124,6 +125,7 @@ cli.add_command(policy)
 cli.add_command(approvals)
 cli.add_command(worker)
 cli.add_command(run)
+cli.add_command(runs)
 cli.add_command(nodes)
 cli.add_command(keys)
 cli.add_command(beat_command())

@@ -39,6 +39,8 @@ COALESCE_BYTES = 64 * KIB
 COALESCE_SECONDS = 0.002
 # Output published to a run's stream is capped; past it one note says so.
 MAX_STREAM_BYTES = 8 * MIB
+# What the Run row keeps of each output stream; the tool result is capped again at 48 KB.
+KEPT_OUTPUT_CHARS = 64 * KIB
 # Finished streams stay replayable this long; the Run row keeps the capped output for good.
 FINISHED_STREAM_TTL_SECONDS = 3600
 # Redis: a read gives up after this long, a blocking read blocks at most MAX_BLOCK_MS (and gets

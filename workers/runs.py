@@ -12,6 +12,7 @@ from sqlalchemy import select, update
 from broker.classify import CallPlan
 from broker.results import shape_result
 from store.db import SessionFactory, transaction
+from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Chat, Run, ToolCall, utcnow
 from workers import heartbeat, naming
 from workers.errors import RunFinished, RunNotFound
@@ -25,8 +26,6 @@ TIMED_OUT = "timed_out"
 CANCELLED = "cancelled"
 INTERRUPTED = "interrupted"
 END_STATES = (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, INTERRUPTED)
-# What the Run row keeps of each output stream; the tool result is capped again at 48 KB.
-KEPT_OUTPUT_CHARS = 64 * 1024
 
 
 @dataclass(frozen=True)
