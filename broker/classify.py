@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 import jsonschema
 
 from broker.arguments import MISSING, normalize
-from broker.errors import InvalidCall, SchemaMismatch, ScriptNotFound
+from broker.errors import InvalidCall, SchemaMismatch, ScriptNotFound, ScriptNotSupported
 from broker.grants import tool_key
 from broker.registry import Tool
 from broker.tiers import Tier
@@ -26,6 +27,8 @@ SKILL_TOOLS = frozenset(
      "edit_skill"}
 )  # fmt: skip
 RUN = "run_skill_script"
+# What the sandbox runner can run (Python and JavaScript guests).
+SANDBOX_SUFFIXES = (".py", ".js", ".mjs")
 NEVER_GRANTED = frozenset({"edit_skill"})
 
 
@@ -92,6 +95,10 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallP
         raise ScriptNotFound(
             f"HOST: the skill '{skill.name}' has no script '{script}'; it has: {listed}."
         )
+    if skill.execution == "sandbox" and PurePosixPath(script).suffix not in SANDBOX_SUFFIXES:
+        raise ScriptNotSupported(
+            f"HOST: sandboxed skills run .py, .js and .mjs scripts only; '{script}' can't run."
+        )
     normalised = normalize(
         arguments.get("arguments"),
         arguments.get("node", MISSING),
@@ -113,7 +120,8 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore) -> CallP
         skill=skill,
         skill_enabled=skill.enabled,
         script=script,
-        script_arguments=normalised.arguments,
+        # The node says where to run; the rest of the arguments go to the script (seed 000).
+        script_arguments={k: v for k, v in normalised.arguments.items() if k != "node"},
         node=node if isinstance(node, str) else None,
         network=_network(info.execution, info.network, info.allowed_domains),
     )

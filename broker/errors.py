@@ -108,3 +108,10 @@ class ScriptNotFound(BrokerError):
 
     code = "script_not_found"
     status = 404
+
+
+class ScriptNotSupported(BrokerError):
+    """Raised when a call names a script its skill's runner can't run (sandbox: not .py/.js)."""
+
+    code = "script_not_supported"
+    status = 422
