@@ -33,9 +33,10 @@ MAX_YAML_DEPTH = 32
 # that sends its whole body before reading the answer gets the 413 instead of a broken pipe.
 MAX_DRAINED_BYTES = 64 * MIB
 
-# Run output: one stream entry per burst of output, each at most CHUNK_BYTES.
-CHUNK_BYTES = 16 * KIB
-COALESCE_BYTES = 64 * KIB
+# Run output: one stream entry per burst (what arrived within COALESCE_SECONDS of its first
+# byte), at most CHUNK_BYTES per entry.
+CHUNK_BYTES = 64 * KIB
+COALESCE_BYTES = CHUNK_BYTES
 COALESCE_SECONDS = 0.002
 # Output published to a run's stream is capped; past it one note says so.
 MAX_STREAM_BYTES = 8 * MIB

@@ -53,7 +53,7 @@ class RunStream:
         return self._add("status", {"status": state, **details})
 
     def output(self, stream: str, data: bytes) -> None:
-        """Publish stdout/stderr bytes in chunks of at most 16 KiB, up to the stream cap."""
+        """Publish stdout/stderr bytes in entries of at most CHUNK_BYTES, up to the stream cap."""
         if self.capped:
             return
         room = MAX_STREAM_BYTES - self.published

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from store.limits import COALESCE_SECONDS
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -54,7 +55,7 @@ class NodeRunner:
     isolation = "process"
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
-        collector = OutputCollector(stream)
+        collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS)
         command, preexec = _launch(command_for(job.script))
         try:
             process = subprocess.Popen(
@@ -106,13 +107,18 @@ def _pump(
                 stopped = CANCELLED
                 _kill_group(process)
         wait = max(0.0, min(deadline, next_cancel_check) - time.monotonic())
+        burst = collector.wait_left()
+        if burst is not None:
+            wait = min(wait, burst)
         for key, _mask in selector.select(timeout=wait):
             data = os.read(key.fd, READ_BYTES)
             if data:
                 collector.add(key.data, data)
             else:
                 selector.unregister(key.fileobj)
+        collector.flush_due()
     selector.close()
+    collector.flush()
     return stopped
 
 
