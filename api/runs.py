@@ -55,7 +55,10 @@ def show_run(run_id: str) -> Run:
     run = get_run(services().sessions, run_id, owner_id())
     if run.status not in END_STATES:
         # The row gets the output when the run ends; until then it is in the run's stream.
-        stdout, stderr = collected_output(services().redis, run_id)
+        try:
+            stdout, stderr = collected_output(services().redis, run_id)
+        except (redis.ConnectionError, redis.TimeoutError):
+            return run  # the state still answers while Redis is away; the output waits
         run.stdout, run.stderr = stdout[-KEPT_OUTPUT_CHARS:], stderr[-KEPT_OUTPUT_CHARS:]
     return run
 
