@@ -10,6 +10,7 @@ from flask import Flask, send_from_directory
 from werkzeug.wrappers import Response
 
 from api.auth import install_auth
+from api.bodies import install_body_checks
 from api.console import install_console
 from api.cors import install_cors
 from api.errors import SkillfleetApi, register_error_handlers
@@ -17,10 +18,7 @@ from api.services import Services
 from skillfleet import __version__
 from skillfleet.logs import configure_logging
 from skillfleet.settings import Settings
-from store.limits import MAX_ZIP_BYTES
 
-# Room for the multipart envelope around a zip at the limit; the zip itself is checked exactly.
-MULTIPART_ALLOWANCE = 64 * 1024
 SWAGGER_DIR = Path(swagger_ui_bundle.swagger_ui_path)
 
 
@@ -34,6 +32,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.extensions["skillfleet"] = services
     api = SkillfleetApi(app, spec_kwargs=_spec_kwargs())
     register_error_handlers(app)
+    install_body_checks(app)
     install_auth(app)
     install_cors(app, settings.cors_origins)
     _register_blueprints(api)
@@ -44,7 +43,6 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
 def _flask_config() -> dict[str, Any]:
     return {
-        "MAX_CONTENT_LENGTH": MAX_ZIP_BYTES + MULTIPART_ALLOWANCE,
         "API_TITLE": "skillfleet",
         "API_VERSION": __version__,
         "OPENAPI_VERSION": "3.0.3",

@@ -79,6 +79,11 @@ class SkillfleetApi(Api):  # type: ignore[misc]
         message = data.get("message") or _sentence(error.description or error.name)
         errors = data.get("errors") or data.get("messages")
         code = HTTP_CODES.get(status, _snake(error.name))
+        if status == 413:  # a body of unknown length ran past the limit while being read
+            from api.bodies import too_large
+
+            refused = too_large(headers={"Connection": "close"})
+            return error_response(413, refused.code, refused.message, None, refused.headers)
         if status == 500:
             message = "The server failed unexpectedly."
         return error_response(status, code, message, errors, data.get("headers"))
@@ -110,6 +115,17 @@ def register_error_handlers(app: Flask) -> None:
             503, "service_unavailable", "The database can't be reached; try again shortly."
         )
 
+    def concurrent_change(error: sqlalchemy.exc.IntegrityError) -> Response:
+        # The checks a request made before writing held, but another request changed the rows
+        # in between (a chat deleted while a call on it was recorded): nothing was written.
+        return error_response(
+            409,
+            "concurrent_change",
+            "Something this request refers to was changed or deleted at the same time "
+            "(for example its chat); nothing was saved. Try again.",
+        )
+
+    app.register_error_handler(sqlalchemy.exc.IntegrityError, concurrent_change)
     app.register_error_handler(redis.ConnectionError, redis_down)
     app.register_error_handler(redis.TimeoutError, redis_down)
     app.register_error_handler(kombu.exceptions.OperationalError, redis_down)

@@ -16,6 +16,8 @@ blp = Blueprint("metrics", __name__, description="Prometheus metrics")
 
 
 @blp.route("/metrics")
+@blp.doc(security=[])
+@blp.response(200, content_type="text/plain", description="Metrics in Prometheus' text format")
 def metrics() -> Response:
     """Prometheus metrics in the text format"""
     require_metrics_access()

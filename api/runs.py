@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import redis
 from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
 from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 
 from api.auth import owner_or_agent
+from api.errors import ApiError
 from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
+from store.db import SessionFactory
+from store.limits import KEPT_OUTPUT_CHARS, REDIS_RETRY_SECONDS, SSE_KEEPALIVE_SECONDS
 from store.models import Chat, Run, ToolCall
 from workers.runs import END_STATES, get_run, request_cancel
-from workers.streams import Event, follow, read_events
+from workers.streams import (
+    Event,
+    collected_output,
+    follow,
+    last_entry_id,
+    parse_entry_id,
+    read_events,
+)
 
 blp = Blueprint("runs", __name__, url_prefix="/api/runs", description="Script runs")
 
@@ -29,8 +41,16 @@ RUN_EXAMPLE = 'id: 1733011200000-0\nevent: stdout\ndata: {"text": "line 0\\n"}\n
 @blp.route("/<run_id>")
 @blp.response(200, RunSchema)
 def show_run(run_id: str) -> Run:
-    """Show a run: state, exit code, node, skill hash, isolation and capped output"""
-    return get_run(services().sessions, run_id, owner_or_agent())
+    """Show a run: state, exit code, node, skill hash, isolation and output (so far, mid-run)"""
+    run = get_run(services().sessions, run_id, owner_or_agent())
+    if run.status not in END_STATES:
+        # The row gets the output when the run ends; until then it is in the run's stream.
+        try:
+            stdout, stderr = collected_output(services().redis, run_id)
+        except (redis.ConnectionError, redis.TimeoutError):
+            return run  # the state still answers while Redis is away; the output waits
+        run.stdout, run.stderr = stdout[-KEPT_OUTPUT_CHARS:], stderr[-KEPT_OUTPUT_CHARS:]
+    return run
 
 
 @blp.route("/<run_id>/cancel", methods=["POST"])
@@ -45,22 +65,96 @@ def cancel_run(run_id: str) -> Run:
 @blp.doc(responses={"200": sse_response("stdout, stderr, status and exit events", RUN_EXAMPLE)})
 def run_events(run_id: str) -> Response:
     """Live output as Server-Sent Events; reconnect with Last-Event-ID to replay what you missed"""
-    run = get_run(services().sessions, run_id, owner_or_agent())
-    after = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "0-0"
+    sessions = services().sessions
+    run = get_run(sessions, run_id, owner_or_agent())
     client = services().redis
+    after = _resume_after(client, run_id)
     if run.status in END_STATES and not read_events(client, run_id, "0-0"):
         events: Iterator[str] = iter(_from_row(run))  # the stream expired; the row remains
     else:
-        events = _from_stream(client, run_id, after)
+        events = _from_stream(sessions, client, run, after)
     response = Response(stream_with_context(events), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"
     return response
 
 
-def _from_stream(client: Any, run_id: str, after: str) -> Iterator[str]:
-    for event in follow(client, run_id, after):
-        yield KEEPALIVE if event is None else _sse(event)
+def _resume_after(client: redis.Redis, run_id: str) -> str:
+    """The entry id to replay after: Last-Event-ID when it is one of this stream's ids.
+
+    An id past the newest entry (a stream lost with a Redis restart, or an id made up) replays
+    the stream from its start rather than waiting for entries that will never come.
+    """
+    raw = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
+    if not raw:
+        return "0-0"
+    wanted = parse_entry_id(raw)
+    if wanted is None:
+        raise ApiError(
+            400,
+            "invalid_event_id",
+            "Last-Event-ID must be the id of an event of this run, "
+            "like 1700000000000-0, as sent in the event's `id:` line.",
+        )
+    newest = last_entry_id(client, run_id)
+    if newest is None or wanted > (parse_entry_id(newest) or (0, 0)):
+        return "0-0"
+    return f"{wanted[0]}-{wanted[1]}"
+
+
+def _from_stream(
+    sessions: SessionFactory, client: redis.Redis, run: Run, after: str
+) -> Iterator[str]:
+    """Stream events until the exit event; the client always gets the run's final state.
+
+    A quiet run gets a comment every SSE_KEEPALIVE_SECONDS. A Redis outage keeps the connection
+    open and resumes after the last event sent; a run that ended without its exit event in the
+    stream (the stream was lost with Redis) ends with the state recorded in its row.
+    """
+    last_sent = time.monotonic()
+    while True:
+        try:
+            for event in follow(client, run.id, after):
+                if event is not None:
+                    after = event.id
+                    last_sent = time.monotonic()
+                    yield _sse(event)
+                    continue
+                ended = _ended(sessions, run.id)
+                if ended is not None:
+                    yield from _finish_from_row(client, ended, after)
+                    return
+                last_sent = time.monotonic()
+                yield KEEPALIVE
+            return
+        except (redis.ConnectionError, redis.TimeoutError):
+            ended = _ended(sessions, run.id)
+            if ended is not None:
+                yield _sse(_exit_of(ended))
+                return
+            if time.monotonic() - last_sent >= SSE_KEEPALIVE_SECONDS:
+                last_sent = time.monotonic()
+                yield KEEPALIVE
+            time.sleep(REDIS_RETRY_SECONDS)
+
+
+def _ended(sessions: SessionFactory, run_id: str) -> Run | None:
+    run = get_run(sessions, run_id)
+    return run if run.status in END_STATES else None
+
+
+def _finish_from_row(client: redis.Redis, run: Run, after: str) -> Iterator[str]:
+    """What the stream still holds after `after`, then the row's end if the stream lacks it."""
+    for event in read_events(client, run.id, after):
+        yield _sse(event)
+        if event.kind == "exit":
+            return
+    yield _sse(_exit_of(run))
+
+
+def _exit_of(run: Run) -> Event:
+    end = {"status": run.status, "exit_code": run.exit_code, "error": run.error}
+    return Event("0-3", "exit", end)
 
 
 def _sse(event: Event) -> str:
@@ -73,8 +167,7 @@ def _from_row(run: Run) -> list[str]:
     for index, (kind, text) in enumerate((("stdout", run.stdout), ("stderr", run.stderr)), 1):
         if text:
             frames.append(_sse(Event(f"0-{index}", kind, {"text": text})))
-    end = {"status": run.status, "exit_code": run.exit_code, "error": run.error}
-    frames.append(_sse(Event("0-3", "exit", end)))
+    frames.append(_sse(_exit_of(run)))
     return frames
 
 

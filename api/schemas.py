@@ -13,6 +13,7 @@ from store.hashing import shown_key
 class HealthSchema(ma.Schema):
     status = ma.fields.String()
     database = ma.fields.String()
+    redis = ma.fields.String()
 
 
 class SkillFileSchema(ma.Schema):
@@ -340,6 +341,13 @@ class RunSchema(ma.Schema):
     created_at = ma.fields.DateTime()
     started_at = ma.fields.DateTime(allow_none=True)
     finished_at = ma.fields.DateTime(allow_none=True)
+
+
+class RunSummarySchema(RunSchema):
+    """A run in a list: everything but its output."""
+
+    class Meta:
+        exclude = ("stdout", "stderr")
 
 
 class NodeWorkerSchema(ma.Schema):

@@ -22,6 +22,7 @@ from store.signing import load_or_create_key
 from store.skills import BUILTIN_DIR, SkillStore
 from workers import feed
 from workers.app import create_celery
+from workers.context import redis_client
 from workers.dispatch import CeleryDispatcher
 from workers.streams import wait_for_end
 
@@ -46,7 +47,7 @@ class Services:
         store = SkillStore(sessions, settings.skills_dir)
         store.sync_read_only(read_only_skills(BUILTIN_DIR, settings.skill_paths))
         policy = load_policy(settings)
-        client = redis.Redis.from_url(settings.redis, socket_connect_timeout=2)
+        client = redis_client(settings)
         feed.attach(sessions, client)
         celery = create_celery(settings)
         packages = PackageStore(settings.data_dir / "packages", store)

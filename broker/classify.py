@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 import jsonschema
@@ -16,6 +17,7 @@ from broker.errors import (
     InvalidCall,
     SchemaMismatch,
     ScriptNotFound,
+    ScriptNotSupported,
     SkillDisabled,
     ToolNotImplemented,
 )
@@ -43,6 +45,8 @@ NEVER_GRANTED = frozenset({EDIT})
 # Tools whose arguments are read exactly: a field given twice in the JSON body is refused.
 READ_EXACTLY = frozenset({EDIT})
 DISABLED = "HOST: that skill is no longer enabled."
+# What the sandbox runner can run (Python and JavaScript guests).
+SANDBOX_SUFFIXES = (".py", ".js", ".mjs")
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,10 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: S
         raise ScriptNotFound(
             f"HOST: the skill '{skill.name}' has no script {script[:200]!r}; it has: {listed}."
         )
+    if skill.execution == "sandbox" and PurePosixPath(script).suffix not in SANDBOX_SUFFIXES:
+        raise ScriptNotSupported(
+            f"HOST: sandboxed skills run .py, .js and .mjs scripts only; '{script}' can't run."
+        )
     normalised = normalize(
         arguments.get("arguments"),
         arguments.get("node", MISSING),
@@ -163,7 +171,8 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: S
         skill=skill,
         skill_enabled=skill.enabled,
         script=script,
-        script_arguments=normalised.arguments,
+        # The node says where to run; the rest of the arguments go to the script (seed 000).
+        script_arguments={k: v for k, v in normalised.arguments.items() if k != "node"},
         node=node if isinstance(node, str) else None,
         network=_network(info.execution, info.network, info.allowed_domains),
     )

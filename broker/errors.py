@@ -130,3 +130,10 @@ class SkillNotInJob(BrokerError):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"HOST: the skill '{name}' is not one of this job's skills.")
+
+
+class ScriptNotSupported(BrokerError):
+    """Raised when a call names a script its skill's runner can't run (sandbox: not .py/.js)."""
+
+    code = "script_not_supported"
+    status = 422

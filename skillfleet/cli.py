@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -12,6 +13,7 @@ from skillfleet.cli_jobs import jobs
 from skillfleet.cli_nodes import keys, nodes
 from skillfleet.cli_policy import policy
 from skillfleet.cli_run import run
+from skillfleet.cli_runs import runs
 from skillfleet.cli_skills import skills
 from skillfleet.cli_workers import beat_command, worker
 from skillfleet.settings import Settings, SettingsError
@@ -30,12 +32,38 @@ def load_settings() -> Settings:
         raise click.ClickException(str(e)) from e
 
 
-@cli.command()
-def up() -> None:
-    """Run everything on this machine: API, embedded Redis, SQLite under ./var."""
+UP_ENVIRONMENT = """\b
+Also read from the environment:
+  DATABASE_URL                 PostgreSQL instead of SQLite under the data dir
+  REDIS_URL                    a Redis server instead of the embedded one
+  SKILLFLEET_BOOTSTRAP_TOKEN   the owner token to accept (else one is made and kept)
+  SKILLFLEET_CONFIG            YAML config file (skills.paths: folders of skills)
+  SKILLFLEET_POLICY            a policy file replacing the built-in policy
+  SKILLFLEET_RUN_TIMEOUT       seconds a script may run (default 300)
+  SKILLFLEET_LOG_LEVEL         debug, info, warning or error
+See docs/configuration.md for every setting."""
+
+
+@cli.command(epilog=UP_ENVIRONMENT)
+@click.option("--host", envvar="SKILLFLEET_HOST", show_envvar=True, default=None,
+              help="Address the API listens on  [default: 127.0.0.1]")  # fmt: skip
+@click.option("--port", envvar="SKILLFLEET_PORT", show_envvar=True, type=int, default=None,
+              help="Port the API listens on  [default: 8750]")  # fmt: skip
+@click.option("--data-dir", envvar="SKILLFLEET_DATA_DIR", show_envvar=True, default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Database, embedded Redis, skills and logs  [default: ./var]")  # fmt: skip
+def up(host: str | None, port: int | None, data_dir: Path | None) -> None:
+    """Run everything on this machine: API, embedded Redis, workers, SQLite under ./var.
+
+    Prints "skillfleet is running" once the API answers and the local node worker (and the
+    Spark worker, when Docker answers) are ready; Ctrl-C stops everything.
+    """
     from skillfleet.up import run_up
 
-    sys.exit(run_up(load_settings()))
+    settings = load_settings()
+    changes: dict[str, object] = {"host": host, "port": port, "data_dir": data_dir}
+    settings = settings.with_overrides(**{k: v for k, v in changes.items() if v is not None})
+    sys.exit(run_up(settings))
 
 
 @cli.command()
@@ -110,6 +138,7 @@ cli.add_command(approvals)
 cli.add_command(jobs)
 cli.add_command(worker)
 cli.add_command(run)
+cli.add_command(runs)
 cli.add_command(nodes)
 cli.add_command(keys)
 cli.add_command(beat_command())

@@ -16,7 +16,8 @@ from skillfleet.settings import ClientSettings
 
 # Exit codes for runs that ended without one of their own, as shells report them.
 STATE_EXIT = {"timed_out": 124, "cancelled": 130, "interrupted": 137, "failed": 1}
-WAIT_STEP_SECONDS = 30
+# A long poll waits for the run's end too; short steps start streaming soon after approval.
+WAIT_STEP_SECONDS = 1
 
 
 @click.command("run")
@@ -36,26 +37,48 @@ def run(skill: str, script: str, node: str | None, arguments: str, chat_id: str,
     if node is not None:
         tool_args["node"] = node
     client = Client(ClientSettings.from_env(), timeout=None)
+    started: dict[str, str] = {}
     try:
-        sys.exit(_run(client, tool_args, chat_id, mode))
+        sys.exit(_run(client, tool_args, chat_id, mode, started))
     except ClientError as e:
         click.echo(f"Error ({e.code}): {e.message}", err=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(_interrupted(client, started))
 
 
-def _run(client: Client, tool_args: dict[str, Any], chat_id: str, mode: str) -> int:
+def _run(
+    client: Client, tool_args: dict[str, Any], chat_id: str, mode: str, started: dict[str, str]
+) -> int:
     body = {"arguments": tool_args, "chat_id": chat_id, "mode": mode}
     envelope = client.json("POST", "/api/tools/run_skill_script", json=body)
     if envelope["status"] == "pending_approval":
-        click.echo(
-            f"Waiting for the owner's approval {envelope['approval_id']} "
-            f"(skillfleet approvals approve {envelope['approval_id']})…",
-            err=True,
-        )
+        approval = envelope["approval_id"]
+        started["approval_id"] = approval
+        click.echo(f"Waiting for the owner's approval {approval}; to answer it:", err=True)
+        click.echo(f"  skillfleet approvals approve {approval}", err=True)
         envelope = _wait_for_answer(client, envelope["call_id"])
-    if envelope["status"] == "running":
-        return _stream(client, envelope["run_id"])
+        started.pop("approval_id")
+    if envelope.get("run_id") and envelope["status"] in ("running", "done", "failed"):
+        started["run_id"] = envelope["run_id"]
+        return stream_run(client, envelope["run_id"])
     return _report(envelope)
+
+
+def _interrupted(client: Client, started: dict[str, str]) -> int:
+    """Ctrl-C: cancel the run on the server (a pending approval stays pending); exit 130."""
+    if "run_id" in started:
+        run_id = started["run_id"]
+        try:
+            client.json("POST", f"/api/runs/{run_id}/cancel")
+            click.echo(f"\n[run {run_id} cancelled]", err=True)
+        except ClientError as e:
+            click.echo(f"\n[run {run_id}: {e.message}]", err=True)
+    elif "approval_id" in started:
+        click.echo(
+            f"\n[stopped waiting; approval {started['approval_id']} is still pending]", err=True
+        )
+    return STATE_EXIT["cancelled"]
 
 
 def _wait_for_answer(client: Client, call_id: str) -> dict[str, Any]:
@@ -82,7 +105,7 @@ def _report(envelope: dict[str, Any]) -> int:
     return 0
 
 
-def _stream(client: Client, run_id: str) -> int:
+def stream_run(client: Client, run_id: str) -> int:
     """Follow the run's SSE stream, reconnecting with Last-Event-ID if the connection drops."""
     last_id = "0-0"
     for _attempt in range(20):

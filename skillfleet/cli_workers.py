@@ -211,7 +211,12 @@ def _serve(
         before(client)
     if not serving:
         click.echo(f"Not consuming '{queue}': {reason}", err=True)
-    beater.start()
+        beater.start()
+    else:
+        # The first beat says "ready": only once Celery consumes the queue.
+        from celery.signals import worker_ready
+
+        worker_ready.connect(lambda **_: beater.start(), weak=False)
     try:
         if not serving:
             while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import click
 
 from skillfleet.settings import Settings
+from skillfleet.supervisor import Supervisor
 
 TOKEN_FILE = "owner-token"
 AGENT_TOKEN_FILE = "agent-token"
@@ -25,6 +27,8 @@ BOOTSTRAP_OWNER = "owner"
 REDIS_SOCKET = "redis.socket"
 # A unix socket's path must fit in sun_path (108 bytes on Linux); longer ones stay in /tmp.
 MAX_SOCKET_PATH = 100
+# The banner waits this long for the workers' first heartbeats.
+WORKER_START_LIMIT = 90.0
 
 
 def check_start_up(settings: Settings) -> None:
@@ -191,12 +195,14 @@ def run_up(settings: Settings) -> int:
     """Migrate, check the skill paths, start Redis, the API and the workers; run until Ctrl-C."""
     from store.migrate import upgrade
 
+    _check_port_free(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.database)
     check_start_up(settings)
     tokens = (owner_token(settings), agent_token(settings))
     env = dict(os.environ, SKILLFLEET_DATA_DIR=str(settings.data_dir))
     env["SKILLFLEET_URL"] = f"http://{settings.host}:{settings.port}"
+    env["SKILLFLEET_HOST"], env["SKILLFLEET_PORT"] = settings.host, str(settings.port)
     stopping = False
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -213,33 +219,73 @@ def run_up(settings: Settings) -> int:
         api_env = {"SKILLFLEET_LOG_LEVEL": "warning", **env}
         api = subprocess.Popen(_gunicorn_command(settings, workers=2), env=api_env)
         running.callback(_stop_child, api)
-        workers: dict[str, subprocess.Popen[bytes]] = {}
+        workers = Supervisor(click.echo)
+        running.callback(workers.stop)
         if _wait_until_up(settings, api, lambda: stopping):
             spark_note = _spark_status(settings)
-            workers = _start_workers(settings, env, running, spark=spark_note is None)
-            _announce(settings, tokens, list(workers), spark_note)
+            _start_workers(settings, env, workers, spark=spark_note is None)
+            ready = _wait_for_heartbeats(
+                env["REDIS_URL"], workers, [LOCAL_NODE] + (["spark"] if spark_note is None else []),
+                lambda: stopping,
+            )  # fmt: skip
+            if ready:
+                _announce(settings, tokens, list(workers.workers), spark_note)
         while not stopping and api.poll() is None:
-            _report_stopped_workers(settings, workers)
+            workers.check()
             time.sleep(0.2)
         click.echo("\nStopping skillfleet…")
     click.echo("Stopped.")
     return 0 if stopping else (api.returncode or 1)
 
 
-def _report_stopped_workers(
-    settings: Settings, workers: dict[str, subprocess.Popen[bytes]]
-) -> None:
-    """A worker that exits is reported once; the API and the other workers keep running."""
-    for label, child in list(workers.items()):
-        if child.poll() is not None:
-            log = settings.data_dir / "logs" / f"{label}.log"
-            click.echo(f"  worker {label} stopped (exit code {child.returncode}); see {log}")
-            del workers[label]
+def _check_port_free(settings: Settings) -> None:
+    """A port in use is one clear line, not a screen of gunicorn tracebacks."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((settings.host, settings.port))
+        except OSError as e:
+            raise click.ClickException(
+                f"Port {settings.port} on {settings.host} is in use ({e.strerror}); "
+                "stop what uses it or choose another with SKILLFLEET_PORT (or --port)."
+            ) from None
+
+
+def _wait_for_heartbeats(
+    redis_url: str, workers: Supervisor, labels: list[str], stopping: Callable[[], bool]
+) -> bool:
+    """Wait until every worker in `labels` beat for its queue: a call made then finds it."""
+    import redis
+
+    from workers import heartbeat, naming
+
+    queues = {label: naming.node_queue(label) if label == LOCAL_NODE else label for label in labels}
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+    deadline = time.monotonic() + WORKER_START_LIMIT
+    try:
+        while queues:
+            if stopping():
+                return False
+            workers.check()
+            for label, queue in list(queues.items()):
+                if heartbeat.live_workers(client, queue):
+                    del queues[label]
+            if time.monotonic() >= deadline:
+                waiting = ", ".join(queues)
+                click.echo(
+                    f"  still waiting for worker {waiting} after {WORKER_START_LIMIT:.0f} s; "
+                    f"see {workers.workers[next(iter(queues))].log}"
+                )
+                return True
+            time.sleep(0.1)
+    finally:
+        client.close()
+    return True
 
 
 def _start_workers(
-    settings: Settings, env: dict[str, str], running: ExitStack, spark: bool
-) -> dict[str, subprocess.Popen[bytes]]:
+    settings: Settings, env: dict[str, str], workers: Supervisor, spark: bool
+) -> None:
     """The control worker, beat, the `local` node worker and, when Docker answers, the Spark."""
     from store.signing import load_or_create_key, public_key_text
 
@@ -253,21 +299,11 @@ def _start_workers(
     }
     if spark:
         commands["spark"] = ["worker", "spark"]
-    started = {}
     for label, arguments in commands.items():
         child_env = dict(env)
         if label in (LOCAL_NODE, "spark"):
             child_env["SKILLFLEET_NODE_TOKEN"] = node_token(settings, label)
-        with open(logs / f"{label}.log", "ab") as log_file:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "skillfleet", *arguments],
-                env=child_env,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
-        running.callback(_stop_child, child)
-        started[label] = child
-    return started
+        workers.start(label, arguments, child_env, logs / f"{label}.log")
 
 
 def _spark_status(settings: Settings) -> str | None:

@@ -1,4 +1,4 @@
-"""Every size and count limit of the skill store, in one place."""
+"""Every size, count and time limit skillfleet enforces, in one place."""
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -59,3 +59,28 @@ MAX_OWNER_EVENTS = 10_000
 # List routes: the page size when none is asked for, and the largest one served.
 DEFAULT_PAGE_SIZE = 250
 MAX_PAGE_SIZE = 1000
+# YAML nesting a SKILL.md header may have (PyYAML recurses per level and would overflow).
+MAX_YAML_DEPTH = 32
+
+# Request bodies: a refused upload is still read (and dropped) up to this much, so a client
+# that sends its whole body before reading the answer gets the 413 instead of a broken pipe.
+MAX_DRAINED_BYTES = 64 * MIB
+
+# Run output: one stream entry per burst (what arrived within COALESCE_SECONDS of its first
+# byte), at most CHUNK_BYTES per entry.
+CHUNK_BYTES = 64 * KIB
+COALESCE_BYTES = CHUNK_BYTES
+COALESCE_SECONDS = 0.002
+# Output published to a run's stream is capped; past it one note says so.
+MAX_STREAM_BYTES = 8 * MIB
+# What the Run row keeps of each output stream; the tool result is capped again at 48 KB.
+KEPT_OUTPUT_CHARS = 64 * KIB
+# Finished streams stay replayable this long; the Run row keeps the capped output for good.
+FINISHED_STREAM_TTL_SECONDS = 3600
+# Redis: a read gives up after this long, a blocking read blocks at most MAX_BLOCK_MS (and gets
+# a socket timeout longer than its block); an idle SSE stream sends a comment that often.
+REDIS_SOCKET_TIMEOUT_SECONDS = 5.0
+REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
+REDIS_RETRY_SECONDS = 1.0
+MAX_BLOCK_MS = 15_000
+SSE_KEEPALIVE_SECONDS = MAX_BLOCK_MS / 1000

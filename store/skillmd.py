@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from store.errors import SkillInvalid
+from store.limits import MAX_YAML_DEPTH
 
 FENCE = "---"
 _BOM = "\ufeff"
@@ -48,7 +49,7 @@ def parse_skill_md(text: str) -> tuple[dict[str, Any], str]:
     """Parse SKILL.md text into its header mapping and its body, with `yaml.safe_load`."""
     yaml_text, body = split_front_matter(text)
     try:
-        header = yaml.safe_load(yaml_text)
+        header = yaml.load(yaml_text, Loader=BoundedSafeLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         problem = f"The front matter is not valid YAML: {_yaml_reason(e)}."
         raise SkillInvalid("SKILL.md can't be read.", errors=[problem]) from e
@@ -61,6 +62,28 @@ def parse_skill_md(text: str) -> tuple[dict[str, Any], str]:
         )
         raise SkillInvalid("SKILL.md can't be read.", errors=[problem])
     return header, body
+
+
+class BoundedSafeLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader refusing nesting deeper than MAX_YAML_DEPTH.
+
+    The composer recurses once per level, so a header of a few hundred `[` would otherwise end
+    in a RecursionError instead of a problem the author can read.
+    """
+
+    depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.depth >= MAX_YAML_DEPTH:
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, f"it nests deeper than {MAX_YAML_DEPTH} levels", mark
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def read_skill_md(data: bytes) -> tuple[dict[str, Any], str]:

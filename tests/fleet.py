@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import redis
 from factories import skill_files, zip_bytes
 from werkzeug.serving import make_server
@@ -156,3 +159,56 @@ def fleet(settings: Settings) -> Iterator[Fleet]:
         server.shutdown()
         thread.join(timeout=10)
         services.engine.dispose()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A redis-server of the test's own on a free loopback port, to stop and start at will."""
+
+    def __init__(self, folder: Path) -> None:
+        if shutil.which("redis-server") is None:
+            pytest.skip("redis-server is not installed")
+        self.port = free_port()
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--dir", str(self.folder)]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        wait_until(self.answers, 10, "redis-server to answer")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as connection:
+                connection.sendall(b"PING\r\n")
+                return connection.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+
+@contextmanager
+def own_redis(folder: Path) -> Iterator[RedisServer]:
+    server = RedisServer(folder)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -8,7 +8,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from skillfleet.settings import Settings
-from workers import naming
+from workers import naming, transport
 
 REAP_EVERY_SECONDS = 5.0
 EXPIRE_EVERY_SECONDS = 30.0
@@ -24,8 +24,13 @@ def kombu_url(redis_url: str) -> str:
 
 def create_celery(settings: Settings, **overrides: Any) -> Celery:
     """The Celery app for every skillfleet process: Redis broker and backend, late acks."""
-    url = kombu_url(settings.redis)
-    app = Celery("skillfleet", broker=url, backend=url, include=["workers.tasks"])
+    transport.register()
+    app = Celery(
+        "skillfleet",
+        broker=transport.broker_url(settings.redis),
+        backend=kombu_url(settings.redis),
+        include=["workers.tasks"],
+    )
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -36,6 +41,8 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
+        # A worker waits out a Redis outage of any length and serves again by itself.
+        broker_connection_max_retries=None,
         # An unacknowledged message comes back after this long; claims make redelivery harmless.
         broker_transport_options={"visibility_timeout": settings.visibility_timeout},
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout},

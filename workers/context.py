@@ -11,6 +11,7 @@ import redis
 from broker.broker import Broker
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
+from store.limits import REDIS_CONNECT_TIMEOUT_SECONDS, REDIS_SOCKET_TIMEOUT_SECONDS
 from workers import feed
 from workers.execute import WorkerContext
 from workers.heartbeat import Instance
@@ -28,7 +29,13 @@ class ControlContext:
 
 
 def redis_client(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(settings.redis, health_check_interval=30)
+    """A client that fails fast when Redis is away; blocking reads use streams.blocking_client."""
+    return redis.Redis.from_url(
+        settings.redis,
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
+        socket_timeout=REDIS_SOCKET_TIMEOUT_SECONDS,
+        health_check_interval=30,
+    )
 
 
 def worker_context(app: Any) -> WorkerContext:

@@ -16,10 +16,12 @@ from workers import naming
 from workers.errors import RunError
 from workers.heartbeat import Instance
 from workers.runners.base import Job, Runner
-from workers.runs import FAILED, Outcome, claim, finish
+from workers.runs import FAILED, INTERRUPTED, Outcome, claim, finish
 from workers.streams import RunStream
 
 log = structlog.get_logger(__name__)
+
+REDIS_LOST = "Redis went away while the script ran; it was stopped and will not run again."
 
 
 class Packages(Protocol):
@@ -73,6 +75,11 @@ def _run(context: WorkerContext, run: Run, folder: Path, stream: RunStream) -> O
         )
     except RunError as e:  # refused before the script started (e.g. PackageUnverified)
         return Outcome(FAILED, None, "", e.message, e.message, e.code)
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        # Output and cancel requests travel through Redis; without it the run can't be watched
+        # or stopped, so it is stopped here and answered like a lost worker's run.
+        log.warning("redis lost during the run; script stopped", run_id=run.id, error=str(e))
+        return Outcome(INTERRUPTED, None, "", REDIS_LOST, REDIS_LOST)
     except Exception as e:  # a runner bug must still end the run, never leave it running
         log.exception("runner failed", run_id=run.id, error_type=type(e).__name__)
         message = "The runner failed before the script ended."
@@ -83,6 +90,10 @@ def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcom
     # The row first: whoever wakes on the exit event must find the final state.
     finish(context.sessions, run_id, outcome, context.runner.isolation)
     details = {"code": outcome.code} if outcome.code else {}
-    stream.exit(outcome.status, outcome.exit_code, error=outcome.error, **details)
+    try:
+        stream.exit(outcome.status, outcome.exit_code, error=outcome.error, **details)
+    except (redis.ConnectionError, redis.TimeoutError):
+        # The row holds the end; SSE clients read it from there when the stream lacks it.
+        log.warning("run ended without its exit event in the stream", run_id=run_id)
     log.info("run ended", run_id=run_id, status=outcome.status, exit_code=outcome.exit_code)
     return outcome.status

@@ -23,7 +23,8 @@ from store.db import SessionFactory
 from store.limits import MAX_OWNER_EVENTS
 from store.models import Approval, Run
 from workers import naming
-from workers.streams import MAX_BLOCK_MS, Event, _event
+from store.limits import MAX_BLOCK_MS
+from workers.streams import Event, _event, blocking_client
 
 log = structlog.get_logger(__name__)
 
@@ -116,7 +117,8 @@ def read(
     client: redis.Redis, owner_id: int, after: str = "$", block_ms: int | None = None
 ) -> list[Event]:
     """The owner's events after entry id `after`; with `block_ms`, wait that long for one."""
-    reply: Any = client.xread({naming.owner_events(owner_id): after}, block=block_ms, count=500)
+    reader = client if block_ms is None else blocking_client(client)
+    reply: Any = reader.xread({naming.owner_events(owner_id): after}, block=block_ms, count=500)
     return [
         _event(entry_id, fields) for _key, entries in reply or [] for entry_id, fields in entries
     ]

@@ -138,7 +138,8 @@ class Beater:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():  # a worker stopped before it was ready never beat
+            self._thread.join(timeout=5)
         try:
             stop(self.client, self.instance)
         except redis.RedisError:

@@ -14,6 +14,7 @@ from broker.callstate import CallStatus
 from broker.classify import CallPlan
 from broker.results import shape_result
 from store.db import SessionFactory, transaction
+from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Run, utcnow
 from workers import feed, heartbeat, naming
 from workers.errors import RunFinished, RunNotFound
@@ -27,8 +28,6 @@ TIMED_OUT = "timed_out"
 CANCELLED = "cancelled"
 INTERRUPTED = "interrupted"
 END_STATES = (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, INTERRUPTED)
-# What the Run row keeps of each output stream; the tool result is capped again at 48 KB.
-KEPT_OUTPUT_CHARS = 64 * 1024
 
 
 @dataclass(frozen=True)

@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import json
+import re
+import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+from store.limits import (
+    CHUNK_BYTES,
+    FINISHED_STREAM_TTL_SECONDS,
+    MAX_BLOCK_MS,
+    MAX_STREAM_BYTES,
+    REDIS_RETRY_SECONDS,
+    REDIS_SOCKET_TIMEOUT_SECONDS,
+)
 from workers import naming
 
-CHUNK_BYTES = 16 * 1024
-# Finished streams stay replayable this long; the Run row keeps the capped output for good.
-FINISHED_TTL_SECONDS = 3600
-# Output published to a stream is capped; past it one note says so and the rest is dropped.
-MAX_STREAM_BYTES = 8 * 1024 * 1024
 END_KINDS = ("exit",)
-# A blocking read must end before redis-py's socket timeout (5 s by default) cuts it off.
-MAX_BLOCK_MS = 4_000
+ENTRY_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
+MAX_ENTRY_PART = 2**64 - 1
+# Clients whose reads outlast MAX_BLOCK_MS, one per client that asked for a blocking read.
+_blocking: weakref.WeakKeyDictionary[redis.Redis, redis.Redis] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class RunStream:
         return self._add("status", {"status": state, **details})
 
     def output(self, stream: str, data: bytes) -> None:
-        """Publish stdout/stderr bytes in chunks of at most 16 KiB, up to the stream cap."""
+        """Publish stdout/stderr bytes in entries of at most CHUNK_BYTES, up to the stream cap."""
         if self.capped:
             return
         room = MAX_STREAM_BYTES - self.published
@@ -65,16 +73,58 @@ class RunStream:
         data = {"status": state, "exit_code": exit_code, **details}
         pipe = self.client.pipeline(transaction=False)
         pipe.xadd(self.key, {"kind": "exit", "data": json.dumps(data)})
-        pipe.expire(self.key, FINISHED_TTL_SECONDS)
+        pipe.expire(self.key, FINISHED_STREAM_TTL_SECONDS)
         entry = pipe.execute()[0]
         return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+def parse_entry_id(text: str) -> tuple[int, int] | None:
+    """`<ms>-<seq>` as two numbers, or None when `text` is not a stream entry id."""
+    match = ENTRY_ID.fullmatch(text.strip())
+    if match is None:
+        return None
+    ms, seq = int(match[1]), int(match[2])
+    if ms > MAX_ENTRY_PART or seq > MAX_ENTRY_PART:
+        return None
+    return ms, seq
+
+
+def last_entry_id(client: redis.Redis, run_id: str) -> str | None:
+    """The id of the newest entry of a run's stream, None when the stream is empty or gone."""
+    newest: Any = client.xrevrange(naming.run_stream(run_id), count=1)
+    return _text(newest[0][0]) if newest else None
+
+
+def blocking_client(client: redis.Redis) -> redis.Redis:
+    """A client of the same server whose reads outlast the longest block.
+
+    redis-py gives up on a read after `socket_timeout` (5 s by default), so a blocking XREAD of
+    15 s on the shared client would report a healthy but quiet Redis as unreachable.
+    """
+    found = _blocking.get(client)
+    if found is None:
+        pool = client.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        kwargs["socket_timeout"] = MAX_BLOCK_MS / 1000 + REDIS_SOCKET_TIMEOUT_SECONDS
+        found = redis.Redis(
+            connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        )
+        _blocking[client] = found
+    return found
 
 
 def read_events(
     client: redis.Redis, run_id: str, after: str = "0-0", block_ms: int | None = None
 ) -> list[Event]:
-    """Events after entry id `after`; with `block_ms`, wait that long for the first one."""
-    reply: Any = client.xread({naming.run_stream(run_id): after}, block=block_ms, count=500)
+    """Events after entry id `after`; with `block_ms`, wait up to that long for the first one.
+
+    A block is capped at MAX_BLOCK_MS and runs on a client whose socket timeout is longer.
+    """
+    reader = client
+    if block_ms is not None:
+        block_ms = max(1, min(block_ms, MAX_BLOCK_MS))
+        reader = blocking_client(client)
+    reply: Any = reader.xread({naming.run_stream(run_id): after}, block=block_ms, count=500)
     events = []
     for _key, entries in reply or []:
         for entry_id, fields in entries:
@@ -120,18 +170,23 @@ def collected_output(client: redis.Redis, run_id: str) -> tuple[str, str]:
 
 
 def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> bool:
-    """Block until the run's exit event is in its stream, or `timeout` seconds passed."""
-    import time
+    """Block until the run's exit event is in its stream, or `timeout` seconds passed.
 
+    A Redis outage is waited out too: the caller then reads the run's state from the database.
+    """
     deadline = time.monotonic() + timeout
     after = "0-0"
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        events = read_events(
-            client, run_id, after, block_ms=max(1, min(MAX_BLOCK_MS, int(left * 1000)))
-        )
+        try:
+            events = read_events(
+                client, run_id, after, block_ms=max(1, min(MAX_BLOCK_MS, int(left * 1000)))
+            )
+        except (redis.ConnectionError, redis.TimeoutError):
+            time.sleep(min(left, REDIS_RETRY_SECONDS))
+            continue
         for event in events:
             if event.kind in END_KINDS:
                 return True

@@ -92,7 +92,8 @@ def test_approve_for_chat_runs_the_call_and_the_next_one_passes_without_asking(
     assert approved.status_code == 200 and approved.json["status"] == "approved_for_chat"
     done = client.get(f"/api/calls/{first['call_id']}", headers=auth).json
     assert done["status"] == "done"
-    assert done["result"]["would_dispatch"]["arguments"] == {"node": "web01", "path": "/tmp/x"}
+    would = done["result"]["would_dispatch"]
+    assert (would["node"], would["arguments"]) == ("web01", {"path": "/tmp/x"})
     again = run(client, auth, name="changer")
     assert again["status"] == "done"
     assert "approval_id" not in again

@@ -47,24 +47,25 @@ def coerced(kind: str) -> float:
 
 
 def dispatched(envelope):
+    """The node the run would go to and the arguments its script would get."""
     assert envelope["status"] == "done", envelope
-    return envelope["result"]["would_dispatch"]["arguments"]
+    would = envelope["result"]["would_dispatch"]
+    return would["node"], would["arguments"]
 
 
-def test_an_object_with_node_runs_unchanged(client, auth, reader):
-    assert dispatched(run(client, auth, {"node": "web01", "n": 1})) == {"node": "web01", "n": 1}
+def test_the_node_picks_the_server_and_the_rest_goes_to_the_script(client, auth, reader):
+    assert dispatched(run(client, auth, {"node": "web01", "n": 1})) == ("web01", {"n": 1})
 
 
 def test_text_holding_an_object_runs_and_is_counted(client, auth, reader):
     before = coerced("string")
-    args = dispatched(run(client, auth, json.dumps({"node": "web01"})))
-    assert args == {"node": "web01"}
+    assert dispatched(run(client, auth, json.dumps({"node": "web01"}))) == ("web01", {})
     assert coerced("string") == before + 1
 
 
 def test_a_top_level_node_is_moved_inside_and_counted(client, auth, reader):
     before = coerced("node")
-    assert dispatched(run(client, auth, {"n": 2}, node="web02")) == {"n": 2, "node": "web02"}
+    assert dispatched(run(client, auth, {"n": 2}, node="web02")) == ("web02", {"n": 2})
     assert coerced("node") == before + 1
 
 
@@ -114,10 +115,10 @@ def test_arguments_are_checked_against_the_declared_schema_before_dispatch(clien
     assert envelope["status"] == "failed"
     assert envelope["error"]["code"] == "arguments_schema"
     assert "'many' is not of type 'integer'" in envelope["error"]["message"]
-    assert dispatched(run(client, auth, {"node": "web01", "count": 3}, name="counter")) == {
-        "node": "web01",
-        "count": 3,
-    }
+    assert dispatched(run(client, auth, {"node": "web01", "count": 3}, name="counter")) == (
+        "web01",
+        {"count": 3},
+    )
 
 
 def test_a_script_the_skill_does_not_have_is_refused(client, auth, reader):
@@ -171,3 +172,25 @@ def test_an_unexpected_failure_is_tool_failed_without_a_path(client, auth, servi
     envelope = client.post("/api/tools/load_skill", headers=auth, json=body).json
     assert envelope["status"] == "failed"
     assert envelope["error"] == {"code": "tool_failed", "message": "The tool failed unexpectedly."}
+
+
+@pytest.mark.parametrize("script", ["scripts/check.sh", "scripts/Tool.cs"])
+def test_a_sandbox_skill_refuses_a_script_it_cannot_run_before_anything_is_queued(
+    client, auth, services, script
+):
+    sandboxed = {"skillfleet.tier": "read", "skillfleet.execution": "sandbox"}
+    install(
+        client,
+        auth,
+        "boxed",
+        sandboxed,
+        {script: b"echo hi\n" if script.endswith(".sh") else b"class T {}\n"},
+    )
+    body = {"arguments": {"skill_name": "boxed", "script": script, "arguments": {}}}
+
+    envelope = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "script_not_supported"
+    assert ".py, .js and .mjs scripts only" in envelope["error"]["message"]
+    assert "run_id" not in envelope

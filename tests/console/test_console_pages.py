@@ -88,9 +88,7 @@ def test_an_agent_token_cannot_sign_in(page: Any, console: Fleet) -> None:
     assert "This is an agent token" in alert.inner_text()
 
 
-def test_the_jobs_review_and_tokens_pages_load_from_their_routes(
-    page: Any, console: Fleet
-) -> None:
+def test_the_jobs_review_and_tokens_pages_load_from_their_routes(page: Any, console: Fleet) -> None:
     signed_in(page, console)
     for route in ("jobs", "review", "tokens"):
         page.goto(f"{console.url}/#/{route}")

@@ -68,7 +68,8 @@ def test_policy_explain_names_the_deciding_rule():
     granted = cli(
         "policy", "explain", "--tool", "run_skill_script", "--tier", "destructive", "--granted"
     )
-    assert "Decision: allow (destructive-allowed-for-chat)" in granted.stdout
+    # Seed 003: in a chat a destructive call always asks, granted or not.
+    assert "Decision: require_approval (destructive-always-asks)" in granted.stdout
 
 
 def test_a_bad_policy_file_refuses_start_up_naming_the_rule(tmp_path: Path, database_url: str):

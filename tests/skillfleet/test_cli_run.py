@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REDIS_URL
-from fleet import Fleet, fleet
+from fleet import Fleet, fleet, wait_until
 
 from skillfleet.settings import Settings
 
@@ -80,3 +82,97 @@ def test_run_with_arguments_that_are_not_json_is_refused_before_calling(running)
     )  # fmt: skip
     assert result.returncode == 1
     assert "--args is not valid JSON" in result.stderr
+
+
+def wait_for_line(process: subprocess.Popen[str], expected: str) -> None:
+    assert process.stdout is not None
+    assert process.stdout.readline() == expected
+
+
+def run_status(started: Fleet, run_id: str) -> str:
+    with started.http() as client:
+        return str(client.get(f"/api/runs/{run_id}").json()["status"])
+
+
+def test_ctrl_c_cancels_the_run_on_the_server_and_exits_130(running):
+    started, node = running
+    process = subprocess.Popen(
+        [SKILLFLEET, "run", "ticker", "scripts/tick.py", "--node", node,
+         "--args", '{"count": 200}'],
+        env=cli_env(started), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_for_line(process, "tick 0\n")
+
+    process.send_signal(signal.SIGINT)
+    _out, errors = process.communicate(timeout=30)
+
+    assert process.returncode == 130
+    run_id = re.search(r"\[run (\S+) cancelled\]", errors).group(1)  # type: ignore[union-attr]
+    wait_until(lambda: run_status(started, run_id) == "cancelled", 15, "the run to be cancelled")
+
+
+def test_a_run_waiting_for_approval_names_the_command_then_streams_once_approved(running):
+    started, node = running
+    started.import_skill(
+        "purge", {"skillfleet.tier": "destructive", "skillfleet.execution": "node"},
+        {"scripts/purge.py": "print('purged 3 files', flush=True)\n"},
+    )  # fmt: skip
+    process = subprocess.Popen(
+        [SKILLFLEET, "run", "purge", "scripts/purge.py", "--node", node],
+        env=cli_env(started), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stderr is not None
+    waiting = process.stderr.readline()
+    approval_id = re.search(r"approval (\S+);", waiting).group(1)  # type: ignore[union-attr]
+    command = process.stderr.readline().strip()
+    assert command == f"skillfleet approvals approve {approval_id}"
+
+    answered = subprocess.run(
+        command.split(), env=cli_env(started), capture_output=True, text=True, timeout=30,
+        executable=SKILLFLEET,
+    )  # fmt: skip
+    assert answered.returncode == 0, answered.stderr
+    out, errors = process.communicate(timeout=60)
+
+    assert out == "purged 3 files\n"
+    assert "succeeded, exit code 0]" in errors
+    assert process.returncode == 0
+
+
+def test_runs_list_show_logs_and_cancel_work_on_a_live_run(running):
+    started, node = running
+    with started.http() as client:
+        body = {"arguments": {"skill_name": "ticker", "script": "scripts/tick.py",
+                              "arguments": {"count": 200}, "node": node}}  # fmt: skip
+        run_id = client.post("/api/tools/run_skill_script", json=body).json()["run_id"]
+        wait_until(
+            lambda: "tick 1" in client.get(f"/api/runs/{run_id}").json()["stdout"],
+            30,
+            "the output so far in GET /api/runs/<id>",
+        )
+    env = cli_env(started)
+
+    def cli(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [SKILLFLEET, "runs", *arguments], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    listed = cli("list", "--status", "running")
+    assert listed.returncode == 0 and run_id in listed.stdout
+    assert run_id not in cli("list", "--status", "succeeded").stdout
+    shown = cli("show", run_id)
+    assert "status:       running" in shown.stdout and "tick 0\n" in shown.stdout
+    follower = subprocess.Popen(
+        [SKILLFLEET, "runs", "logs", "-f", run_id],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_for_line(follower, "tick 0\n")
+
+    cancelled = cli("cancel", run_id)
+
+    assert cancelled.returncode == 0, cancelled.stderr
+    _out, errors = follower.communicate(timeout=30)
+    assert "cancelled" in errors and follower.returncode == 130
+    assert "cancelled" in cli("show", run_id).stdout
+    again = cli("cancel", run_id)
+    assert again.returncode == 1 and "already ended" in again.stderr

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from factories import skill_md, write_skill
+from factories import skill_files, skill_md, write_skill, zip_bytes
 
 SKILLFLEET = str(Path(sys.executable).parent / "skillfleet")
 HOST = "127.0.0.1"
@@ -236,7 +236,7 @@ def test_up_prints_the_url_docs_and_token_and_serves_the_api_with_embedded_redis
 
     health = httpx.get(f"{up.url}/api/health", timeout=10)
     assert health.status_code == 200
-    assert health.json() == {"status": "ok", "database": "sqlite"}
+    assert health.json() == {"status": "ok", "database": "sqlite", "redis": "ok"}
     assert httpx.get(f"{up.url}/api/docs", timeout=10).status_code == 200
     console = httpx.get(f"{up.url}/", timeout=10)
     assert console.status_code == 200 and "/console/app.js" in console.text
@@ -386,3 +386,104 @@ def test_two_configured_paths_with_the_same_skill_name_stop_start_up(tmp_path: P
         f"Skill path {second} holds a skill named 'disk-report', which {first} already provides."
     ) in result.stderr
     assert "Traceback" not in result.stderr
+
+
+READ_SCRIPT = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
+
+
+def import_read_skill(up: Running, name: str) -> None:
+    files = skill_files(name, metadata=READ_SCRIPT)
+    response = httpx.post(
+        f"{up.url}/api/skills",
+        headers=bearer(up.token),
+        files={"file": ("s.zip", zip_bytes(files, top=name))},
+        timeout=30,
+    )
+    assert response.status_code == 201, response.text
+
+
+def run_hello(up: Running, name: str) -> httpx.Response:
+    body = {"arguments": {"skill_name": name, "script": "scripts/hello.py", "node": "local"}}
+    return httpx.post(
+        f"{up.url}/api/tools/run_skill_script",
+        params={"wait": 30},
+        headers=bearer(up.token),
+        json=body,
+        timeout=60,
+    )
+
+
+def children_of(pid: int, needle: str) -> list[int]:
+    found = []
+    for child in processes_mentioning(needle):
+        stat_line = Path(f"/proc/{child}/stat").read_text()
+        if int(stat_line.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(child)
+    return found
+
+
+def test_a_call_made_right_after_the_banner_runs_on_the_local_node(up: Running) -> None:
+    up.wait_for_token()
+    import_read_skill(up, "greeter")
+
+    answer = run_hello(up, "greeter")
+
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "done", answer.json()
+    assert answer.json()["result"]["stdout"].startswith("hello")
+    assert up.ctrl_c() == 0
+
+
+def test_a_worker_that_exits_is_restarted_with_a_note_and_serves_again(up: Running) -> None:
+    up.wait_for_token()
+    import_read_skill(up, "greeter")
+    (node,) = children_of(up.process.pid, "worker node --name local")
+
+    os.kill(node, signal.SIGKILL)
+
+    up.read_until(re.compile(r"worker local stopped \(exit code -9\); restarting in 1 s"))
+    up.read_until(re.compile(r"worker local restarted"))
+    answer = wait_for_done(lambda: run_hello(up, "greeter"))
+    assert answer.json()["result"]["stdout"].startswith("hello")
+    assert up.ctrl_c() == 0
+    assert up.leftovers() == {}
+
+
+def wait_for_done(call: Callable[[], httpx.Response], limit: float = 60) -> httpx.Response:
+    """The restarted worker beats when it is ready; until then calls answer no_runner."""
+    deadline = time.monotonic() + limit
+    while True:
+        answer = call()
+        if answer.json().get("status") == "done" or time.monotonic() > deadline:
+            assert answer.json()["status"] == "done", answer.text
+            return answer
+        time.sleep(0.5)
+
+
+def test_a_busy_port_stops_start_up_with_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [SKILLFLEET, "up"],
+            env=up_env(tmp_path / "var", port),
+            capture_output=True,
+            text=True,
+            timeout=REFUSAL_LIMIT,
+        )
+
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"Error: Port {port} on {HOST} is in use (Address already in use); "
+        "stop what uses it or choose another with SKILLFLEET_PORT (or --port)."
+    ]
+    assert "skillfleet is running" not in result.stdout
+
+
+def test_up_help_names_the_port_and_the_other_start_options() -> None:
+    result = subprocess.run([SKILLFLEET, "up", "--help"], capture_output=True, text=True)
+
+    for option in ("SKILLFLEET_PORT", "SKILLFLEET_HOST", "SKILLFLEET_DATA_DIR", "DATABASE_URL",
+                   "REDIS_URL", "SKILLFLEET_BOOTSTRAP_TOKEN", "SKILLFLEET_CONFIG"):  # fmt: skip
+        assert option in result.stdout

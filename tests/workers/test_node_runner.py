@@ -142,3 +142,22 @@ def test_json_round_trip_of_unicode_arguments(tmp_path, redis_client):
     outcome = NodeRunner().run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
     assert outcome.stdout == "héllo ✓\n"
     assert json.loads(json.dumps(the_job.arguments)) == {"t": "héllo ✓"}
+
+
+def test_each_burst_of_output_is_one_stream_entry_not_one_per_write(tmp_path, redis_client):
+    # Unbuffered, print("tick", i) writes "tick", " ", the number and "\n" separately.
+    folder = skill(
+        tmp_path,
+        "tick.py",
+        "import time\nfor i in range(3):\n    print('tick', i)\n    time.sleep(0.2)\n"
+        "print('x' * 100_000, end='')\n",
+    )
+    the_job = job("scripts/tick.py")
+    outcome = NodeRunner().run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+    assert outcome.status == "succeeded"
+    texts = [
+        e.data["text"] for e in read_events(redis_client, the_job.run_id) if e.kind == "stdout"
+    ]
+    assert texts[:3] == ["tick 0\n", "tick 1\n", "tick 2\n"]
+    assert len(texts[3]) == 64 * 1024  # a burst past 64 KiB is published in 64 KiB entries
+    assert sum(len(t) for t in texts[3:]) == 100_000

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-import shutil
 import signal
-import socket
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -14,11 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import POSTGRES_URL, REDIS_URL  # noqa: F401 - documents the services used
-from fleet import fleet, wait_until
+from fleet import fleet, own_redis, wait_until
 
 from skillfleet.settings import Settings
 from workers.streams import read_events
 
+OUTAGE_SECONDS = 60
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 
 
@@ -41,13 +39,6 @@ def body(node: str) -> dict:
             "arguments": {"node": node},
         }
     }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture
@@ -102,23 +93,9 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
 
 
 def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_path: Path):
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    redis_dir = tmp_path / "redis"
-    redis_dir.mkdir()
-    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", str(redis_dir)]  # fmt: skip
-
-    def start_redis() -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-        wait_until(lambda: _answers(port), 10, "redis-server to answer")
-        return process
-
-    server = start_redis()
     marker = tmp_path / "runs.log"
-    try:
-        with fleet(settings_for(redis_url=f"redis://127.0.0.1:{port}/0")) as running:
+    with own_redis(tmp_path / "redis") as server:
+        with fleet(settings_for(redis_url=server.url)) as running:
             node = f"t-{uuid.uuid4().hex[:8]}"
             running.start_node(node)
             running.import_skill(
@@ -129,14 +106,13 @@ def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_p
                     "/api/tools/run_skill_script", params={"wait": 30}, json=body(node)
                 )
                 assert first.json()["status"] == "done"
-                server.terminate()
-                server.wait(timeout=10)
+                server.stop()
                 down = client.post("/api/tools/run_skill_script", json=body(node))
                 assert down.status_code == 503
                 assert down.json()["code"] == "service_unavailable"
                 events = client.get(f"/api/runs/{first.json()['run_id']}/events")
                 assert events.status_code == 503
-                server = start_redis()
+                server.start()
                 running.wait_for_queue(f"node.{node}", limit=30)
                 after = client.post(
                     "/api/tools/run_skill_script", params={"wait": 30}, json=body(node)
@@ -144,18 +120,55 @@ def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_p
                 assert after.status_code == 200 and after.json()["status"] == "done", after.text
         lines = marker.read_text().split()
         assert len(lines) == len(set(lines)) == 2
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as connection:
-            connection.sendall(b"PING\r\n")
-            return connection.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
+@pytest.mark.timeout(300)
+def test_a_worker_rides_out_a_minute_without_redis_and_its_run_in_flight_ends_interrupted(
+    settings_for, tmp_path: Path
+):
+    marker = tmp_path / "runs.log"
+    with own_redis(tmp_path / "redis") as server:
+        with fleet(settings_for(redis_url=server.url)) as running:
+            node = f"t-{uuid.uuid4().hex[:8]}"
+            running.start("control", "worker", "control")
+            running.start("beat", "beat")
+            worker = running.start_node(node)
+            running.import_skill(
+                "counter", READ_NODE, {"scripts/count.py": counting_script(marker, 300)}
+            )
+            with running.http() as client:
+                run_id = client.post("/api/tools/run_skill_script", json=body(node)).json()[
+                    "run_id"
+                ]
+                wait_until(marker.exists, 30, "the script to start")
+                server.stop()
+                health = client.get("/api/health")
+                assert health.status_code == 503
+                assert health.json()["code"] == "redis_unavailable"
+                assert "Redis" in health.json()["message"]
+                time.sleep(OUTAGE_SECONDS)
+                server.start()
+                assert worker.poll() is None, running.log_text(node)[-3000:]
+                try:
+                    running.wait_for_queue(f"node.{node}", limit=60)
+                except AssertionError:
+                    raise AssertionError(running.log_text(node)[-5000:]) from None
+                run = wait_until(
+                    lambda: (
+                        (r := client.get(f"/api/runs/{run_id}").json())["status"] != "running" and r
+                    ),
+                    30,
+                    "the run in flight to end",
+                )
+                assert run["status"] == "interrupted", run
+                assert client.get("/api/health").status_code == 200
+                marker.write_text("")
+                after = client.post(
+                    "/api/tools/run_skill_script", params={"wait": 30}, json=body(node)
+                )
+                assert after.status_code == 200, after.text
+                assert after.json()["status"] == "running"  # the new run started, not the old
+        assert run_id not in marker.read_text()
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)

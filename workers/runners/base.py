@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from store.limits import COALESCE_BYTES, KEPT_OUTPUT_CHARS
 from workers.runs import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, Outcome
 from workers.streams import RunStream
 
@@ -77,19 +79,59 @@ def script_environment(job: Job, base: dict[str, str] | None = None) -> dict[str
 
 
 class OutputCollector:
-    """Keeps the tail of each output stream for the Run row while publishing everything."""
+    """Keeps the tail of each output stream for the Run row while publishing everything.
 
-    def __init__(self, stream: RunStream, keep: int = 64 * 1024) -> None:
+    With `coalesce_seconds`, output is published in bursts: what arrived within that window
+    after the first byte (up to COALESCE_BYTES) becomes one stream entry, not one per write.
+    The caller then waits at most `wait_left()` and calls `flush_due()`, and `flush()` at the end.
+    """
+
+    def __init__(
+        self, stream: RunStream, keep: int = KEPT_OUTPUT_CHARS, coalesce_seconds: float = 0
+    ) -> None:
         self.stream = stream
         self.keep = keep
+        self.coalesce_seconds = coalesce_seconds
         self.parts: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        self.pending: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        self.flush_at: float | None = None
 
     def add(self, name: str, data: bytes) -> None:
-        self.stream.output(name, data)
         buffer = self.parts[name]
         buffer.extend(data)
         if len(buffer) > self.keep * 2:
             del buffer[: len(buffer) - self.keep]
+        if self.coalesce_seconds <= 0:
+            self.stream.output(name, data)
+            return
+        pending = self.pending[name]
+        pending.extend(data)
+        if self.flush_at is None:
+            self.flush_at = time.monotonic() + self.coalesce_seconds
+        if len(pending) >= COALESCE_BYTES:
+            self._publish(name)
+
+    def wait_left(self) -> float | None:
+        """Seconds until buffered output is due, None when nothing waits."""
+        if self.flush_at is None:
+            return None
+        return max(0.0, self.flush_at - time.monotonic())
+
+    def flush_due(self) -> None:
+        if self.flush_at is not None and time.monotonic() >= self.flush_at:
+            self.flush()
+
+    def flush(self) -> None:
+        for name in self.pending:
+            self._publish(name)
+
+    def _publish(self, name: str) -> None:
+        pending = self.pending[name]
+        if pending:
+            self.stream.output(name, bytes(pending))
+            pending.clear()
+        if not any(self.pending.values()):
+            self.flush_at = None  # the next byte opens a new burst
 
     def text(self, name: str) -> str:
         return bytes(self.parts[name][-self.keep :]).decode("utf-8", "replace")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from store.limits import COALESCE_SECONDS
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -54,7 +55,7 @@ class NodeRunner:
     isolation = "process"
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
-        collector = OutputCollector(stream)
+        collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS)
         command, preexec = _launch(command_for(job.script))
         try:
             process = subprocess.Popen(
@@ -70,8 +71,13 @@ class NodeRunner:
         except (OSError, ValueError) as e:
             message = f"The script could not start: {type(e).__name__}: {e}"
             return Outcome(FAILED, None, "", message, message)
-        stream.status("running", pid=process.pid)
-        state = _pump(process, collector, job.timeout, cancelled)
+        try:
+            stream.status("running", pid=process.pid)
+            state = _pump(process, collector, job.timeout, cancelled)
+        except BaseException:  # Redis went away mid-run, or the worker stops: no orphan script
+            _kill_group(process)
+            process.wait()
+            raise
         code = process.wait()
         return outcome_of(state, code, collector, job.timeout)
 
@@ -101,13 +107,18 @@ def _pump(
                 stopped = CANCELLED
                 _kill_group(process)
         wait = max(0.0, min(deadline, next_cancel_check) - time.monotonic())
+        burst = collector.wait_left()
+        if burst is not None:
+            wait = min(wait, burst)
         for key, _mask in selector.select(timeout=wait):
             data = os.read(key.fd, READ_BYTES)
             if data:
                 collector.add(key.data, data)
             else:
                 selector.unregister(key.fileobj)
+        collector.flush_due()
     selector.close()
+    collector.flush()
     return stopped
 
 

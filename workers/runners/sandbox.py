@@ -25,6 +25,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from broker.classify import SANDBOX_SUFFIXES
 from skillfleet.settings import Settings
 from store.errors import StoreError
 from store.leniency import read_skill_dir
@@ -43,7 +44,6 @@ from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.streams import RunStream
 from workers.verification import verify_folder
 
-SANDBOX_SUFFIXES = (".py", ".js", ".mjs")
 PACKAGES = ("hyperlight_sandbox", "hyperlight_sandbox_backend_wasm", "python_guest")
 INSTALL_HINT = "pip install 'hyperlight-sandbox[wasm,python_guest,javascript_guest]==0.8.0'"
 KVM_DEVICE = "/dev/kvm"
