@@ -20,10 +20,9 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from store.db import SessionFactory
-from store.limits import MAX_OWNER_EVENTS
+from store.limits import MAX_BLOCK_MS, MAX_OWNER_EVENTS
 from store.models import Approval, Run
 from workers import naming
-from store.limits import MAX_BLOCK_MS
 from workers.streams import Event, _event, blocking_client
 
 log = structlog.get_logger(__name__)
