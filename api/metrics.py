@@ -11,6 +11,7 @@ from flask_smorest import Blueprint
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.auth import require_metrics_access
+from api.schemas import file_response
 
 blp = Blueprint("metrics", __name__, description="Prometheus metrics")
 
@@ -18,6 +19,7 @@ blp = Blueprint("metrics", __name__, description="Prometheus metrics")
 @blp.route("/metrics")
 @blp.doc(security=[])
 @blp.response(200, content_type="text/plain", description="Metrics in Prometheus' text format")
+@blp.doc(responses={"200": file_response("Metrics in Prometheus' text format", "text/plain")})
 def metrics() -> Response:
     """Prometheus metrics in the text format"""
     require_metrics_access()

@@ -32,5 +32,7 @@ def sql_page(
     pagination.item_count = session.scalar(
         select(func.count()).select_from(statement.order_by(None).subquery())
     )
+    if pagination.first_item >= (pagination.item_count or 0):
+        return []  # past the end (and no offset too large for the database is ever sent)
     page = statement.offset(pagination.first_item).limit(pagination.page_size)
     return list(session.scalars(page))

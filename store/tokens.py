@@ -145,7 +145,8 @@ def owner_tokens(session: Session, owner_id: int) -> list[ApiToken]:
 
 def revoke_token(session: Session, owner_id: int, token_id: int) -> None:
     """Delete one of the owner's tokens; another owner's id is answered as unknown."""
-    row = session.get(ApiToken, token_id)
+    # An id past what the column holds can't name a token (and would overflow the driver).
+    row = session.get(ApiToken, token_id) if 0 < token_id < 2**31 else None
     if row is None or row.kind != OWNER_KIND or row.owner_id != owner_id:
         raise TokenNotFound(f"You have no token with id {token_id}.")
     session.delete(row)

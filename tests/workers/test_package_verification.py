@@ -15,14 +15,13 @@ from typing import Any
 
 import pytest
 from conftest import REDIS_URL
-from factories import skill_files, write_skill
+from factories import owned, skill_files, write_skill
 from fleet import Fleet, fleet, wait_until
 
 from skillfleet.settings import Settings
 from store.hashing import content_hash
 from store.models import Skill
 from store.signing import public_key_text
-from store.skills import Origin
 from workers import naming
 from workers.errors import PackageUnverified
 from workers.packages import PackageCache
@@ -64,7 +63,7 @@ def install(api: Fleet, name: str = "demo", metadata: dict[str, str] | None = No
     files["scripts/version.py"] = b"print('1')\n"
     with api.services.store.staging() as stage:
         root = write_skill(stage, name, files)
-        return api.services.store.install(root, Origin(source="upload"), replace=True)
+        return api.services.store.install(root, owned(api.services), replace=True)
 
 
 def plant(cache_dir: Path, key: str) -> Path:
