@@ -70,6 +70,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         health,
         jobs,
         metrics,
+        modelsettings,
         nodes,
         review,
         runs,
@@ -77,6 +78,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         skills,
         tokens,
         tools,
+        turns,
     )
 
     modules = (
@@ -92,6 +94,8 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         tokens,
         review,
         jobs,
+        modelsettings,
+        turns,
         metrics,
     )
     for module in modules:

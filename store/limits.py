@@ -54,3 +54,10 @@ MAX_JOB_GRANTS = 50
 KEPT_JOB_RUNS = 50  # per job, newest first
 # A scheduled time found this long after it passed (the ticker was down) is skipped, not run.
 JOB_MISSED_GRACE_SECONDS = 300
+# Agent turns and notifications.
+MAX_TURN_TEXT_CHARS = 64 * KIB  # the answer a Turn row keeps
+MAX_MODEL_ROUNDS = 60  # model requests in one turn (the broker also stops at 50 tool calls)
+MAX_PUSH_SUBSCRIPTIONS = 20  # per owner
+MAX_WEBHOOKS = 20  # per owner
+MAX_URL_CHARS = 1000
+MAX_CHAT_HISTORY_TURNS = 10  # earlier turns of the chat the model sees

@@ -11,9 +11,11 @@ import redis
 from broker.broker import Broker
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
+from store.secrets import Sealer
 from workers.execute import WorkerContext
 from workers.heartbeat import Instance
 from workers.jobruns import JobContext
+from workers.turns import TurnContext
 
 _lock = threading.Lock()
 # A job waits this much longer than the run timeout for a script step before giving up.
@@ -48,9 +50,25 @@ def job_context(app: Any) -> JobContext:
                 *_broker(settings),
                 worker=_instance_id(app),
                 step_limit=settings.run_timeout + STEP_SLACK_SECONDS,
+                sealer=Sealer(settings.keys_dir),
+                turn_limit=settings.turn_timeout,
             )
             app.skillfleet_jobs = context
         return context
+
+
+def turn_context(app: Any) -> TurnContext:
+    """What agent turns need on the control worker: the job runs' broker and clients."""
+    jobs = job_context(app)
+    settings: Settings = app.skillfleet_settings
+    return TurnContext(
+        jobs.sessions,
+        jobs.redis,
+        jobs.broker,
+        Sealer(settings.keys_dir),
+        jobs.worker,
+        settings.turn_timeout,
+    )
 
 
 def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:

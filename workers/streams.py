@@ -72,7 +72,14 @@ def read_events(
     client: redis.Redis, run_id: str, after: str = "0-0", block_ms: int | None = None
 ) -> list[Event]:
     """Events after entry id `after`; with `block_ms`, wait that long for the first one."""
-    reply: Any = client.xread({naming.run_stream(run_id): after}, block=block_ms, count=500)
+    return read_stream(client, naming.run_stream(run_id), after, block_ms)
+
+
+def read_stream(
+    client: redis.Redis, key: str, after: str = "0-0", block_ms: int | None = None
+) -> list[Event]:
+    """Events of the stream `key` after `after` (a run's or a turn's)."""
+    reply: Any = client.xread({key: after}, block=block_ms, count=500)
     events = []
     for _key, entries in reply or []:
         for entry_id, fields in entries:
@@ -84,15 +91,26 @@ def follow(
     client: redis.Redis, run_id: str, after: str = "0-0", block_ms: int = 15_000
 ) -> Iterator[Event | None]:
     """Every event after `after` until the exit event; yields None when a wait times out."""
+    return follow_stream(client, naming.run_stream(run_id), END_KINDS, after, block_ms)
+
+
+def follow_stream(
+    client: redis.Redis,
+    key: str,
+    end_kinds: tuple[str, ...],
+    after: str = "0-0",
+    block_ms: int = 15_000,
+) -> Iterator[Event | None]:
+    """Every event of the stream `key` after `after` until one of `end_kinds`."""
     while True:
-        events = read_events(client, run_id, after, block_ms)
+        events = read_stream(client, key, after, block_ms)
         if not events:
             yield None
             continue
         for event in events:
             after = event.id
             yield event
-            if event.kind in END_KINDS:
+            if event.kind in end_kinds:
                 return
 
 

@@ -66,9 +66,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         _owner("push_subscriptions"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_push_subscriptions")),
-        sa.UniqueConstraint(
-            "owner_id", "endpoint", name=op.f("uq_push_subscriptions_owner_id")
-        ),
+        sa.UniqueConstraint("owner_id", "endpoint", name=op.f("uq_push_subscriptions_owner_id")),
     )
     op.create_index(
         op.f("ix_push_subscriptions_owner_id"), "push_subscriptions", ["owner_id"], unique=False
