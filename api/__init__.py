@@ -72,6 +72,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         metrics,
         modelsettings,
         nodes,
+        push,
         review,
         runs,
         settings,
@@ -79,6 +80,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         tokens,
         tools,
         turns,
+        webhooks,
     )
 
     modules = (
@@ -96,6 +98,8 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         jobs,
         modelsettings,
         turns,
+        push,
+        webhooks,
         metrics,
     )
     for module in modules:

@@ -15,6 +15,7 @@ from store.secrets import Sealer
 from workers.execute import WorkerContext
 from workers.heartbeat import Instance
 from workers.jobruns import JobContext
+from workers.notify import NotifyContext
 from workers.turns import TurnContext
 
 _lock = threading.Lock()
@@ -112,11 +113,35 @@ def _instance_id(app: Any) -> str:
 
 def control_context(app: Any) -> ControlContext:
     with _lock:
-        context: ControlContext | None = getattr(app, "skillfleet_control", None)
+        return _control(app, app.skillfleet_settings)
+
+
+def _control(app: Any, settings: Settings) -> ControlContext:
+    context: ControlContext | None = getattr(app, "skillfleet_control", None)
+    if context is None:
+        context = ControlContext(
+            make_sessions(make_engine(settings.database)), redis_client(settings)
+        )
+        app.skillfleet_control = context
+    return context
+
+
+def notify_context(app: Any) -> NotifyContext:
+    """What notifications need: the VAPID key (made once under the data dir) and clients."""
+    from workers.push import load_or_create_vapid
+
+    with _lock:
+        context: NotifyContext | None = getattr(app, "skillfleet_notify", None)
         if context is None:
             settings: Settings = app.skillfleet_settings
-            context = ControlContext(
-                make_sessions(make_engine(settings.database)), redis_client(settings)
+            control = _control(app, settings)
+            context = NotifyContext(
+                control.sessions,
+                control.redis,
+                Sealer(settings.keys_dir),
+                load_or_create_vapid(settings.keys_dir),
+                settings.push_contact,
+                settings.push_services,
             )
-            app.skillfleet_control = context
+            app.skillfleet_notify = context
         return context

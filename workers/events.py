@@ -54,3 +54,15 @@ def read(client: redis.Redis, owner_id: int, after: str = "0-0") -> list[OwnerEv
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def read_one(client: redis.Redis, owner_id: int, event_id: str) -> OwnerEvent | None:
+    """One event of the owner's feed by its id; None once it was trimmed."""
+    entries: Any = client.xrange(naming.owner_events(owner_id), event_id, event_id)
+    return decode(*entries[0]) if entries else None
+
+
+def decode(entry_id: Any, fields: dict[Any, Any]) -> OwnerEvent:
+    """An entry of a feed as Redis returns it (bytes or text)."""
+    decoded = {_text(k): _text(v) for k, v in fields.items()}
+    return OwnerEvent(_text(entry_id), decoded["kind"], json.loads(decoded.get("data", "{}")))

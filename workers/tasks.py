@@ -5,8 +5,14 @@ from __future__ import annotations
 import structlog
 from celery import Task, shared_task
 
-from workers import jobruns, turns
-from workers.context import control_context, job_context, turn_context, worker_context
+from workers import jobruns, notify, turns
+from workers.context import (
+    control_context,
+    job_context,
+    notify_context,
+    turn_context,
+    worker_context,
+)
 from workers.execute import execute
 from workers.jobruns import RUN_JOB_TASK
 from workers.runs import reap
@@ -76,3 +82,9 @@ def run_turn(self: Task, turn_id: str) -> str | None:
     """Run one agent turn on the control worker: the message carries the turn id only."""
     with structlog.contextvars.bound_contextvars(turn_id=turn_id):
         return turns.execute(turn_context(self.app), turn_id)
+
+
+@shared_task(name=notify.NOTIFY_TASK, bind=True)
+def notify_owners(self: Task) -> int:
+    """Turn new owner events into Web Push messages and webhook deliveries; retry due ones."""
+    return notify.pump(notify_context(self.app))
