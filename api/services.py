@@ -20,6 +20,7 @@ from store.discovery import read_only_skills
 from store.packagestore import PackageStore
 from store.signing import load_or_create_key
 from store.skills import BUILTIN_DIR, SkillStore
+from workers import events
 from workers.app import create_celery
 from workers.dispatch import CeleryDispatcher
 from workers.streams import wait_for_end
@@ -60,6 +61,7 @@ class Services:
             sessions,
             dispatcher=dispatcher,
             run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
+            publish=lambda owner, kind, data: events.publish(client, owner, kind, **data),
         )
         signing_key = load_or_create_key(settings.keys_dir)
         return cls(settings, engine, sessions, store, broker, client, celery, packages, signing_key)

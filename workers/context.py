@@ -78,6 +78,7 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
     from broker.toolset import build_registry
     from store.packagestore import PackageStore
     from store.skills import SkillStore
+    from workers import events
     from workers.app import create_celery
     from workers.dispatch import CeleryDispatcher
     from workers.streams import wait_for_end
@@ -99,6 +100,7 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
         sessions,
         dispatcher=dispatcher,
         run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
+        publish=lambda owner, kind, data: events.publish(client, owner, kind, **data),
     )
     return sessions, client, broker
 

@@ -16,7 +16,7 @@ from workers import naming
 from workers.errors import RunError
 from workers.heartbeat import Instance
 from workers.runners.base import Job, Runner
-from workers.runs import FAILED, Outcome, claim, finish
+from workers.runs import FAILED, Outcome, announce, claim, finish
 from workers.streams import RunStream
 
 log = structlog.get_logger(__name__)
@@ -81,8 +81,10 @@ def _run(context: WorkerContext, run: Run, folder: Path, stream: RunStream) -> O
 
 def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcome) -> str:
     # The row first: whoever wakes on the exit event must find the final state.
-    finish(context.sessions, run_id, outcome, context.runner.isolation)
+    ended = finish(context.sessions, run_id, outcome, context.runner.isolation)
     details = {"code": outcome.code} if outcome.code else {}
     stream.exit(outcome.status, outcome.exit_code, error=outcome.error, **details)
+    if ended:
+        announce(context.sessions, context.redis, run_id)
     log.info("run ended", run_id=run_id, status=outcome.status, exit_code=outcome.exit_code)
     return outcome.status
