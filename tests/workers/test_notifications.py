@@ -272,3 +272,60 @@ def test_webhooks_refuse_unknown_events_and_bad_urls_and_are_owner_only(client, 
     )
     assert agent.status_code == 403
     assert client.get("/api/webhooks", headers=auth).json == []
+
+
+def test_a_draft_waiting_for_review_is_pushed(client, auth, context):
+    from toolcalls import draft_arguments, tool
+
+    device = browser()
+    with receiver() as service:
+        body = {"endpoint": f"{service.url}/push/d", "keys": device.keys()}
+        assert client.post("/api/push/subscriptions", headers=auth, json=body).status_code == 201
+        drafted = tool(client, auth, "draft_skill", draft_arguments("notes-helper"))
+        assert drafted["status"] == "done", drafted
+        notify.pump(context)
+    [(_path, _headers, payload)] = service.got
+    message = json.loads(
+        http_ece.decrypt(
+            payload, private_key=device.private_key, auth_secret=device.auth, version="aes128gcm"
+        )
+    )
+    assert (
+        message["kind"] == "review.waiting" and message["title"] == "A skill waits for your review"
+    )
+    assert message["skill_name"] == "notes-helper"
+    assert message["skill_hash"] == drafted["result"]["hash"]
+
+
+def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
+    client, auth, services, context
+):
+    import uuid
+
+    from store.db import transaction
+    from store.models import Run
+    from workers import runs
+
+    run_id = str(uuid.uuid4())
+    with transaction(services.sessions) as session:
+        session.add(
+            Run(
+                id=run_id, owner_id=owner_id_of(services), skill_name="ticker", skill_hash="0" * 64,
+                script="scripts/tick.py", arguments={}, execution="node", queue="node.gone",
+                node="gone", status=runs.RUNNING, worker="node@gone:1:1", timeout_seconds=60,
+            )
+        )  # fmt: skip
+    with receiver() as hook_server:
+        created = client.post(
+            "/api/webhooks", headers=auth, json={"url": f"{hook_server.url}/h", "events": ["*"]}
+        )
+        assert created.status_code == 201
+        assert runs.reap(services.sessions, services.redis) == [run_id]
+        notify.pump(context)
+    [(_path, headers, body)] = hook_server.got
+    event = json.loads(body)
+    assert event["kind"] == "run.interrupted" == headers["skillfleet-event"]
+    assert event["data"]["run_id"] == run_id and event["data"]["node"] == "gone"
+    assert (
+        event["data"]["message"] == "The worker running this script stopped; it will not run again."
+    )
