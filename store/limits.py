@@ -61,3 +61,7 @@ MAX_PUSH_SUBSCRIPTIONS = 20  # per owner
 MAX_WEBHOOKS = 20  # per owner
 MAX_URL_CHARS = 1000
 MAX_CHAT_HISTORY_TURNS = 10  # earlier turns of the chat the model sees
+MAX_MODEL_NAME_CHARS = 200
+MAX_BASE_URL_CHARS = 500
+MAX_API_KEY_CHARS = 4096
+MAX_PUSH_KEY_CHARS = 200  # a subscription's p256dh and auth values

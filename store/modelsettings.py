@@ -9,12 +9,9 @@ from sqlalchemy.orm import Session
 
 from store.db import SessionFactory
 from store.errors import StoreError
+from store.limits import MAX_API_KEY_CHARS, MAX_BASE_URL_CHARS, MAX_MODEL_NAME_CHARS
 from store.models import ModelSetting, utcnow
 from store.secrets import Sealer
-
-MAX_MODEL_NAME_CHARS = 200
-MAX_BASE_URL_CHARS = 500
-MAX_API_KEY_CHARS = 4096
 
 
 class InvalidModelSetting(StoreError):

@@ -11,11 +11,9 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from store.errors import StoreError
-from store.limits import MAX_PUSH_SUBSCRIPTIONS, MAX_URL_CHARS, MAX_WEBHOOKS
+from store.limits import MAX_PUSH_KEY_CHARS, MAX_PUSH_SUBSCRIPTIONS, MAX_URL_CHARS, MAX_WEBHOOKS
 from store.models import PushSubscription, Webhook, utcnow
 from store.secrets import Sealer
-
-MAX_KEY_CHARS = 200
 
 
 class NotificationError(StoreError):
@@ -48,7 +46,7 @@ class NotFound(NotificationError):
 
 def subscribe(session: Session, owner_id: int, endpoint: str, p256dh: str, auth: str) -> bool:
     """Keep a subscription (the same endpoint again replaces its keys); True when new."""
-    if not (0 < len(p256dh) <= MAX_KEY_CHARS and 0 < len(auth) <= MAX_KEY_CHARS):
+    if not (0 < len(p256dh) <= MAX_PUSH_KEY_CHARS and 0 < len(auth) <= MAX_PUSH_KEY_CHARS):
         raise NotificationError("'keys.p256dh' and 'keys.auth' must be the browser's keys.")
     found = session.scalar(
         select(PushSubscription).where(
