@@ -74,8 +74,10 @@ def subscribe(body: dict[str, Any]) -> Any:
         )
     keys = body["keys"]
     with transaction(services().sessions) as session:
+        first = not notifications.is_listening(session, caller)
         new = notifications.subscribe(session, caller, endpoint, keys["p256dh"], keys["auth"])
-    notify.ensure_group(services().redis, caller)
+    if first:
+        notify.start_listening(services().redis, caller)
     with services().sessions() as session:
         found = [s for s in notifications.subscriptions(session, caller) if s.endpoint == endpoint]
     return found[0], 201 if new else 200

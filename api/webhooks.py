@@ -52,6 +52,7 @@ def add_webhook(body: dict[str, Any]) -> dict[str, Any]:
     caller = owner_only()
     sealer = Sealer(services().settings.keys_dir)
     with transaction(services().sessions) as session:
+        first = not notifications.is_listening(session, caller)
         hook, secret = notifications.add_webhook(
             session, sealer, caller, body["url"], body["events"], notify.WEBHOOK_KINDS
         )
@@ -62,7 +63,8 @@ def add_webhook(body: dict[str, Any]) -> dict[str, Any]:
             "created_at": hook.created_at,
             "secret": secret,
         }
-    notify.ensure_group(services().redis, caller)
+    if first:
+        notify.start_listening(services().redis, caller)
     return shown
 
 

@@ -140,6 +140,13 @@ def webhooks(session: Session, owner_id: int) -> list[Webhook]:
     return list(session.scalars(query.order_by(Webhook.created_at)))
 
 
+def is_listening(session: Session, owner_id: int) -> bool:
+    """Whether the owner has a subscription or a webhook."""
+    pushed = select(PushSubscription.id).where(PushSubscription.owner_id == owner_id).limit(1)
+    hooked = select(Webhook.id).where(Webhook.owner_id == owner_id).limit(1)
+    return session.scalar(pushed) is not None or session.scalar(hooked) is not None
+
+
 def listening_owners(session: Session) -> list[int]:
     """Owners with at least one subscription or webhook."""
     pushed = select(PushSubscription.owner_id)

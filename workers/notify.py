@@ -66,6 +66,12 @@ def ensure_group(client: redis.Redis, owner_id: int) -> None:
             raise
 
 
+def start_listening(client: redis.Redis, owner_id: int) -> None:
+    """An owner's first subscription or webhook: only events from now on are delivered."""
+    ensure_group(client, owner_id)
+    client.xgroup_setid(naming.owner_events(owner_id), naming.NOTIFY_GROUP, "$")
+
+
 def pump(context: NotifyContext) -> int:
     """Hand out every new event of every listening owner, then the retries that are due."""
     with context.sessions() as session:

@@ -329,3 +329,43 @@ def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
     assert (
         event["data"]["message"] == "The worker running this script stopped; it will not run again."
     )
+
+
+def test_beat_and_the_control_worker_push_a_waiting_approval_within_seconds(tmp_path, database_url):
+    from fleet import fleet, wait_until
+
+    settings = Settings(
+        data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL,
+        push_services=("127.0.0.1",),
+    )  # fmt: skip
+    device = browser()
+    with receiver() as service, fleet(settings) as running:
+        running.redis.delete(naming.webhook_retries())
+        running.env["SKILLFLEET_PUSH_SERVICES"] = "127.0.0.1"
+        running.start("control", "worker", "control")
+        running.start("beat", "beat")
+        running.import_skill("wiper", WIPE, {"scripts/wipe.sh": "echo wiping\n"})
+        with running.http() as client:
+            body = {"endpoint": f"{service.url}/push/fleet", "keys": device.keys()}
+            assert client.post("/api/push/subscriptions", json=body).status_code == 201
+            call = client.post("/api/tools/run_skill_script", json=WIPE_CALL).json()
+            assert call["status"] == "pending_approval", call
+            wait_until(lambda: service.got, 30, "beat's notify task to push the approval")
+    [(_path, _headers, payload)] = service.got
+    message = json.loads(
+        http_ece.decrypt(
+            payload, private_key=device.private_key, auth_secret=device.auth, version="aes128gcm"
+        )
+    )
+    assert message["kind"] == "approval.waiting" and message["approval_id"] == call["approval_id"]
+
+
+def test_events_from_before_the_first_subscription_are_not_pushed(client, auth, context, wiper):
+    wait_for_approval(client, auth)
+    with receiver() as service:
+        body = {"endpoint": f"{service.url}/push/late", "keys": browser().keys()}
+        assert client.post("/api/push/subscriptions", headers=auth, json=body).status_code == 201
+        assert notify.pump(context) == 0
+        wait_for_approval(client, auth)
+        assert notify.pump(context) == 1
+    assert len(service.got) == 1
