@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
-from api.runs import KEEPALIVE, _sse
+from api.runs import KEEPALIVE
 from api.services import services
 from broker.calls import MAX_ID_CHARS, MODES
 from store import modelsettings
@@ -125,6 +126,10 @@ def turn_events(turn_id: str) -> Response:
 def _from_stream(client: Any, key: str, after: str) -> Iterator[str]:
     for event in follow_stream(client, key, turns.END_KINDS, after):
         yield KEEPALIVE if event is None else _sse(event)
+
+
+def _sse(event: Event) -> str:
+    return f"id: {event.id}\nevent: {event.kind}\ndata: {json.dumps(event.data)}\n\n"
 
 
 def _from_row(turn: Turn) -> list[str]:

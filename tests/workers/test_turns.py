@@ -16,6 +16,7 @@ from fleet import wait_until
 from model_standin import model_standin, slow, text, tools
 from sqlalchemy import select
 
+from store.db import transaction
 from store.models import ModelSetting, ToolCall
 from store.secrets import Sealer
 from workers import jobruns, turns, turnstate
@@ -299,3 +300,36 @@ def test_a_job_prompt_step_without_a_model_fails_with_no_model(client, auth, ser
     assert jobruns.execute(job_context, started["job_run_id"]) == "failed"
     [run] = client.get(f"/api/jobs/{job['id']}/runs", headers=auth).json
     assert run["error_code"] == "no_model" and run["error_message"] == jobruns.NO_MODEL
+
+
+def test_a_finished_turn_whose_stream_expired_replays_from_its_row(client, auth, services, context):
+    with model_standin([text("All good.")]) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "How are things?")
+        assert turns.execute(context, turn_id) == "succeeded"
+    services.redis.delete(turn_stream(turn_id))  # what an hour does
+    assert [(kind, data) for _id, kind, data in sse(client, auth, turn_id)] == [
+        ("text", {"text": "All good."}),
+        ("end", {"status": "succeeded"}),
+    ]
+
+
+def test_a_turn_whose_control_worker_vanished_is_interrupted_and_the_owner_told(
+    client, auth, services, redis_client
+):
+    from factories import owner_id_of
+
+    from workers import events, naming
+
+    owner = owner_id_of(services)
+    redis_client.delete(naming.owner_events(owner))
+    use_model(client, auth, "http://127.0.0.1:9/v1")
+    turn_id = start(client, auth, "hello")
+    with transaction(services.sessions) as session:
+        assert turnstate.claim(session, turn_id, "control@gone:1:1") is not None
+    assert turns.reap(services.sessions, services.redis) == [turn_id]
+    turn = client.get(f"/api/turns/{turn_id}", headers=auth).json
+    assert turn["status"] == "interrupted" and turn["error_code"] == "interrupted"
+    [event] = events.read(redis_client, owner)
+    assert event.kind == "turn.interrupted" and event.data["turn_id"] == turn_id
+    assert sse(client, auth, turn_id)[-1][2]["status"] == "interrupted"
