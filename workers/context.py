@@ -115,28 +115,25 @@ def _instance_id(app: Any) -> str:
 
 def control_context(app: Any) -> ControlContext:
     with _lock:
-        return _control(app, app.skillfleet_settings)
-
-
-def _control(app: Any, settings: Settings) -> ControlContext:
-    context: ControlContext | None = getattr(app, "skillfleet_control", None)
-    if context is None:
-        context = ControlContext(
-            make_sessions(make_engine(settings.database)), redis_client(settings)
-        )
-        app.skillfleet_control = context
-    return context
+        context: ControlContext | None = getattr(app, "skillfleet_control", None)
+        if context is None:
+            settings: Settings = app.skillfleet_settings
+            context = ControlContext(
+                make_sessions(make_engine(settings.database)), redis_client(settings)
+            )
+            app.skillfleet_control = context
+        return context
 
 
 def notify_context(app: Any) -> NotifyContext:
     """What notifications need: the VAPID key (made once under the data dir) and clients."""
     from workers.push import load_or_create_vapid
 
+    control = control_context(app)
     with _lock:
         context: NotifyContext | None = getattr(app, "skillfleet_notify", None)
         if context is None:
             settings: Settings = app.skillfleet_settings
-            control = _control(app, settings)
             context = NotifyContext(
                 control.sessions,
                 control.redis,

@@ -23,6 +23,7 @@ from broker.broker import Broker
 from broker.calls import CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
 from broker.jobstate import JobRunStatus
+from skillfleet.settings import DEFAULT_TURN_TIMEOUT
 from store import modelsettings
 from store.cron import latest_time, next_time
 from store.db import SessionFactory, transaction
@@ -56,7 +57,7 @@ class JobContext:
     step_limit: float
     # Prompt steps: the key that opens the owner's model API key, and a turn's time limit.
     sealer: Sealer | None = None
-    turn_limit: float = 900.0
+    turn_limit: float = DEFAULT_TURN_TIMEOUT
 
 
 def send(celery: Celery, job_run_id: str) -> None:
