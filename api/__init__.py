@@ -73,13 +73,17 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         health,
         jobs,
         metrics,
+        modelsettings,
         nodes,
+        push,
         review,
         runs,
         settings,
         skills,
         tokens,
         tools,
+        turns,
+        webhooks,
     )
 
     modules = (
@@ -96,6 +100,10 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         review,
         jobs,
         events,
+        modelsettings,
+        turns,
+        push,
+        webhooks,
         metrics,
     )
     for module in modules:

@@ -20,7 +20,7 @@ from store.discovery import read_only_skills
 from store.packagestore import PackageStore
 from store.signing import load_or_create_key
 from store.skills import BUILTIN_DIR, SkillStore
-from workers import feed
+from workers import events, feed
 from workers.app import create_celery
 from workers.context import redis_client
 from workers.dispatch import CeleryDispatcher
@@ -63,6 +63,7 @@ class Services:
             sessions,
             dispatcher=dispatcher,
             run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
+            publish=lambda owner, kind, data: events.publish(client, owner, kind, **data),
         )
         signing_key = load_or_create_key(settings.keys_dir)
         return cls(settings, engine, sessions, store, broker, client, celery, packages, signing_key)

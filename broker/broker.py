@@ -55,6 +55,8 @@ class Broker:
     dispatcher: Dispatcher = field(default_factory=RecordingDispatcher)
     # Blocks until a run ends or the time runs out (Redis streams); None polls the database.
     run_waiter: Callable[[str, float], object] | None = None
+    # Adds an event to the owner's feed (workers/events.py): owner id, kind, data.
+    publish: Callable[[int, str, dict[str, Any]], object] | None = None
 
     # -- a call -------------------------------------------------------------------
 
@@ -166,7 +168,26 @@ class Broker:
             if plan.edit is not None:
                 editplans.hold(session, call, approval, plan.edit)
         log.info("call waits for approval", call_id=call.id, tool=call.tool, rule=decision.rule)
+        self._announce(call, approval)
         return CallOutcome.of(call)
+
+    def _announce(self, call: ToolCall, approval: Approval) -> None:
+        self._tell(
+            call, "approval.waiting", approval_id=approval.id, skill_name=call.skill_name,
+            message=f"{call.tool} waits for your approval.",
+        )  # fmt: skip
+
+    def _tell(self, call: ToolCall, kind: str, **data: Any) -> None:
+        """Tell the owner something waits for them (push, webhooks); never fails the call."""
+        if self.publish is None:
+            return
+        data.update(
+            call_id=call.id, tool=call.tool, turn_id=call.turn_id, job_run_id=call.job_run_id
+        )
+        try:
+            self.publish(call.owner_id, kind, data)
+        except Exception as e:  # noqa: BLE001 - the call is saved; only the notice is lost
+            log.warning("owner not told", call_id=call.id, kind=kind, error_type=type(e).__name__)
 
     def _run(self, call: ToolCall, chat: Chat | None, plan: CallPlan, *, new: bool) -> CallOutcome:
         """Run an allowed call; `new` when the call has no row yet (not asked first)."""
@@ -199,6 +220,14 @@ class Broker:
         if isinstance(result, RunStarted):
             return CallOutcome.of(call)  # the dispatcher saved the call with its run
         call.result = shape_result(result)
+        if plan.tool.name == "draft_skill" and isinstance(result, dict):
+            self._tell(
+                call,
+                "review.waiting",
+                skill_name=result.get("name"),
+                skill_hash=result.get("hash"),
+                message=f"The draft '{result.get('name')}' waits for your review.",
+            )
         if new:
             return self._record(call, CallStatus.DONE)
         return self._end(call, CallStatus.DONE, result=call.result)

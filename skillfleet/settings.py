@@ -20,6 +20,17 @@ DEFAULT_RUNNER_IMAGE = "skillfleet/runner:latest"
 DEFAULT_RUN_TIMEOUT = 300
 # A message nobody acknowledged comes back after this long (Celery's default is an hour).
 DEFAULT_VISIBILITY_TIMEOUT = 60
+# An agent turn stops after this long (waiting for an approval included).
+DEFAULT_TURN_TIMEOUT = 900
+# Web Push subscriptions are accepted only for these push services (a leading `*.` matches
+# any subdomain): Google (FCM), Mozilla, Apple and Microsoft (WNS).
+DEFAULT_PUSH_SERVICES = (
+    "fcm.googleapis.com",
+    "updates.push.services.mozilla.com",
+    "*.push.apple.com",
+    "*.notify.windows.com",
+)
+DEFAULT_PUSH_CONTACT = "mailto:skillfleet@localhost"
 
 
 class SettingsError(Exception):
@@ -54,6 +65,9 @@ class Settings:
     metrics_public: bool = False
     metrics_token: str | None = None
     cors_origins: tuple[str, ...] = ()
+    turn_timeout: int = DEFAULT_TURN_TIMEOUT
+    push_services: tuple[str, ...] = DEFAULT_PUSH_SERVICES
+    push_contact: str = DEFAULT_PUSH_CONTACT
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -142,6 +156,9 @@ class Settings:
             metrics_public=_bool(env, "SKILLFLEET_METRICS_PUBLIC"),
             metrics_token=env.get("SKILLFLEET_METRICS_TOKEN") or None,
             cors_origins=_origins(env.get("SKILLFLEET_CORS_ORIGINS")),
+            turn_timeout=_int(env, "SKILLFLEET_TURN_TIMEOUT", DEFAULT_TURN_TIMEOUT),
+            push_services=_hosts(env, "SKILLFLEET_PUSH_SERVICES", DEFAULT_PUSH_SERVICES),
+            push_contact=env.get("SKILLFLEET_PUSH_CONTACT") or DEFAULT_PUSH_CONTACT,
             extra=config,
         )
 
@@ -202,6 +219,13 @@ def _bool(env: Mapping[str, str], name: str) -> bool:
     if raw in ("1", "true", "yes", "on"):
         return True
     raise SettingsError(f"{name} must be true or false, not {raw!r}.")
+
+
+def _hosts(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    raw = env.get(name)
+    if not raw:
+        return default
+    return tuple(host.strip().lower() for host in raw.split(",") if host.strip())
 
 
 def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:

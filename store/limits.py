@@ -84,3 +84,14 @@ REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
 REDIS_RETRY_SECONDS = 1.0
 MAX_BLOCK_MS = 15_000
 SSE_KEEPALIVE_SECONDS = MAX_BLOCK_MS / 1000
+# Agent turns and notifications.
+MAX_TURN_TEXT_CHARS = 64 * KIB  # the answer a Turn row keeps
+MAX_MODEL_ROUNDS = 60  # model requests in one turn (the broker also stops at 50 tool calls)
+MAX_PUSH_SUBSCRIPTIONS = 20  # per owner
+MAX_WEBHOOKS = 20  # per owner
+MAX_URL_CHARS = 1000
+MAX_CHAT_HISTORY_TURNS = 10  # earlier turns of the chat the model sees
+MAX_MODEL_NAME_CHARS = 200
+MAX_BASE_URL_CHARS = 500
+MAX_API_KEY_CHARS = 4096
+MAX_PUSH_KEY_CHARS = 200  # a subscription's p256dh and auth values

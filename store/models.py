@@ -359,3 +359,66 @@ class JobRun(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+
+
+class Turn(Base):
+    """One agent turn: a prompt answered by the owner's model calling the governed tools."""
+
+    __tablename__ = "turns"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    chat_id: Mapped[str | None] = mapped_column(String(200), index=True)  # the frontend's id
+    job_run_id: Mapped[str | None] = mapped_column(String(36))
+    mode: Mapped[str] = mapped_column(String(16), default="execute")
+    prompt: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    text: Mapped[str | None] = mapped_column(Text)  # the model's answer, capped
+    calls: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class ModelSetting(Base):
+    """The OpenAI-compatible model an owner's turns run on; the API key is kept encrypted."""
+
+    __tablename__ = "model_settings"
+
+    owner_id: Mapped[int] = mapped_column(
+        ForeignKey("owners.id", ondelete="CASCADE"), primary_key=True
+    )
+    base_url: Mapped[str] = mapped_column(String(500))
+    name: Mapped[str] = mapped_column(String(200))
+    api_key: Mapped[str | None] = mapped_column(Text)  # Fernet token, never the key itself
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PushSubscription(Base):
+    """A browser's Web Push subscription: where to send and the keys to encrypt for."""
+
+    __tablename__ = "push_subscriptions"
+    __table_args__ = (UniqueConstraint("owner_id", "endpoint"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    endpoint: Mapped[str] = mapped_column(String(1000))
+    p256dh: Mapped[str] = mapped_column(String(200))
+    auth: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Webhook(Base):
+    """A URL that gets the owner's events, each delivery signed with the webhook's secret."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(String(1000))
+    events: Mapped[list[str]] = mapped_column(JSON)
+    secret: Mapped[str] = mapped_column(Text)  # Fernet token of the signing secret
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

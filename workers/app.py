@@ -13,6 +13,7 @@ from workers import naming, transport
 REAP_EVERY_SECONDS = 5.0
 EXPIRE_EVERY_SECONDS = 30.0
 JOB_TICK_SECONDS = 60.0
+NOTIFY_EVERY_SECONDS = 5.0
 
 
 def kombu_url(redis_url: str) -> str:
@@ -62,6 +63,11 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
                 "task": "skillfleet.reap",
                 "schedule": REAP_EVERY_SECONDS,
                 "options": {"queue": naming.CONTROL, "expires": REAP_EVERY_SECONDS},
+            },
+            "notify": {
+                "task": "skillfleet.notify",
+                "schedule": NOTIFY_EVERY_SECONDS,
+                "options": {"queue": naming.CONTROL, "expires": NOTIFY_EVERY_SECONDS},
             },
             "expire-approvals": {
                 "task": "skillfleet.expire_approvals",

@@ -12,10 +12,13 @@ from broker.broker import Broker
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
 from store.limits import REDIS_CONNECT_TIMEOUT_SECONDS, REDIS_SOCKET_TIMEOUT_SECONDS
+from store.secrets import Sealer
 from workers import feed
 from workers.execute import WorkerContext
 from workers.heartbeat import Instance
 from workers.jobruns import JobContext
+from workers.notify import NotifyContext
+from workers.turns import TurnContext
 
 _lock = threading.Lock()
 # A job waits this much longer than the run timeout for a script step before giving up.
@@ -56,9 +59,25 @@ def job_context(app: Any) -> JobContext:
                 *_broker(settings),
                 worker=_instance_id(app),
                 step_limit=settings.run_timeout + STEP_SLACK_SECONDS,
+                sealer=Sealer(settings.keys_dir),
+                turn_limit=settings.turn_timeout,
             )
             app.skillfleet_jobs = context
         return context
+
+
+def turn_context(app: Any) -> TurnContext:
+    """What agent turns need on the control worker: the job runs' broker and clients."""
+    jobs = job_context(app)
+    settings: Settings = app.skillfleet_settings
+    return TurnContext(
+        jobs.sessions,
+        jobs.redis,
+        jobs.broker,
+        Sealer(settings.keys_dir),
+        jobs.worker,
+        settings.turn_timeout,
+    )
 
 
 def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
@@ -67,6 +86,7 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
     from broker.toolset import build_registry
     from store.packagestore import PackageStore
     from store.skills import SkillStore
+    from workers import events
     from workers.app import create_celery
     from workers.dispatch import CeleryDispatcher
     from workers.streams import wait_for_end
@@ -88,6 +108,7 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
         sessions,
         dispatcher=dispatcher,
         run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
+        publish=lambda owner, kind, data: events.publish(client, owner, kind, **data),
     )
     return sessions, client, broker
 
@@ -110,4 +131,25 @@ def control_context(app: Any) -> ControlContext:
             )
             feed.attach(context.sessions, context.redis)
             app.skillfleet_control = context
+        return context
+
+
+def notify_context(app: Any) -> NotifyContext:
+    """What notifications need: the VAPID key (made once under the data dir) and clients."""
+    from workers.push import load_or_create_vapid
+
+    control = control_context(app)
+    with _lock:
+        context: NotifyContext | None = getattr(app, "skillfleet_notify", None)
+        if context is None:
+            settings: Settings = app.skillfleet_settings
+            context = NotifyContext(
+                control.sessions,
+                control.redis,
+                Sealer(settings.keys_dir),
+                load_or_create_vapid(settings.keys_dir),
+                settings.push_contact,
+                settings.push_services,
+            )
+            app.skillfleet_notify = context
         return context

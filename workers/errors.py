@@ -59,3 +59,45 @@ class BackendUnavailable(ServiceUnavailable, RunError):
 
     code = "service_unavailable"
     status = 503
+
+
+class TurnError(RunError):
+    """Root of every error about agent turns and the model they run on."""
+
+    code = "turn_error"
+    status = 400
+
+
+class NoModel(TurnError):
+    """Raised when an owner asks for an agent turn but configured no model."""
+
+    code = "no_model"
+    status = 409
+
+
+class TurnNotFound(TurnError):
+    """Raised when the caller has no turn with that id."""
+
+    code = "turn_not_found"
+    status = 404
+
+
+class TurnFinished(TurnError):
+    """Raised when a turn can no longer be stopped because it already ended."""
+
+    code = "turn_finished"
+    status = 409
+
+
+class TurnActive(TurnError):
+    """Raised when a chat already has a turn that has not ended."""
+
+    code = "turn_active"
+    status = 409
+
+
+class ModelFailed(TurnError):
+    """Raised when the model endpoint can't be reached or answers with an error."""
+
+    code = "model_failed"
+    status = 502

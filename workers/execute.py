@@ -16,7 +16,7 @@ from workers import naming
 from workers.errors import RunError
 from workers.heartbeat import Instance
 from workers.runners.base import Job, Runner
-from workers.runs import FAILED, INTERRUPTED, Outcome, claim, finish
+from workers.runs import FAILED, INTERRUPTED, Outcome, announce, claim, finish
 from workers.streams import RunStream
 
 log = structlog.get_logger(__name__)
@@ -88,12 +88,14 @@ def _run(context: WorkerContext, run: Run, folder: Path, stream: RunStream) -> O
 
 def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcome) -> str:
     # The row first: whoever wakes on the exit event must find the final state.
-    finish(context.sessions, run_id, outcome, context.runner.isolation)
+    ended = finish(context.sessions, run_id, outcome, context.runner.isolation)
     details = {"code": outcome.code} if outcome.code else {}
     try:
         stream.exit(outcome.status, outcome.exit_code, error=outcome.error, **details)
     except (redis.ConnectionError, redis.TimeoutError):
         # The row holds the end; SSE clients read it from there when the stream lacks it.
         log.warning("run ended without its exit event in the stream", run_id=run_id)
+    if ended:
+        announce(context.sessions, context.redis, run_id)
     log.info("run ended", run_id=run_id, status=outcome.status, exit_code=outcome.exit_code)
     return outcome.status

@@ -23,12 +23,15 @@ from broker.broker import Broker
 from broker.calls import CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
 from broker.jobstate import JobRunStatus
+from skillfleet.settings import DEFAULT_TURN_TIMEOUT
+from store import modelsettings
 from store.cron import latest_time, next_time
 from store.db import SessionFactory, transaction
 from store.errors import SkillfleetError
 from store.limits import JOB_MISSED_GRACE_SECONDS
 from store.models import Job, JobRun, ToolCall, utcnow
-from workers import events, heartbeat, naming
+from store.secrets import Sealer
+from workers import events, heartbeat, naming, turns, turnstate
 from workers.errors import BackendUnavailable
 
 log = structlog.get_logger(__name__)
@@ -52,6 +55,9 @@ class JobContext:
     worker: str
     # How long a step's call may stay running (a script) before the job gives up on it.
     step_limit: float
+    # Prompt steps: the key that opens the owner's model API key, and a turn's time limit.
+    sealer: Sealer | None = None
+    turn_limit: float = DEFAULT_TURN_TIMEOUT
 
 
 def send(celery: Celery, job_run_id: str) -> None:
@@ -212,8 +218,7 @@ def _step(context: JobContext, job: Job, run: JobRun) -> str | None:
     step = job.steps[run.step]
     number = run.step + 1
     if "prompt" in step:
-        outcome = {"step": number, "kind": "prompt", "status": "failed", "error_code": "no_model"}
-        return _end(context, job, run, JobRunStatus.FAILED, "no_model", NO_MODEL, outcome)
+        return _prompt(context, job, run, str(step["prompt"]))
     request = CallRequest(
         tool=step["tool"],
         arguments=dict(step.get("arguments") or {}),
@@ -227,6 +232,35 @@ def _step(context: JobContext, job: Job, run: JobRun) -> str | None:
         failed = {"step": number, "tool": step["tool"], "status": "failed", "error_code": e.code}
         return _end(context, job, run, JobRunStatus.FAILED, e.code, e.message, failed)
     return _settle(context, job, run, call_id)
+
+
+def _prompt(context: JobContext, job: Job, run: JobRun, prompt: str) -> str | None:
+    """Run a prompt step as an agent turn in this run; the step ends as the turn does."""
+    number = run.step + 1
+    sealer = context.sealer
+    if sealer is None or modelsettings.load(context.sessions, sealer, job.owner_id) is None:
+        failed = {"step": number, "kind": "prompt", "status": "failed", "error_code": "no_model"}
+        return _end(context, job, run, JobRunStatus.FAILED, "no_model", NO_MODEL, failed)
+    with transaction(context.sessions) as session:
+        turn_id = turnstate.create(session, job.owner_id, prompt, job_run_id=run.id).id
+    with transaction(context.sessions) as session:
+        turn = turnstate.claim(session, turn_id, context.worker)
+    assert turn is not None  # nobody else knows this turn yet
+    turn_context = turns.TurnContext(
+        context.sessions, context.redis, context.broker, sealer, context.worker, context.turn_limit
+    )
+    status = turns.run_claimed(turn_context, turn)
+    ended = turnstate.get(context.sessions, turn_id)
+    outcome: dict[str, Any] = {"step": number, "kind": "prompt", "turn_id": turn_id}
+    if status == turnstate.TurnStatus.SUCCEEDED:
+        outcome.update(status="done", calls=ended.calls)
+        with transaction(context.sessions) as session:
+            moved = jobstate.step_done(session, run, context.worker, outcome)
+        return None if moved else run.status
+    code = ended.error_code or str(status)
+    message = ended.error_message or f"Step {number} (prompt) ended {status}."
+    outcome.update(status="failed", error_code=code)
+    return _end(context, job, run, JobRunStatus.FAILED, code, message, outcome)
 
 
 def _settle(context: JobContext, job: Job, run: JobRun, call_id: str) -> str | None:

@@ -81,3 +81,22 @@ def tokens_generation() -> str:
 def owner_events(owner_id: int) -> str:
     """The Redis Stream of one owner's changes (approvals, calls, runs, job runs) for frontends."""
     return f"{PREFIX}:owner:{owner_id}:events"
+
+
+def turn_stream(turn_id: str) -> str:
+    """The Redis Stream of an agent turn: assistant text, tool calls and its end."""
+    return f"{PREFIX}:turn:{turn_id}:events"
+
+
+def turn_stop(turn_id: str) -> str:
+    """A key whose existence asks the worker running a turn to stop it."""
+    return f"{PREFIX}:turn:{turn_id}:stop"
+
+
+# The consumer group of the control worker that turns owner events into push and webhooks.
+NOTIFY_GROUP = "notifications"
+
+
+def webhook_retries() -> str:
+    """Sorted set of webhook deliveries to try again, scored by when (epoch seconds)."""
+    return f"{PREFIX}:webhooks:retries"

@@ -16,7 +16,7 @@ from broker.results import shape_result
 from store.db import SessionFactory, transaction
 from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Run, utcnow
-from workers import feed, heartbeat, naming
+from workers import events, feed, heartbeat, naming
 from workers.errors import RunFinished, RunNotFound
 from workers.streams import RunStream, collected_output
 
@@ -28,6 +28,8 @@ TIMED_OUT = "timed_out"
 CANCELLED = "cancelled"
 INTERRUPTED = "interrupted"
 END_STATES = (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, INTERRUPTED)
+# Ends the owner hears about (push, webhooks).
+ANNOUNCED = (FAILED, TIMED_OUT, INTERRUPTED)
 
 
 @dataclass(frozen=True)
@@ -191,5 +193,19 @@ def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
         outcome = Outcome(INTERRUPTED, None, stdout, stderr, message)
         if finish(sessions, run_id, outcome):
             RunStream(client, run_id).exit(INTERRUPTED, None, error=outcome.error)
+            announce(sessions, client, run_id)
             reaped.append(run_id)
     return reaped
+
+
+def announce(sessions: SessionFactory, client: redis.Redis, run_id: str) -> None:
+    """Tell the owner about a run that ended failed, timed out or interrupted."""
+    run = get_run(sessions, run_id)
+    if run.status not in ANNOUNCED or run.owner_id is None:
+        return
+    message = run.error or f"{run.skill_name} {run.script} ended {run.status.replace('_', ' ')}."
+    events.publish(
+        client, run.owner_id, f"run.{run.status}",
+        run_id=run.id, call_id=run.call_id, skill_name=run.skill_name, script=run.script,
+        node=run.node, status=run.status, message=message,
+    )  # fmt: skip

@@ -116,7 +116,14 @@ def blocking_client(client: redis.Redis) -> redis.Redis:
 def read_events(
     client: redis.Redis, run_id: str, after: str = "0-0", block_ms: int | None = None
 ) -> list[Event]:
-    """Events after entry id `after`; with `block_ms`, wait up to that long for the first one.
+    """Events after entry id `after`; with `block_ms`, wait up to that long for the first one."""
+    return read_stream(client, naming.run_stream(run_id), after, block_ms)
+
+
+def read_stream(
+    client: redis.Redis, key: str, after: str = "0-0", block_ms: int | None = None
+) -> list[Event]:
+    """Events of the stream `key` after `after` (a run's or a turn's).
 
     A block is capped at MAX_BLOCK_MS and runs on a client whose socket timeout is longer.
     """
@@ -124,7 +131,7 @@ def read_events(
     if block_ms is not None:
         block_ms = max(1, min(block_ms, MAX_BLOCK_MS))
         reader = blocking_client(client)
-    reply: Any = reader.xread({naming.run_stream(run_id): after}, block=block_ms, count=500)
+    reply: Any = reader.xread({key: after}, block=block_ms, count=500)
     events = []
     for _key, entries in reply or []:
         for entry_id, fields in entries:
@@ -136,15 +143,26 @@ def follow(
     client: redis.Redis, run_id: str, after: str = "0-0", block_ms: int = MAX_BLOCK_MS
 ) -> Iterator[Event | None]:
     """Every event after `after` until the exit event; yields None when a wait times out."""
+    return follow_stream(client, naming.run_stream(run_id), END_KINDS, after, block_ms)
+
+
+def follow_stream(
+    client: redis.Redis,
+    key: str,
+    end_kinds: tuple[str, ...],
+    after: str = "0-0",
+    block_ms: int = 15_000,
+) -> Iterator[Event | None]:
+    """Every event of the stream `key` after `after` until one of `end_kinds`."""
     while True:
-        events = read_events(client, run_id, after, block_ms)
+        events = read_stream(client, key, after, block_ms)
         if not events:
             yield None
             continue
         for event in events:
             after = event.id
             yield event
-            if event.kind in END_KINDS:
+            if event.kind in end_kinds:
                 return
 
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import structlog
 from celery import Task, shared_task
 
-from workers import jobruns
-from workers.context import control_context, job_context, worker_context
+from workers import jobruns, notify, turns
+from workers.context import (
+    control_context,
+    job_context,
+    notify_context,
+    turn_context,
+    worker_context,
+)
 from workers.execute import execute
 from workers.jobruns import RUN_JOB_TASK
 from workers.runs import reap
@@ -31,7 +37,10 @@ def reap_runs(self: Task) -> int:
     lost_jobs = jobruns.reap(context.sessions, context.redis)
     if lost_jobs:
         log.warning("job runs interrupted", job_runs=lost_jobs)
-    return len(reaped) + len(lost_jobs)
+    lost_turns = turns.reap(context.sessions, context.redis)
+    if lost_turns:
+        log.warning("turns interrupted", turns=lost_turns)
+    return len(reaped) + len(lost_jobs) + len(lost_turns)
 
 
 @shared_task(name="skillfleet.expire_approvals", bind=True)
@@ -66,3 +75,16 @@ def job_tick(self: Task) -> int:
     for job_run_id in [*queued, *jobruns.settled_waiting(context.sessions)]:
         jobruns.send(self.app, job_run_id)
     return len(queued)
+
+
+@shared_task(name=turns.RUN_TURN_TASK, bind=True)
+def run_turn(self: Task, turn_id: str) -> str | None:
+    """Run one agent turn on the control worker: the message carries the turn id only."""
+    with structlog.contextvars.bound_contextvars(turn_id=turn_id):
+        return turns.execute(turn_context(self.app), turn_id)
+
+
+@shared_task(name=notify.NOTIFY_TASK, bind=True)
+def notify_owners(self: Task) -> int:
+    """Turn new owner events into Web Push messages and webhook deliveries; retry due ones."""
+    return notify.pump(notify_context(self.app))

@@ -111,7 +111,8 @@ def test_an_ungranted_destructive_step_waits_and_always_saves_the_grant_to_the_j
     assert run["status"] == "waiting" and run["step"] == 1 and run["approval_id"]
     [approval] = client.get("/api/approvals?status=pending", headers=auth).json
     assert approval["id"] == run["approval_id"] and approval["job_run_id"] == run["id"]
-    assert feed() == [
+    assert feed()[0][0] == "approval.waiting" and feed()[0][1]["approval_id"] == approval["id"]
+    assert feed()[1:] == [
         (
             "job_run.waiting",
             {"job_id": job["id"], "job_name": "nightly", "job_run_id": run["id"],
@@ -149,7 +150,9 @@ def test_an_approval_nobody_answers_in_30_minutes_leaves_the_run_unanswered(
     ended = shown_run(client, auth, job, run["id"])
     assert ended["status"] == "unanswered" and ended["error_code"] == "approval_expired"
     assert ended["finished_at"] and len(calls_of(services, run["id"])) == 1  # step 2 never ran
-    assert [kind for kind, _ in feed()] == ["job_run.waiting", "job_run.unanswered"]
+    assert [kind for kind, _ in feed()] == [
+        "approval.waiting", "job_run.waiting", "job_run.unanswered"
+    ]  # fmt: skip
     assert jobruns.settled_waiting(services.sessions) == []
 
 

@@ -1,0 +1,94 @@
+"""Web Push: the VAPID public key and the owner's browser subscriptions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import marshmallow as ma
+from flask import Response
+from flask_smorest import Blueprint
+
+from api.auth import owner_only, owner_or_agent
+from api.services import services
+from store import notifications
+from store.db import transaction
+from store.limits import MAX_URL_CHARS
+from store.models import PushSubscription
+from workers import notify, push
+
+blp = Blueprint("push", __name__, url_prefix="/api/push", description="Web Push notifications")
+
+
+class PushKeySchema(ma.Schema):
+    public_key = ma.fields.String(
+        metadata={"description": "The VAPID applicationServerKey (base64url)"}
+    )
+
+
+class SubscriptionKeysSchema(ma.Schema):
+    p256dh = ma.fields.String(required=True)
+    auth = ma.fields.String(required=True)
+
+
+class SubscriptionSchema(ma.Schema):
+    id = ma.fields.String(dump_only=True)
+    endpoint = ma.fields.String(
+        required=True, validate=ma.validate.Length(min=1, max=MAX_URL_CHARS)
+    )
+    keys = ma.fields.Nested(SubscriptionKeysSchema, required=True, load_only=True)
+    created_at = ma.fields.DateTime(dump_only=True)
+
+
+class EndpointSchema(ma.Schema):
+    endpoint = ma.fields.String(required=True)
+
+
+@blp.route("/key")
+@blp.response(200, PushKeySchema)
+def push_key() -> dict[str, str]:
+    """The VAPID public key a browser subscribes with"""
+    owner_or_agent()
+    vapid = push.load_or_create_vapid(services().settings.keys_dir)
+    return {"public_key": push.application_server_key(vapid)}
+
+
+@blp.route("/subscriptions")
+@blp.response(200, SubscriptionSchema(many=True))
+def list_subscriptions() -> list[PushSubscription]:
+    """List the owner's push subscriptions"""
+    with services().sessions() as session:
+        return notifications.subscriptions(session, owner_only())
+
+
+@blp.route("/subscriptions", methods=["POST"])
+@blp.arguments(SubscriptionSchema)
+@blp.response(201, SubscriptionSchema)
+def subscribe(body: dict[str, Any]) -> Any:
+    """Keep a browser's subscription (at most 20; only endpoints of allowed push services)"""
+    caller = owner_only()
+    endpoint = body["endpoint"]
+    if not push.endpoint_allowed(endpoint, services().settings.push_services):
+        raise notifications.EndpointNotAllowed(
+            "The endpoint is not an https URL of an allowed push service "
+            "(SKILLFLEET_PUSH_SERVICES)."
+        )
+    keys = body["keys"]
+    with transaction(services().sessions) as session:
+        first = not notifications.is_listening(session, caller)
+        new = notifications.subscribe(session, caller, endpoint, keys["p256dh"], keys["auth"])
+    if first:
+        notify.start_listening(services().redis, caller)
+    with services().sessions() as session:
+        found = [s for s in notifications.subscriptions(session, caller) if s.endpoint == endpoint]
+    return found[0], 201 if new else 200
+
+
+@blp.route("/subscriptions", methods=["DELETE"])
+@blp.arguments(EndpointSchema)
+@blp.response(204)
+def unsubscribe(body: dict[str, Any]) -> Response:
+    """Forget a browser's subscription"""
+    caller = owner_only()
+    with transaction(services().sessions) as session:
+        notifications.unsubscribe(session, caller, body["endpoint"])
+    return Response(status=204)

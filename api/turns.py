@@ -1,0 +1,144 @@
+"""Agent turns: a prompt answered by the owner's model calling the governed tools."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import kombu.exceptions
+import marshmallow as ma
+import redis
+from flask import Response, request, stream_with_context
+from flask_smorest import Blueprint
+
+from api.auth import owner_or_agent
+from api.runs import KEEPALIVE
+from api.services import services
+from broker.calls import MAX_ID_CHARS, MODES
+from store import modelsettings
+from store.db import transaction
+from store.limits import MAX_PROMPT_CHARS
+from store.models import Turn
+from store.secrets import Sealer
+from workers import naming, turns, turnstate
+from workers.errors import BackendUnavailable, NoModel, TurnFinished
+from workers.streams import Event, follow_stream, read_stream
+from workers.turnstate import TurnStatus
+
+blp = Blueprint("turns", __name__, url_prefix="/api/turns", description="Agent turns")
+UNREACHABLE = "The control queue (Redis) can't be reached, so the turn was not started."
+NO_MODEL = "No model is configured: the owner sets one with PUT /api/settings/model."
+
+
+class TurnRequestSchema(ma.Schema):
+    chat_id = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=MAX_ID_CHARS))
+    prompt = ma.fields.String(
+        required=True, validate=ma.validate.Length(min=1, max=MAX_PROMPT_CHARS)
+    )
+    mode = ma.fields.String(load_default="execute", validate=ma.validate.OneOf(MODES))
+
+
+class TurnSchema(ma.Schema):
+    turn_id = ma.fields.String(attribute="id")
+    chat_id = ma.fields.String(allow_none=True)
+    job_run_id = ma.fields.String(allow_none=True)
+    mode = ma.fields.String()
+    status = ma.fields.String(
+        metadata={
+            "description": "queued, running, succeeded, failed, stopped, timed_out or interrupted"
+        }
+    )
+    text = ma.fields.String(allow_none=True, metadata={"description": "The model's answer"})
+    calls = ma.fields.Integer(metadata={"description": "Tool calls the turn made"})
+    error_code = ma.fields.String(allow_none=True)
+    error_message = ma.fields.String(allow_none=True)
+    created_at = ma.fields.DateTime()
+    started_at = ma.fields.DateTime(allow_none=True)
+    finished_at = ma.fields.DateTime(allow_none=True)
+
+
+@blp.route("", methods=["POST"])
+@blp.arguments(TurnRequestSchema)
+@blp.response(202, TurnSchema)
+def start_turn(body: dict[str, Any]) -> Turn:
+    """Start a turn in a chat; it runs on the control worker and streams at /events"""
+    caller = owner_or_agent()
+    found = services()
+    sealer = Sealer(found.settings.keys_dir)
+    if modelsettings.load(found.sessions, sealer, caller) is None:
+        raise NoModel(NO_MODEL)
+    with transaction(found.sessions) as session:
+        turn = turnstate.create(session, caller, body["prompt"], body["chat_id"], mode=body["mode"])
+    try:
+        turns.send(found.celery, turn.id)
+    except (redis.RedisError, kombu.exceptions.OperationalError) as e:
+        with transaction(found.sessions) as session:
+            turnstate.abandon(session, turn.id, BackendUnavailable.code, UNREACHABLE)
+        raise BackendUnavailable(UNREACHABLE) from e
+    return turnstate.get(found.sessions, turn.id)
+
+
+@blp.route("/<turn_id>")
+@blp.response(200, TurnSchema)
+def show_turn(turn_id: str) -> Turn:
+    """Show a turn: state, the model's answer, how many tool calls it made"""
+    return turnstate.get(services().sessions, turn_id, owner_or_agent())
+
+
+@blp.route("/<turn_id>/stop", methods=["POST"])
+@blp.response(202, TurnSchema)
+def stop_turn(turn_id: str) -> Turn:
+    """Stop a turn: a queued one at once, a running one at its next step"""
+    found = services()
+    turn = turnstate.get(found.sessions, turn_id, owner_or_agent())
+    if turn.status not in turnstate.OPEN_STATES:
+        raise TurnFinished(f"The turn already ended: it is {turn.status}.")
+    with transaction(found.sessions) as session:
+        stopped = turnstate.stop_queued(session, turn_id)
+    if stopped:
+        turns.TurnStream(found.redis, turn_id).end(
+            TurnStatus.STOPPED, ("stopped", "Stopped before it started.")
+        )
+    else:
+        found.redis.set(naming.turn_stop(turn_id), "1", ex=found.settings.turn_timeout + 60)
+    return turnstate.get(found.sessions, turn_id)
+
+
+@blp.route("/<turn_id>/events")
+@blp.response(200, content_type="text/event-stream")
+def turn_events(turn_id: str) -> Response:
+    """Text and tool events as Server-Sent Events; reconnect with Last-Event-ID to replay"""
+    turn = turnstate.get(services().sessions, turn_id, owner_or_agent())
+    after = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "0-0"
+    client = services().redis
+    key = naming.turn_stream(turn_id)
+    if turn.status not in turnstate.OPEN_STATES and not read_stream(client, key, "0-0"):
+        events: Iterator[str] = iter(_from_row(turn))  # the stream expired; the row remains
+    else:
+        events = _from_stream(client, key, after)
+    response = Response(stream_with_context(events), mimetype="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["X-Accel-Buffering"] = "no"
+    return response
+
+
+def _from_stream(client: Any, key: str, after: str) -> Iterator[str]:
+    for event in follow_stream(client, key, turns.END_KINDS, after):
+        yield KEEPALIVE if event is None else _sse(event)
+
+
+def _sse(event: Event) -> str:
+    return f"id: {event.id}\nevent: {event.kind}\ndata: {json.dumps(event.data)}\n\n"
+
+
+def _from_row(turn: Turn) -> list[str]:
+    """Events rebuilt from the Turn row, for a turn whose stream expired after an hour."""
+    frames = []
+    if turn.text:
+        frames.append(_sse(Event("0-1", "text", {"text": turn.text})))
+    end: dict[str, Any] = {"status": turn.status}
+    if turn.error_code:
+        end["error"] = {"code": turn.error_code, "message": turn.error_message or ""}
+    frames.append(_sse(Event("0-2", "end", end)))
+    return frames

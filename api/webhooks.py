@@ -1,0 +1,78 @@
+"""Webhooks: URLs that get the owner's events, each delivery signed (HMAC-SHA256)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import marshmallow as ma
+from flask import Response
+from flask_smorest import Blueprint
+
+from api.auth import owner_only
+from api.services import services
+from store import notifications
+from store.db import transaction
+from store.models import Webhook
+from store.secrets import Sealer
+from workers import notify
+
+blp = Blueprint("webhooks", __name__, url_prefix="/api/webhooks", description="Webhooks")
+
+
+class WebhookSchema(ma.Schema):
+    id = ma.fields.String(dump_only=True)
+    url = ma.fields.String(required=True)
+    events = ma.fields.List(
+        ma.fields.String(),
+        required=True,
+        metadata={"description": "Event kinds to deliver, or ['*'] for all"},
+    )
+    created_at = ma.fields.DateTime(dump_only=True)
+
+
+class NewWebhookSchema(WebhookSchema):
+    secret = ma.fields.String(
+        dump_only=True, metadata={"description": "The signing secret; shown only now"}
+    )
+
+
+@blp.route("")
+@blp.response(200, WebhookSchema(many=True))
+def list_webhooks() -> list[Webhook]:
+    """List the owner's webhooks (never their secrets)"""
+    with services().sessions() as session:
+        return notifications.webhooks(session, owner_only())
+
+
+@blp.route("", methods=["POST"])
+@blp.arguments(WebhookSchema)
+@blp.response(201, NewWebhookSchema)
+def add_webhook(body: dict[str, Any]) -> dict[str, Any]:
+    """Add a webhook; its signing secret is shown once"""
+    caller = owner_only()
+    sealer = Sealer(services().settings.keys_dir)
+    with transaction(services().sessions) as session:
+        first = not notifications.is_listening(session, caller)
+        hook, secret = notifications.add_webhook(
+            session, sealer, caller, body["url"], body["events"], notify.WEBHOOK_KINDS
+        )
+        shown = {
+            "id": hook.id,
+            "url": hook.url,
+            "events": hook.events,
+            "created_at": hook.created_at,
+            "secret": secret,
+        }
+    if first:
+        notify.start_listening(services().redis, caller)
+    return shown
+
+
+@blp.route("/<webhook_id>", methods=["DELETE"])
+@blp.response(204)
+def remove_webhook(webhook_id: str) -> Response:
+    """Remove a webhook; deliveries still waiting for a retry are dropped"""
+    caller = owner_only()
+    with transaction(services().sessions) as session:
+        notifications.remove_webhook(session, caller, webhook_id)
+    return Response(status=204)

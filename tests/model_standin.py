@@ -1,0 +1,124 @@
+"""A local OpenAI-compatible chat-completions server with scripted, streamed replies.
+
+Each request takes the next reply from the script: text, tool calls (streamed in fragments the
+way real servers send them), or slow text for stop and time-limit tests. Requests are kept so a
+test can read what the model was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def text(content: str) -> dict[str, Any]:
+    return {"text": content}
+
+
+def tools(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"tool_calls": list(calls)}
+
+
+def slow(pieces: int, every: float) -> dict[str, Any]:
+    return {"slow": pieces, "every": every}
+
+
+@dataclass
+class ModelStandin:
+    url: str
+    script: list[dict[str, Any]]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    body = {
+        "id": "chatcmpl-standin",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": "standin",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+def _frames(reply: dict[str, Any]) -> Iterator[tuple[bytes, float]]:
+    yield _chunk({"role": "assistant", "content": ""}), 0
+    if "slow" in reply:
+        for index in range(reply["slow"]):
+            yield _chunk({"content": f"word{index} "}), reply["every"]
+        yield _chunk({}, "stop"), 0
+        return
+    if "text" in reply:
+        content = reply["text"]
+        for start in range(0, len(content), 7):  # a few characters at a time
+            yield _chunk({"content": content[start : start + 7]}), 0
+    if "tool_calls" in reply:
+        for index, (name, arguments) in enumerate(reply["tool_calls"]):
+            head = {"index": index, "id": f"call_{index}", "type": "function",
+                    "function": {"name": name, "arguments": ""}}  # fmt: skip
+            yield _chunk({"tool_calls": [head]}), 0
+            encoded = json.dumps(arguments)
+            middle = len(encoded) // 2
+            for part in (encoded[:middle], encoded[middle:]):
+                yield _chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]}), 0
+        yield _chunk({}, "tool_calls"), 0
+        return
+    yield _chunk({}, "stop"), 0
+
+
+@contextmanager
+def model_standin(script: list[dict[str, Any]]) -> Iterator[ModelStandin]:
+    state = ModelStandin("", list(script))
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length))
+            with lock:
+                state.requests.append(body)
+                state.headers.append(dict(self.headers))
+                reply = state.script.pop(0) if state.script else {"text": "(script ended)"}
+            if self.path != "/v1/chat/completions" or not body.get("stream"):
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                for frame, pause in _frames(reply):
+                    time.sleep(pause)
+                    self.wfile.write(frame)
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client stopped reading (a stopped turn)
+            self.close_connection = True
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_port}/v1"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -1,0 +1,51 @@
+"""A turn with real processes: the API over HTTP, the control worker's task, SSE over HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import REDIS_URL
+from fleet import fleet
+from model_standin import model_standin, text, tools
+
+from skillfleet.settings import Settings
+from workers import naming
+
+
+def test_the_control_worker_runs_a_posted_turn_and_its_events_stream_over_sse(
+    tmp_path: Path, database_url: str
+):
+    settings = Settings(data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL)
+    script = [tools(("list_skills", {})), text("You have the skill-authoring skill.")]
+    with model_standin(script) as model, fleet(settings) as running:
+        running.start("control", "worker", "control")
+        running.wait_for_queue(naming.CONTROL)
+        with running.http() as client:
+            body = {"base_url": model.url, "name": "standin", "api_key": "sk-fleet"}
+            assert client.put("/api/settings/model", json=body).status_code == 200
+            started = client.post(
+                "/api/turns", json={"chat_id": "panel", "prompt": "What can you do?"}
+            )
+            assert started.status_code == 202, started.text
+            turn_id = started.json()["turn_id"]
+            frames = []
+            with client.stream("GET", f"/api/turns/{turn_id}/events") as response:
+                assert response.headers["content-type"].startswith("text/event-stream")
+                kind = None
+                for line in response.iter_lines():
+                    if line.startswith("event: "):
+                        kind = line[7:]
+                    elif line.startswith("data: "):
+                        frames.append((kind, json.loads(line[6:])))
+                        if kind == "end":
+                            break
+            turn = client.get(f"/api/turns/{turn_id}").json()
+    kinds = [kind for kind, _data in frames if kind != "text"]
+    assert kinds == ["status", "tool_call", "tool_result", "end"], running.log_text("control")
+    assert frames[-1][1] == {"status": "succeeded"}
+    assert turn["status"] == "succeeded" and turn["calls"] == 1
+    assert turn["text"] == "You have the skill-authoring skill."
+    assert model.headers[0].get("authorization", model.headers[0].get("Authorization")) == (
+        "Bearer sk-fleet"
+    )  # the key, decrypted by the worker from the shared data dir

@@ -1,0 +1,335 @@
+"""Agent turns through the real broker, database, Redis and a local OpenAI-compatible server.
+
+Each turn executes in this process (`workers.turns.execute`, what the control worker's task
+calls) with dry-run dispatch, so scripts are decided by the broker but not started.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+
+import pytest
+from factories import skill_files, zip_bytes
+from fleet import wait_until
+from model_standin import model_standin, slow, text, tools
+from sqlalchemy import select
+
+from store.db import transaction
+from store.models import ModelSetting, ToolCall
+from store.secrets import Sealer
+from workers import jobruns, turns, turnstate
+from workers.naming import turn_stream
+from workers.streams import read_stream
+
+WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
+WORKER = "control@test:1:1"
+WIPE_CALL = ("run_skill_script", {"skill_name": "wiper", "script": "scripts/wipe.sh",
+                                  "arguments": {"node": "web01"}})  # fmt: skip
+
+
+@pytest.fixture
+def wiper(client, auth):
+    files = skill_files("wiper", metadata=WIPE)
+    files["scripts/wipe.sh"] = b'#!/bin/bash\necho wiping "$SKILLFLEET_ARGS"\n'
+    response = client.post(
+        "/api/skills",
+        headers=auth,
+        data={"file": (io.BytesIO(zip_bytes(files, top="wiper")), "s.zip")},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 201, response.json
+    return dict(response.json)
+
+
+@pytest.fixture
+def context(services, settings):
+    return turns.TurnContext(
+        services.sessions, services.redis, services.broker, Sealer(settings.keys_dir),
+        WORKER, time_limit=20,
+    )  # fmt: skip
+
+
+def use_model(client, auth, url: str) -> None:
+    body = {"base_url": url, "name": "standin", "api_key": "sk-standin-secret"}
+    response = client.put("/api/settings/model", headers=auth, json=body)
+    assert response.status_code == 200, response.json
+    assert response.json == {"base_url": url, "name": "standin", "api_key_set": True}
+
+
+def start(client, auth, prompt: str, chat: str = "chat-1") -> str:
+    response = client.post("/api/turns", headers=auth, json={"chat_id": chat, "prompt": prompt})
+    assert response.status_code == 202, response.json
+    assert response.json["status"] == "queued"
+    return str(response.json["turn_id"])
+
+
+def in_background(context, turn_id: str) -> threading.Thread:
+    thread = threading.Thread(target=turns.execute, args=(context, turn_id), daemon=True)
+    thread.start()
+    return thread
+
+
+def sse(client, auth, turn_id: str, last_id: str | None = None) -> list[tuple[str, str, dict]]:
+    headers = dict(auth, **({"Last-Event-ID": last_id} if last_id else {}))
+    response = client.get(f"/api/turns/{turn_id}/events", headers=headers)
+    assert response.status_code == 200
+    frames = []
+    for block in response.get_data(as_text=True).strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        frames.append((fields["id"], fields["event"], json.loads(fields["data"])))
+    return frames
+
+
+def calls_of(services, turn_id: str) -> list[ToolCall]:
+    with services.sessions() as session:
+        query = select(ToolCall).where(ToolCall.turn_id == turn_id)
+        return list(session.scalars(query.order_by(ToolCall.created_at)))
+
+
+def test_a_turn_lists_loads_asks_for_approval_waits_and_finishes_after_the_answer(
+    client, auth, services, context, wiper
+):
+    script = [
+        tools(("list_skills", {})),
+        tools(("load_skill", {"skill_name": "wiper"})),
+        tools(WIPE_CALL),
+        text("Wiped web01 as you approved."),
+    ]
+    with model_standin(script) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "Please wipe web01.")
+        thread = in_background(context, turn_id)
+        approval = wait_until(
+            lambda: client.get("/api/approvals?status=pending", headers=auth).json,
+            15, "the turn's script call to wait for approval",
+        )[0]  # fmt: skip
+        assert client.get(f"/api/turns/{turn_id}", headers=auth).json["status"] == "running"
+        answered = client.post(
+            f"/api/approvals/{approval['id']}", headers=auth, json={"decision": "approve"}
+        )
+        assert answered.status_code == 200, answered.json
+        thread.join(timeout=20)
+    turn = client.get(f"/api/turns/{turn_id}", headers=auth).json
+    assert turn["status"] == "succeeded", turn
+    assert turn["text"] == "Wiped web01 as you approved." and turn["calls"] == 3
+    calls = calls_of(services, turn_id)
+    assert [(c.tool, c.status) for c in calls] == [
+        ("list_skills", "done"), ("load_skill", "done"), ("run_skill_script", "done")
+    ]  # fmt: skip
+    assert calls[2].approval_id == approval["id"] and calls[2].rule == "destructive-always-asks"
+    # The model saw the governed tools and got every result back, the approved run's included.
+    first = model.requests[0]
+    names = {tool["function"]["name"] for tool in first["tools"]}
+    assert {"list_skills", "load_skill", "run_skill_script"} <= names
+    assert first["model"] == "standin" and first["messages"][-1]["content"] == "Please wipe web01."
+    last = model.requests[3]["messages"]
+    results = [json.loads(m["content"]) for m in last if m["role"] == "tool"]
+    assert [r["status"] for r in results] == ["done", "done", "done"]
+    assert "wiper" in json.dumps(results[0]["result"])
+    assert results[2]["result"]["would_dispatch"]["script"] == "scripts/wipe.sh"
+    # The stream: tool events in order, the approval it waited for, the text and the end.
+    frames = sse(client, auth, turn_id)
+    kinds = [kind for _id, kind, _data in frames]
+    assert kinds[0] == "status" and kinds[-1] == "end"
+    assert [k for k in kinds if k != "text"] == [
+        "status", "tool_call", "tool_result", "tool_call", "tool_result",
+        "tool_call", "approval", "tool_result", "end",
+    ]  # fmt: skip
+    approval_frame = next(data for _id, kind, data in frames if kind == "approval")
+    assert approval_frame["approval_id"] == approval["id"]
+    assert "".join(d["text"] for _id, k, d in frames if k == "text") == turn["text"]
+    assert frames[-1][2] == {"status": "succeeded"}
+    # A client that reconnects with Last-Event-ID gets only what it missed.
+    middle = len(frames) // 2
+    assert sse(client, auth, turn_id, last_id=frames[middle][0]) == frames[middle + 1 :]
+
+
+def test_the_51st_tool_call_of_a_turn_is_refused_and_the_model_hears_why(
+    client, auth, services, context
+):
+    many = tools(*[("list_skills", {}) for _ in range(51)])
+    with model_standin([many, text("I stopped at the limit.")]) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "List the skills 51 times.")
+        assert turns.execute(context, turn_id) == "succeeded"
+    calls = calls_of(services, turn_id)
+    assert [c.status for c in calls] == ["done"] * 50 + ["denied"]
+    assert calls[-1].error_code == "policy_denied" and calls[-1].rule == "turn-call-limit"
+    results = [
+        json.loads(m["content"]) for m in model.requests[1]["messages"] if m["role"] == "tool"
+    ]
+    assert len(results) == 51 and results[49]["status"] == "done"
+    assert results[50]["status"] == "denied"
+    assert "already made 50 tool calls" in results[50]["error"]["message"]
+    assert client.get(f"/api/turns/{turn_id}", headers=auth).json["calls"] == 51
+
+
+def test_a_stopped_turn_ends_stopped_with_what_it_said_so_far(client, auth, services, context):
+    redis = services.redis
+    with model_standin([slow(300, 0.1)]) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "Talk for a long time.")
+        thread = in_background(context, turn_id)
+        wait_until(
+            lambda: any(e.kind == "text" for e in read_stream(redis, turn_stream(turn_id))),
+            10, "the model's first words",
+        )  # fmt: skip
+        stopped = client.post(f"/api/turns/{turn_id}/stop", headers=auth)
+        assert stopped.status_code == 202
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    turn = client.get(f"/api/turns/{turn_id}", headers=auth).json
+    assert turn["status"] == "stopped" and turn["error_code"] == "stopped"
+    assert turn["text"].startswith("word0 ") and len(turn["text"].split()) < 300
+    assert sse(client, auth, turn_id)[-1][1:] == (
+        "end",
+        {"status": "stopped", "error": {"code": "stopped", "message": "The turn was stopped."}},
+    )
+    again = client.post(f"/api/turns/{turn_id}/stop", headers=auth)
+    assert again.status_code == 409 and again.json["code"] == "turn_finished"
+
+
+def test_a_queued_turn_stopped_never_runs(client, auth, services, context):
+    with model_standin([text("never sent")]) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "Hello")
+        assert client.post(f"/api/turns/{turn_id}/stop", headers=auth).json["status"] == "stopped"
+        assert turns.execute(context, turn_id) is None
+        assert model.requests == []
+    assert sse(client, auth, turn_id)[-1][2]["status"] == "stopped"
+
+
+def test_a_turn_past_its_time_limit_ends_timed_out(client, auth, services, context):
+    context.time_limit = 1
+    with model_standin([slow(100, 0.1)]) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "Talk for a long time.")
+        assert turns.execute(context, turn_id) == "timed_out"
+    turn = client.get(f"/api/turns/{turn_id}", headers=auth).json
+    assert (
+        turn["status"] == "timed_out" and turn["error_message"] == "The turn ran out of time (1 s)."
+    )
+
+
+def test_a_turn_without_a_model_is_refused_with_no_model_and_nothing_is_queued(
+    client, auth, agent_auth, services
+):
+    response = client.post("/api/turns", headers=agent_auth, json={"chat_id": "c", "prompt": "hi"})
+    assert response.status_code == 409 and response.json["code"] == "no_model"
+    with services.sessions() as session:
+        assert session.scalars(select(turnstate.Turn)).all() == []
+
+
+def test_a_second_turn_in_a_busy_chat_is_refused(client, auth, agent_auth):
+    use_model(client, auth, "http://127.0.0.1:9/v1")
+    start(client, agent_auth, "first", chat="busy")
+    response = client.post(
+        "/api/turns", headers=agent_auth, json={"chat_id": "busy", "prompt": "2"}
+    )
+    assert response.status_code == 409 and response.json["code"] == "turn_active"
+
+
+def test_model_settings_are_owner_only_and_the_key_is_kept_encrypted(
+    client, auth, agent_auth, services, settings
+):
+    refused = client.put(
+        "/api/settings/model", headers=agent_auth, json={"base_url": "http://x/v1", "name": "m"}
+    )
+    assert refused.status_code == 403 and refused.json["code"] == "owner_only"
+    use_model(client, auth, "http://127.0.0.1:8000/v1")
+    with services.sessions() as session:
+        [row] = session.scalars(select(ModelSetting)).all()
+    assert "sk-standin-secret" not in row.api_key
+    assert Sealer(settings.keys_dir).unseal(row.api_key) == "sk-standin-secret"
+    key_file = settings.keys_dir / "secrets.key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    # Sending no key keeps the stored one; a bad URL is refused and changes nothing.
+    kept = client.put(
+        "/api/settings/model", headers=auth, json={"base_url": "http://h:1/v1", "name": "other"}
+    )
+    assert kept.json == {"base_url": "http://h:1/v1", "name": "other", "api_key_set": True}
+    bad = client.put("/api/settings/model", headers=auth, json={"base_url": "ftp://h", "name": "m"})
+    assert bad.status_code == 422 and bad.json["code"] == "invalid_setting"
+    assert client.get("/api/settings/model", headers=auth).json["name"] == "other"
+
+
+def test_a_model_that_cannot_be_reached_fails_the_turn_with_one_clear_line(client, auth, context):
+    use_model(client, auth, "http://127.0.0.1:9/v1")
+    turn_id = start(client, auth, "hi")
+    assert turns.execute(context, turn_id) == "failed"
+    turn = client.get(f"/api/turns/{turn_id}", headers=auth).json
+    assert turn["error_code"] == "model_failed"
+    assert turn["error_message"] == "The model at http://127.0.0.1:9/v1 can't be reached."
+
+
+def test_a_job_prompt_step_runs_an_agent_turn_end_to_end(client, auth, services, settings):
+    job_context = jobruns.JobContext(
+        services.sessions, services.redis, services.broker, worker=WORKER, step_limit=5,
+        sealer=Sealer(settings.keys_dir), turn_limit=20,
+    )  # fmt: skip
+    body = {"name": "morning", "cron": "0 7 * * *", "time_zone": "UTC",
+            "steps": [{"prompt": "What skills do I have?"}, {"tool": "refresh_skills"}],
+            "grants": {"tools": [], "skills": []}}  # fmt: skip
+    job = client.post("/api/jobs", headers=auth, json=body).json
+    with model_standin([tools(("list_skills", {})), text("You have the built-ins.")]) as model:
+        use_model(client, auth, model.url)
+        started = client.post(f"/api/jobs/{job['id']}/run", headers=auth).json
+        assert jobruns.execute(job_context, started["job_run_id"]) == "succeeded"
+    [run] = client.get(f"/api/jobs/{job['id']}/runs", headers=auth).json
+    prompt_step = run["steps"][0]
+    assert run["status"] == "succeeded" and prompt_step["status"] == "done"
+    assert prompt_step["kind"] == "prompt" and prompt_step["calls"] == 1
+    turn = client.get(f"/api/turns/{prompt_step['turn_id']}", headers=auth).json
+    assert turn["text"] == "You have the built-ins." and turn["job_run_id"] == run["id"]
+    [call] = calls_of(services, turn["turn_id"])
+    assert call.job_run_id == run["id"] and call.tool == "list_skills" and call.status == "done"
+    assert "nobody is watching" in model.requests[0]["messages"][0]["content"]
+
+
+def test_a_job_prompt_step_without_a_model_fails_with_no_model(client, auth, services, settings):
+    job_context = jobruns.JobContext(
+        services.sessions, services.redis, services.broker, worker=WORKER, step_limit=5,
+        sealer=Sealer(settings.keys_dir),
+    )  # fmt: skip
+    body = {"name": "m", "cron": "0 7 * * *", "time_zone": "UTC",
+            "steps": [{"prompt": "hi"}], "grants": {"tools": [], "skills": []}}  # fmt: skip
+    job = client.post("/api/jobs", headers=auth, json=body).json
+    started = client.post(f"/api/jobs/{job['id']}/run", headers=auth).json
+    assert jobruns.execute(job_context, started["job_run_id"]) == "failed"
+    [run] = client.get(f"/api/jobs/{job['id']}/runs", headers=auth).json
+    assert run["error_code"] == "no_model" and run["error_message"] == jobruns.NO_MODEL
+
+
+def test_a_finished_turn_whose_stream_expired_replays_from_its_row(client, auth, services, context):
+    with model_standin([text("All good.")]) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "How are things?")
+        assert turns.execute(context, turn_id) == "succeeded"
+    services.redis.delete(turn_stream(turn_id))  # what an hour does
+    assert [(kind, data) for _id, kind, data in sse(client, auth, turn_id)] == [
+        ("text", {"text": "All good."}),
+        ("end", {"status": "succeeded"}),
+    ]
+
+
+def test_a_turn_whose_control_worker_vanished_is_interrupted_and_the_owner_told(
+    client, auth, services, redis_client
+):
+    from factories import owner_id_of
+
+    from workers import events, naming
+
+    owner = owner_id_of(services)
+    redis_client.delete(naming.owner_events(owner))
+    use_model(client, auth, "http://127.0.0.1:9/v1")
+    turn_id = start(client, auth, "hello")
+    with transaction(services.sessions) as session:
+        assert turnstate.claim(session, turn_id, "control@gone:1:1") is not None
+    assert turns.reap(services.sessions, services.redis) == [turn_id]
+    turn = client.get(f"/api/turns/{turn_id}", headers=auth).json
+    assert turn["status"] == "interrupted" and turn["error_code"] == "interrupted"
+    [event] = events.read(redis_client, owner)
+    assert event.kind == "turn.interrupted" and event.data["turn_id"] == turn_id
+    assert sse(client, auth, turn_id)[-1][2]["status"] == "interrupted"

@@ -1,0 +1,162 @@
+"""Notifications on the control worker: owner events become Web Push messages and webhooks.
+
+Beat sends `skillfleet.notify` every few seconds. It reads each listening owner's event feed
+(workers/events.py) through the consumer group `notifications`, so every event is handed out
+once however many control workers run; push messages go out at once, webhook deliveries too,
+and a delivery that fails is tried again later (a Redis sorted set of due retries), never
+inside the call or run that published the event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import structlog
+
+from store import notifications
+from store.db import SessionFactory, transaction
+from store.errors import ConfigError
+from store.models import Webhook
+from store.secrets import Sealer
+from workers import events, naming, push, webhooks
+
+log = structlog.get_logger(__name__)
+
+NOTIFY_TASK = "skillfleet.notify"
+CONSUMER = "control"
+READ_COUNT = 100
+# What a push tells the owner: things that wait for them or went wrong.
+PUSH_TITLES = {
+    "approval.waiting": "A call waits for your approval",
+    "review.waiting": "A skill waits for your review",
+    "run.failed": "A script run failed",
+    "run.timed_out": "A script run timed out",
+    "run.interrupted": "A script run was interrupted",
+    "job_run.failed": "A job run failed",
+    "job_run.unanswered": "A job run went unanswered",
+    "job_run.interrupted": "A job run was interrupted",
+    "turn.failed": "An agent turn failed",
+    "turn.timed_out": "An agent turn timed out",
+    "turn.interrupted": "An agent turn was interrupted",
+}
+# Webhooks may also ask for these.
+WEBHOOK_KINDS = (*PUSH_TITLES, "job_run.waiting")
+
+
+@dataclass
+class NotifyContext:
+    sessions: SessionFactory
+    redis: redis.Redis
+    sealer: Sealer
+    vapid: Any  # py_vapid.Vapid
+    contact: str
+    push_services: tuple[str, ...]
+
+
+def ensure_group(client: redis.Redis, owner_id: int) -> None:
+    """Create the owner's consumer group at the end of the feed: only new events notify."""
+    try:
+        client.xgroup_create(naming.owner_events(owner_id), naming.NOTIFY_GROUP, "$", mkstream=True)
+    except redis.ResponseError as e:
+        if "BUSYGROUP" not in str(e):
+            raise
+
+
+def start_listening(client: redis.Redis, owner_id: int) -> None:
+    """An owner's first subscription or webhook: only events from now on are delivered."""
+    ensure_group(client, owner_id)
+    client.xgroup_setid(naming.owner_events(owner_id), naming.NOTIFY_GROUP, "$")
+
+
+def pump(context: NotifyContext) -> int:
+    """Hand out every new event of every listening owner, then the retries that are due."""
+    with context.sessions() as session:
+        owners = notifications.listening_owners(session)
+    handled = 0
+    for owner_id in owners:
+        handled += _owner_events(context, owner_id)
+    _due_retries(context)
+    return handled
+
+
+def _owner_events(context: NotifyContext, owner_id: int) -> int:
+    key = naming.owner_events(owner_id)
+    ensure_group(context.redis, owner_id)
+    reply: Any = context.redis.xreadgroup(
+        naming.NOTIFY_GROUP, CONSUMER, {key: ">"}, count=READ_COUNT
+    )
+    handled = 0
+    for _key, entries in reply or []:
+        for entry_id, fields in entries:
+            event = events.decode(entry_id, fields)
+            _notify(context, owner_id, event)
+            context.redis.xack(key, naming.NOTIFY_GROUP, event.id)
+            handled += 1
+    return handled
+
+
+def _notify(context: NotifyContext, owner_id: int, event: events.OwnerEvent) -> None:
+    title = PUSH_TITLES.get(event.kind)
+    if title is not None:
+        _push(context, owner_id, event, title)
+    with context.sessions() as session:
+        hooks = notifications.webhooks(session, owner_id)
+    for hook in hooks:
+        if "*" in hook.events or event.kind in hook.events:
+            _deliver(context, hook, owner_id, event, attempt=1)
+
+
+def _push(context: NotifyContext, owner_id: int, event: events.OwnerEvent, title: str) -> None:
+    payload = {"kind": event.kind, "title": title, "id": event.id, **event.data}
+    with context.sessions() as session:
+        targets = [
+            (row.id, push.Target(row.endpoint, row.p256dh, row.auth))
+            for row in notifications.subscriptions(session, owner_id)
+        ]
+    for subscription_id, target in targets:
+        if not push.endpoint_allowed(target.endpoint, context.push_services):
+            continue  # the allow-list shrank since it was saved
+        status = push.send(target, payload, context.vapid, context.contact)
+        if status in push.GONE:
+            with transaction(context.sessions) as session:
+                notifications.drop_subscription(session, subscription_id)
+            log.info("push subscription dropped", owner_id=owner_id, status=status)
+
+
+def _deliver(
+    context: NotifyContext, hook: Webhook, owner_id: int, event: events.OwnerEvent, attempt: int
+) -> None:
+    try:
+        secret = context.sealer.unseal(hook.secret)
+    except ConfigError:
+        log.warning("webhook secret unreadable", webhook_id=hook.id)
+        return
+    if webhooks.deliver(hook.url, secret, event.id, event.kind, event.data):
+        return
+    delay = webhooks.retry_delay(attempt)
+    if delay is None:
+        log.warning("webhook given up", webhook_id=hook.id, event_id=event.id)
+        return
+    member = json.dumps(
+        {"webhook": hook.id, "owner": owner_id, "event": event.id, "attempt": attempt + 1}
+    )
+    context.redis.zadd(naming.webhook_retries(), {member: time.time() + delay})
+
+
+def _due_retries(context: NotifyContext) -> None:
+    key = naming.webhook_retries()
+    due: Any = context.redis.zrangebyscore(key, "-inf", time.time(), start=0, num=READ_COUNT)
+    for member in due:
+        if not context.redis.zrem(key, member):
+            continue  # another worker took it
+        retry = json.loads(member)
+        with context.sessions() as session:
+            hook = session.get(Webhook, retry["webhook"])
+        found = events.read_one(context.redis, retry["owner"], retry["event"])
+        if hook is None or found is None:
+            continue  # the webhook was removed or the event trimmed from the feed
+        _deliver(context, hook, retry["owner"], found, retry["attempt"])
