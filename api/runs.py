@@ -10,6 +10,7 @@ from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
+from api.metrics import SSE_STREAMS_OPEN
 from api.schemas import RunSchema
 from api.services import services
 from store.models import Run
@@ -54,8 +55,12 @@ def run_events(run_id: str) -> Response:
 
 
 def _from_stream(client: Any, run_id: str, after: str) -> Iterator[str]:
-    for event in follow(client, run_id, after):
-        yield KEEPALIVE if event is None else _sse(event)
+    SSE_STREAMS_OPEN.inc()
+    try:
+        for event in follow(client, run_id, after):
+            yield KEEPALIVE if event is None else _sse(event)
+    finally:  # the client went away or the run ended
+        SSE_STREAMS_OPEN.dec()
 
 
 def _sse(event: Event) -> str:

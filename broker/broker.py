@@ -24,6 +24,7 @@ from broker.errors import (
     InvalidCall,
 )
 from broker.grants import CHAT, JOB, add_grant, grants_for
+from broker.metrics import POLICY_DECISIONS
 from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
@@ -87,6 +88,7 @@ class Broker:
             # The limit holds even under an operator's policy that forgot the rule.
             decision = Decision("deny", TURN_LIMIT_RULE)
         call.rule = decision.rule
+        POLICY_DECISIONS.labels(decision.rule or "default", decision.action).inc()
         if decision.action == "deny":
             return self._refuse(call, decision, number)
         if decision.action == "require_approval":

@@ -79,6 +79,8 @@ def _gunicorn_command(settings: Settings, workers: int) -> list[str]:
         "-m",
         "gunicorn",
         "api:create_app()",
+        "--config",
+        "python:skillfleet.serving",  # Prometheus multiprocess mode
         "--worker-class",
         "gthread",
         "--workers",
