@@ -83,7 +83,7 @@ def db_history() -> None:
         click.echo(f"{revision}  {message}{mark}")
 
 
-@db.command("downgrade")
+@db.command("downgrade", context_settings={"ignore_unknown_options": True})
 @click.argument("revision")
 @click.option("--yes", is_flag=True, help="Don't ask for confirmation")
 def db_downgrade(revision: str, yes: bool) -> None:

@@ -55,3 +55,10 @@ def exec_flower(settings: Settings) -> None:
     """Replace this process with Flower."""
     env = flower_environment(settings, dict(os.environ))
     os.execvpe(sys.executable, flower_command(settings), env)
+
+
+def flower_banner(settings: Settings) -> str:
+    """The banner's Flower line: where it listens and how to log in."""
+    user, password = credentials(settings)
+    url = f"http://{settings.host}:{settings.flower_port}"
+    return f"  Flower:      {url} (user {user}, password {password})"

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from skillfleet.flower import flower_banner
 from skillfleet.settings import Settings
 
 TOKEN_FILE = "owner-token"
@@ -255,6 +256,7 @@ def _start_workers(
     }
     if spark:
         commands["spark"] = ["worker", "spark"]
+    commands["flower"] = flower_process()
     started = {}
     for label, arguments in commands.items():
         child_env = dict(env)
@@ -270,6 +272,11 @@ def _start_workers(
         running.callback(_stop_child, child)
         started[label] = child
     return started
+
+
+def flower_process() -> list[str]:
+    """Flower's `skillfleet` arguments: loopback by default, basic auth (skillfleet/flower.py)."""
+    return ["flower"]
 
 
 def _spark_status(settings: Settings) -> str | None:
@@ -335,6 +342,7 @@ def _announce(
     click.echo(f"  workers:     {names} (logs in {settings.data_dir / 'logs'})")
     if note:
         click.echo(note)
+    click.echo(flower_banner(settings))
     click.echo("  Press Ctrl-C to stop.")
     click.echo(f"  owner token: {owner}")
     click.echo(f"  agent token: {agent}")
