@@ -79,10 +79,9 @@ class FleetCollector(Collector):
 
     def _redis_metrics(self, nodes: list[str]) -> Iterator[Metric]:
         try:
-            queues = sorted(
-                {naming.CONTROL, naming.SPARK, naming.SANDBOX}
-                | {naming.node_queue(n) for n in nodes}
-            )
+            roles = {naming.CONTROL, naming.SPARK, naming.SANDBOX}
+            # The Spark and sandbox workers hold node tokens under their role's name.
+            queues = sorted(roles | {naming.node_queue(n) for n in nodes if n not in roles})
             with self.client.pipeline(transaction=False) as pipe:
                 for queue in queues:
                     for suffix in PRIORITY_SUFFIXES:

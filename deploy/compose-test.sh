@@ -30,8 +30,9 @@ if ! command -v docker-compose >/dev/null 2>&1; then
   say "installing docker-compose with apt-get ..."
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-compose >/dev/null
 fi
-bash workers/runner/build-offline.sh
-bash deploy/build-images.sh
+# Bounded: a Debian mirror that stalls fails the build instead of hanging CI.
+timeout 1200 bash workers/runner/build-offline.sh
+timeout 1800 bash deploy/build-images.sh
 
 # Free loopback ports, so a `skillfleet up` on this machine is not in the way.
 read -r SKILLFLEET_PORT SKILLFLEET_FLOWER_PORT < <("$python" -c '
