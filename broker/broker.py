@@ -166,7 +166,10 @@ class Broker:
             turn_id=call.turn_id,
             mode=call.mode,
         )
-        structlog.contextvars.bind_contextvars(call_id=call.id)
+        ids = {"call_id": call.id}
+        if call.job_run_id:
+            ids["job_run_id"] = call.job_run_id
+        structlog.contextvars.bind_contextvars(**ids)
         try:
             result = plan.tool.handler(context, plan.arguments)
         except ServiceUnavailable:
@@ -178,7 +181,7 @@ class Broker:
                 raise ServiceUnavailable("The database can't be reached; try again.") from e
             return self._fail(call, plan, e, new=new)
         finally:
-            structlog.contextvars.unbind_contextvars("call_id")
+            structlog.contextvars.unbind_contextvars(*ids)
         if isinstance(result, RunStarted):
             return CallOutcome.of(call)  # the dispatcher saved the call with its run
         call.result = shape_result(result)
