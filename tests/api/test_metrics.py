@@ -233,3 +233,33 @@ def answers(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_an_open_event_stream_counts_until_its_client_goes_away(client, auth, services, token):
+    from sqlalchemy import select
+
+    from store.models import Owner, Run
+    from workers.runs import RUNNING
+    from workers.streams import RunStream
+
+    run_id = "00000000-0000-0000-0000-0000000sse01"
+    with transaction(services.sessions) as session:
+        owner = session.scalar(select(Owner).where(Owner.name == "alice"))
+        session.add(
+            Run(
+                id=run_id, owner_id=owner.id, skill_name="demo", skill_hash="0" * 64,
+                script="scripts/a.py", arguments={}, execution="node", queue="node.web01",
+                status=RUNNING, timeout_seconds=300, started_at=utcnow(),
+            )
+        )  # fmt: skip
+    RunStream(services.redis, run_id).status("running")
+    before = sample(client.get("/metrics").get_data(as_text=True), "skillfleet_sse_streams_open")
+
+    stream = client.get(f"/api/runs/{run_id}/events", headers=auth, buffered=False)
+    first = next(stream.response)
+    during = sample(client.get("/metrics").get_data(as_text=True), "skillfleet_sse_streams_open")
+    stream.close()
+    after = sample(client.get("/metrics").get_data(as_text=True), "skillfleet_sse_streams_open")
+
+    assert b"event: status" in first
+    assert (during - before, after - before) == (1, 0)
