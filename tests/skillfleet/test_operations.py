@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import pytest
 import structlog
 from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
-from test_up import SKILLFLEET, clean_env, free_port
+from test_up import SKILLFLEET, Running, clean_env, free_port, listening, up_env
 
 from skillfleet.flower import credentials
 from skillfleet.logs import configure_logging
@@ -228,3 +229,30 @@ def test_log_lines_are_json_with_the_bound_ids(capsys):
     (line,) = [entry for entry in lines if entry.get("event") == "run ended"]
     assert (line["run_id"], line["call_id"], line["status"]) == ("run-1", "call-1", "succeeded")
     assert line["level"] == "info" and "ts" in line
+
+
+FLOWER_LINE = re.compile(r"^\s*Flower:\s+(http://127\.0\.0\.1:\d+) \(user (\S+), password (\S+)\)$")
+
+
+def test_up_starts_flower_on_loopback_behind_the_credentials_it_prints(tmp_path):
+    data_dir = tmp_path / "var"
+    port, flower_port = free_port(), free_port()
+    env = up_env(data_dir, port, SKILLFLEET_FLOWER_PORT=str(flower_port))
+    running = Running(data_dir, port, env, tmp_path / "stderr.log")
+    try:
+        url, user, password = running.read_until(FLOWER_LINE).groups()
+        assert url == f"http://127.0.0.1:{flower_port}"
+        assert (data_dir / "flower-password").read_text().strip() == password
+        wait_until(lambda: _status(url + "/api/workers") == 401, 60, "Flower to answer")
+
+        def listed() -> list[str] | None:
+            found = httpx.get(url + "/api/workers?refresh=1", auth=(user, password), timeout=30)
+            names = list(found.json())
+            return names if any(name.startswith("node-local-") for name in names) else None
+
+        names = wait_until(listed, 60, "Flower to list the local node's worker", every=1)
+        assert any(name.startswith("control-") for name in names)
+        assert running.ctrl_c() == 0
+        assert not listening(flower_port)
+    finally:
+        running.close()
