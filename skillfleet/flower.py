@@ -31,7 +31,7 @@ def credentials(settings: Settings) -> tuple[str, str]:
 
 
 def flower_command(settings: Settings) -> list[str]:
-    """Flower on the API's address and SKILLFLEET_FLOWER_PORT (credentials go by environment)."""
+    """Flower on SKILLFLEET_FLOWER_HOST (loopback) and _PORT; credentials go by environment."""
     return [
         sys.executable,
         "-m",
@@ -39,7 +39,7 @@ def flower_command(settings: Settings) -> list[str]:
         "-A",
         "workers.app",
         "flower",
-        f"--address={settings.host}",
+        f"--address={settings.flower_host}",
         f"--port={settings.flower_port}",
         "--purge_offline_workers=60",
     ]
@@ -60,5 +60,5 @@ def exec_flower(settings: Settings) -> None:
 def flower_banner(settings: Settings) -> str:
     """The banner's Flower line: where it listens and how to log in."""
     user, password = credentials(settings)
-    url = f"http://{settings.host}:{settings.flower_port}"
+    url = f"http://{settings.flower_host}:{settings.flower_port}"
     return f"  Flower:      {url} (user {user}, password {password})"

@@ -56,6 +56,7 @@ class Settings:
     metrics_public: bool = False
     metrics_token: str | None = None
     metrics_dir: Path | None = None
+    flower_host: str = DEFAULT_HOST
     flower_port: int = DEFAULT_FLOWER_PORT
     flower_user: str | None = None
     flower_password: str | None = None
@@ -154,6 +155,7 @@ class Settings:
             metrics_token=_secret(env, "SKILLFLEET_METRICS_TOKEN"),
             # prometheus_client reads this name itself; gunicorn's workers share the folder.
             metrics_dir=_path(env.get("PROMETHEUS_MULTIPROC_DIR")),
+            flower_host=env.get("SKILLFLEET_FLOWER_HOST") or DEFAULT_HOST,
             flower_port=_int(env, "SKILLFLEET_FLOWER_PORT", DEFAULT_FLOWER_PORT),
             flower_user=env.get("SKILLFLEET_FLOWER_USER") or None,
             flower_password=_secret(env, "SKILLFLEET_FLOWER_PASSWORD"),

@@ -173,6 +173,16 @@ def test_flower_credentials_are_generated_once_and_kept_private(tmp_path):
     assert credentials(chosen) == ("ops", "pw-from-env")
 
 
+def test_flower_listens_on_loopback_even_when_the_api_listens_everywhere():
+    wide = Settings.from_env({"SKILLFLEET_HOST": "0.0.0.0"})
+    chosen = Settings.from_env(
+        {"SKILLFLEET_FLOWER_HOST": "0.0.0.0", "SKILLFLEET_FLOWER_PORT": "6000"}
+    )
+
+    assert (wide.flower_host, wide.flower_port) == ("127.0.0.1", 5555)
+    assert (chosen.flower_host, chosen.flower_port) == ("0.0.0.0", 6000)
+
+
 def test_flower_answers_401_without_credentials_and_lists_a_worker_with_them(tmp_path):
     port = free_port()
     data_dir = tmp_path / "var"
