@@ -9,8 +9,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -161,24 +160,28 @@ class SparkRunner:
             except (OSError, ValueError) as e:
                 return _not_started(e)
         try:
-            with self._skill_volume(job, archive) as volume:
-                try:
-                    container = self.client.containers.create(
-                        self.image, command, **self.container_options(job, volume)
-                    )
-                except _ENGINE_ERRORS as e:
-                    return _not_started(e)
-                try:
-                    return self._watch(container, job, collector, stream, cancelled)
-                finally:
-                    _remove(container)
-        except _ENGINE_ERRORS as e:
+            volume = self._skill_volume(job, archive)
+        except (OSError, *_ENGINE_ERRORS) as e:
             return _not_started(e)
+        try:
+            try:
+                container = self.client.containers.create(
+                    self.image, command, **self.container_options(job, volume.name)
+                )
+            except _ENGINE_ERRORS as e:
+                return _not_started(e)
+            try:
+                return self._watch(container, job, collector, stream, cancelled)
+            finally:
+                _remove(container)
+        finally:
+            _remove_volume(volume)
 
-    @contextmanager
-    def _skill_volume(self, job: Job, archive: bytes) -> Iterator[str]:
-        """A volume holding the skill: filled through a container that never starts, then
-        mounted read-only by the run's; removed afterwards."""
+    def _skill_volume(self, job: Job, archive: bytes) -> Any:
+        """A new volume holding the skill, filled through a container that never starts.
+
+        Raises OSError or an engine error when it can't be filled (and then removes it).
+        """
         volume = self.client.volumes.create(labels={LABEL: job.run_id})
         try:
             loader = self.client.containers.create(
@@ -193,12 +196,10 @@ class SparkRunner:
                     raise OSError("the engine refused the skill's archive")
             finally:
                 _remove(loader)
-            yield str(volume.name)
-        finally:
-            try:
-                volume.remove(force=True)
-            except _ENGINE_ERRORS:
-                pass  # removed at the next worker start with the other leftovers
+        except BaseException:
+            _remove_volume(volume)
+            raise
+        return volume
 
     def _watch(
         self,
@@ -316,6 +317,13 @@ def _kill(container: Any) -> None:
         container.kill()
     except DockerException:  # already gone, or it exited between the check and the kill
         pass
+
+
+def _remove_volume(volume: Any) -> None:
+    try:
+        volume.remove(force=True)
+    except _ENGINE_ERRORS:
+        pass  # removed at the next worker start, with the other leftovers
 
 
 def _remove(container: Any) -> None:
