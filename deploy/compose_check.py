@@ -170,15 +170,19 @@ def check_flower(stack: Stack) -> None:
         for label in ("control-", "spark-", "node-edge1-", "node-edge2-"):
             assert any(name.startswith(label) for name in names), names
 
-        def run_tasks() -> list[str]:
-            tasks = client.get("/api/tasks", auth=("admin", password)).json()
-            return [
-                t.get("name") or "" for t in tasks.values() if "on node." in (t.get("name") or "")
-            ]
+        # A run made now, while Flower watches: its task is named for the run and its queue.
+        run_id = _done(stack.call("where", "edge2"))["run_id"]
 
-        named = wait_until(run_tasks, 60, "Flower to show a run task by its name", every=2)
-        assert all(name.startswith("run ") for name in named), named
-    say(f"Flower: 401 without credentials; workers {names}; tasks like {named[0]!r}")
+        def run_task() -> dict[str, Any] | None:
+            tasks = client.get("/api/tasks", auth=("admin", password)).json()
+            mine = [t for t in tasks.values() if t.get("name") == f"run {run_id} on node.edge2"]
+            return mine[0] if mine else None
+
+        task = wait_until(run_task, 60, f"Flower to show the task of run {run_id}", every=2)
+        # The message carries the run id only: no script arguments, no secrets.
+        assert task.get("args") in (f"['{run_id}']", f"('{run_id}',)"), task
+        assert task.get("kwargs") in ("{}", None), task
+    say(f"Flower: 401 without credentials; workers {names}; task {task['name']!r} {task['args']}")
 
 
 def check_inspect_ping() -> None:
