@@ -197,12 +197,12 @@ def test_flower_answers_401_without_credentials_and_lists_a_worker_with_them(tmp
     control = subprocess.Popen([SKILLFLEET, "worker", "control"], env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _status(url + "/api/workers") == 401, 60, "Flower to answer")
+        wait_until(lambda: _status(url + "/api/workers") == 401, 90, "Flower to answer")
         auth = ("admin", "flower-test-password")
         wrong = httpx.get(url + "/api/workers", auth=("admin", "wrong"), timeout=10)
 
         def listed() -> dict[str, object] | None:
-            found = httpx.get(url + "/api/workers", auth=auth, timeout=30).json()
+            found = httpx.get(url + "/api/workers?refresh=1", auth=auth, timeout=30).json()
             return found if any(name.startswith("control-") for name in found) else None
 
         workers = wait_until(listed, 60, "Flower to list the control worker", every=1)
@@ -253,7 +253,7 @@ def test_up_starts_flower_on_loopback_behind_the_credentials_it_prints(tmp_path)
         url, user, password = running.read_until(FLOWER_LINE).groups()
         assert url == f"http://127.0.0.1:{flower_port}"
         assert (data_dir / "flower-password").read_text().strip() == password
-        wait_until(lambda: _status(url + "/api/workers") == 401, 60, "Flower to answer")
+        wait_until(lambda: _status(url + "/api/workers") == 401, 90, "Flower to answer")
 
         def listed() -> list[str] | None:
             found = httpx.get(url + "/api/workers?refresh=1", auth=(user, password), timeout=30)
