@@ -160,6 +160,8 @@ class UnsafePath(StoreError):
 
     code = "invalid_name"
     status = 422
+
+
 class TokenNotFound(StoreError):
     """Raised when the caller's owner has no token with that id."""
 

@@ -66,6 +66,8 @@ def test_upgrading_keeps_existing_skills_with_the_bootstrap_owner_and_full_hash_
     engine.dispose()
     assert skills == {"legacy": "owner", "skill-authoring": None}
     assert keys == [f"skill:legacy@{full}"]
+
+
 def test_0004_makes_every_existing_owner_token_an_owner_and_node_tokens_stay_roleless(
     database_url,
 ):
