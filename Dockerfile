@@ -1,4 +1,5 @@
-# The skillfleet application image: API, control worker, beat, node agent and Spark worker.
+# The skillfleet application image: API, control worker, beat, Flower, node agent and Spark
+# worker. Without a registry, deploy/build-images.sh makes an equivalent one.
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
@@ -9,9 +10,9 @@ COPY broker ./broker
 COPY store ./store
 COPY workers ./workers
 COPY migrations ./migrations
-RUN pip install . flower && useradd --system --uid 10001 skillfleet \
-    && mkdir -p /data && chown skillfleet /data
+RUN pip install . && useradd --system --uid 10001 skillfleet \
+    && mkdir -p /data /secrets && chown skillfleet /data /secrets
 USER skillfleet
 ENV SKILLFLEET_DATA_DIR=/data
-EXPOSE 8750
+EXPOSE 8750 5555
 CMD ["skillfleet", "api"]

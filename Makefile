@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint format bench screenshots clean
+.PHONY: up test compose-test lint format bench screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ up: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The docker-compose deployment, built without a registry and proven across containers.
+compose-test: $(STAMP)
+	PYTHON=$(BIN)/python bash deploy/compose-test.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

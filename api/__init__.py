@@ -25,7 +25,7 @@ SWAGGER_DIR = Path(swagger_ui_bundle.swagger_ui_path)
 def create_app(settings: Settings | None = None, services: Services | None = None) -> Flask:
     """Build the API for `settings` (read from the environment when not given)."""
     settings = settings or (services.settings if services else Settings.from_env())
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     services = services or Services.build(settings)
     app = Flask("skillfleet")
     app.config.update(_flask_config())

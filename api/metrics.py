@@ -1,19 +1,45 @@
-"""GET /metrics: Prometheus metrics of this process.
+"""GET /metrics: Prometheus metrics of the whole fleet, the same totals from every API process.
 
 Open when the API listens on loopback only (or SKILLFLEET_METRICS_PUBLIC=1); otherwise it needs
 the metrics token or an owner's token.
+
+Two sources: the fleet's state read from the database and Redis at scrape time
+(api/collector.py), and the API processes' own counters. Under gunicorn these are Prometheus
+multiprocess metrics (PROMETHEUS_MULTIPROC_DIR, set by skillfleet/serving.py), summed over every
+worker process; in a single process they are the default registry.
 """
 
 from __future__ import annotations
 
 from flask import Response
 from flask_smorest import Blueprint
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.auth import require_metrics_access
+from api.collector import FleetCollector
 from api.schemas import file_response
+from api.services import services
 
 blp = Blueprint("metrics", __name__, description="Prometheus metrics")
+
+SSE_STREAMS_OPEN = Gauge(
+    "skillfleet_sse_streams_open",
+    "Run event streams (SSE) open now.",
+    multiprocess_mode="livesum",
+)
+DELIVERIES = Counter(
+    "skillfleet_deliveries",
+    "Push and webhook deliveries by kind (push, webhook) and outcome (delivered, failed).",
+    ["kind", "outcome"],
+)
 
 
 @blp.route("/metrics")
@@ -23,4 +49,13 @@ blp = Blueprint("metrics", __name__, description="Prometheus metrics")
 def metrics() -> Response:
     """Prometheus metrics in the text format"""
     require_metrics_access()
-    return Response(generate_latest(), mimetype=CONTENT_TYPE_LATEST)
+    found = services()
+    if found.settings.metrics_dir is not None:
+        processes = CollectorRegistry()
+        MultiProcessCollector(processes, path=str(found.settings.metrics_dir))  # type: ignore[no-untyped-call]
+    else:
+        processes = REGISTRY
+    fleet = CollectorRegistry(auto_describe=False)
+    fleet.register(FleetCollector(found.sessions, found.redis))
+    body = generate_latest(processes) + generate_latest(fleet)
+    return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from api.auth import owner_or_agent
 from api.errors import ApiError
+from api.metrics import SSE_STREAMS_OPEN
 from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
@@ -103,6 +104,17 @@ def _resume_after(client: redis.Redis, run_id: str) -> str:
 
 
 def _from_stream(
+    sessions: SessionFactory, client: redis.Redis, run: Run, after: str
+) -> Iterator[str]:
+    """Stream events until the exit event; counted in skillfleet_sse_streams_open meanwhile."""
+    SSE_STREAMS_OPEN.inc()
+    try:
+        yield from _events_until_end(sessions, client, run, after)
+    finally:  # the client went away or the run ended
+        SSE_STREAMS_OPEN.dec()
+
+
+def _events_until_end(
     sessions: SessionFactory, client: redis.Redis, run: Run, after: str
 ) -> Iterator[str]:
     """Stream events until the exit event; the client always gets the run's final state.

@@ -27,6 +27,7 @@ from broker.errors import (
 )
 from broker.grants import CHAT, JOB, add_grant, grants_for
 from broker.jobs import skill_allowed
+from broker.metrics import POLICY_DECISIONS
 from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
@@ -98,6 +99,7 @@ class Broker:
             # The limit holds even under an operator's policy that forgot the rule.
             decision = Decision("deny", TURN_LIMIT_RULE)
         call.rule = decision.rule
+        POLICY_DECISIONS.labels(decision.rule or "default", decision.action).inc()
         if decision.action == "deny":
             return self._refuse(call, decision, number)
         if decision.action == "require_approval":
@@ -204,7 +206,10 @@ class Broker:
             turn_id=call.turn_id,
             mode=call.mode,
         )
-        structlog.contextvars.bind_contextvars(call_id=call.id)
+        ids = {"call_id": call.id}
+        if call.job_run_id:
+            ids["job_run_id"] = call.job_run_id
+        structlog.contextvars.bind_contextvars(**ids)
         try:
             result = plan.tool.handler(context, plan.arguments)
         except ServiceUnavailable:
@@ -216,7 +221,7 @@ class Broker:
                 raise ServiceUnavailable("The database can't be reached; try again.") from e
             return self._fail(call, plan, e, new=new)
         finally:
-            structlog.contextvars.unbind_contextvars("call_id")
+            structlog.contextvars.unbind_contextvars(*ids)
         if isinstance(result, RunStarted):
             return CallOutcome.of(call)  # the dispatcher saved the call with its run
         call.result = shape_result(result)

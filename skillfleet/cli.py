@@ -92,6 +92,55 @@ def db_upgrade(revision: str) -> None:
     click.echo(f"Database is at {revision}.")
 
 
+@db.command("current")
+def db_current() -> None:
+    """Print the revision the database is at."""
+    from store.migrate import current
+
+    click.echo(current(load_settings().database) or "empty (no migration applied)")
+
+
+@db.command("history")
+def db_history() -> None:
+    """List every migration, newest first; the database's revision is marked."""
+    from store.migrate import current, history
+
+    database = load_settings().database
+    at = current(database)
+    for revision, message in history():
+        mark = "  <- database" if revision == at else ""
+        click.echo(f"{revision}  {message}{mark}")
+
+
+@db.command("downgrade", context_settings={"ignore_unknown_options": True})
+@click.argument("revision")
+@click.option("--yes", is_flag=True, help="Don't ask for confirmation")
+def db_downgrade(revision: str, yes: bool) -> None:
+    """Undo migrations down to REVISION (`-1` for one step, `base` for all); back up first."""
+    from alembic.util import CommandError
+
+    from store.migrate import downgrade
+
+    if not yes:
+        click.confirm(
+            f"Downgrade the database to {revision}? Columns and tables added since are dropped",
+            abort=True,
+        )
+    try:
+        downgrade(load_settings().database, revision)
+    except CommandError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"Database is at {revision}.")
+
+
+@cli.command()
+def flower() -> None:
+    """Run Flower, the Celery monitor, behind basic auth on SKILLFLEET_FLOWER_PORT."""
+    from skillfleet.flower import exec_flower
+
+    exec_flower(load_settings())
+
+
 @cli.group()
 def tokens() -> None:
     """API tokens."""

@@ -190,7 +190,7 @@ def _serve(
     from workers.heartbeat import Beater, Instance
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     app = create_celery(settings)
     client = redis_client(settings)
     instance = Instance(role=role, queue=queue, name=name, features=features, reason=reason)

@@ -1,4 +1,9 @@
-"""Log output of every skillfleet process: structlog lines filtered by SKILLFLEET_LOG_LEVEL."""
+"""Log output of every skillfleet process: structlog lines filtered by SKILLFLEET_LOG_LEVEL.
+
+Lines are JSON by default (SKILLFLEET_LOG_FORMAT=console for people reading a terminal). Tasks
+and tool calls bind their ids (call_id, run_id, job_run_id) to the log context; argument content
+and script output are never logged.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,22 @@ import logging
 import structlog
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, log_format: str = "json") -> None:
     """Send structlog's lines through the standard library at `level` and above."""
     number = logging.getLevelNamesMapping()[level.upper()]
     logging.basicConfig(level=number, format="%(message)s")
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer()
+        if log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.dev.ConsoleRenderer(colors=False),
+            structlog.processors.TimeStamper(fmt="iso", key="ts"),
+            structlog.processors.format_exc_info,
+            renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(number),
         # Not cached: tests (and reconfiguration) must see every logger follow the config.

@@ -31,6 +31,8 @@ DEFAULT_PUSH_SERVICES = (
     "*.notify.windows.com",
 )
 DEFAULT_PUSH_CONTACT = "mailto:skillfleet@localhost"
+DEFAULT_FLOWER_PORT = 5555
+FLOWER_USER = "admin"
 
 
 class SettingsError(Exception):
@@ -68,6 +70,12 @@ class Settings:
     turn_timeout: int = DEFAULT_TURN_TIMEOUT
     push_services: tuple[str, ...] = DEFAULT_PUSH_SERVICES
     push_contact: str = DEFAULT_PUSH_CONTACT
+    metrics_dir: Path | None = None
+    flower_host: str = DEFAULT_HOST
+    flower_port: int = DEFAULT_FLOWER_PORT
+    flower_user: str | None = None
+    flower_password: str | None = None
+    log_format: str = "json"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -95,6 +103,11 @@ class Settings:
     def metrics_open(self) -> bool:
         """/metrics needs no token: the API listens on loopback only, or the operator said so."""
         return self.metrics_public or self.listens_on_loopback
+
+    @property
+    def flower_password_file(self) -> Path:
+        """Where `skillfleet up` keeps Flower's generated password (0600)."""
+        return self.data_dir / "flower-password"
 
     @property
     def embedded_redis_file(self) -> Path:
@@ -131,7 +144,7 @@ class Settings:
             redis_url=env.get("REDIS_URL") or None,
             host=env.get("SKILLFLEET_HOST") or DEFAULT_HOST,
             port=_int(env, "SKILLFLEET_PORT", DEFAULT_PORT),
-            bootstrap_token=env.get("SKILLFLEET_BOOTSTRAP_TOKEN") or None,
+            bootstrap_token=_secret(env, "SKILLFLEET_BOOTSTRAP_TOKEN"),
             config_file=config_file,
             skill_paths=_skill_paths(config, config_file),
             policy_file=_path(env.get("SKILLFLEET_POLICY")),
@@ -140,8 +153,8 @@ class Settings:
             runner_image=env.get("SKILLFLEET_RUNNER_IMAGE") or DEFAULT_RUNNER_IMAGE,
             run_timeout=_int(env, "SKILLFLEET_RUN_TIMEOUT", DEFAULT_RUN_TIMEOUT),
             api_url=(env.get("SKILLFLEET_URL") or DEFAULT_URL).rstrip("/"),
-            node_token=env.get("SKILLFLEET_NODE_TOKEN") or None,
-            manifest_public_key=env.get("SKILLFLEET_MANIFEST_KEY") or None,
+            node_token=_secret(env, "SKILLFLEET_NODE_TOKEN"),
+            manifest_public_key=_secret(env, "SKILLFLEET_MANIFEST_KEY"),
             sandbox_isolation=_choice(
                 env, "SKILLFLEET_SANDBOX_ISOLATION", ("hyperlight", "container"), "hyperlight"
             ),
@@ -154,11 +167,18 @@ class Settings:
                 env, "SKILLFLEET_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT
             ),
             metrics_public=_bool(env, "SKILLFLEET_METRICS_PUBLIC"),
-            metrics_token=env.get("SKILLFLEET_METRICS_TOKEN") or None,
             cors_origins=_origins(env.get("SKILLFLEET_CORS_ORIGINS")),
             turn_timeout=_int(env, "SKILLFLEET_TURN_TIMEOUT", DEFAULT_TURN_TIMEOUT),
             push_services=_hosts(env, "SKILLFLEET_PUSH_SERVICES", DEFAULT_PUSH_SERVICES),
             push_contact=env.get("SKILLFLEET_PUSH_CONTACT") or DEFAULT_PUSH_CONTACT,
+            metrics_token=_secret(env, "SKILLFLEET_METRICS_TOKEN"),
+            # prometheus_client reads this name itself; gunicorn's workers share the folder.
+            metrics_dir=_path(env.get("PROMETHEUS_MULTIPROC_DIR")),
+            flower_host=env.get("SKILLFLEET_FLOWER_HOST") or DEFAULT_HOST,
+            flower_port=_int(env, "SKILLFLEET_FLOWER_PORT", DEFAULT_FLOWER_PORT),
+            flower_user=env.get("SKILLFLEET_FLOWER_USER") or None,
+            flower_password=_secret(env, "SKILLFLEET_FLOWER_PASSWORD"),
+            log_format=_choice(env, "SKILLFLEET_LOG_FORMAT", ("json", "console"), "json"),
             extra=config,
         )
 
@@ -200,6 +220,20 @@ def _origins(raw: str | None) -> tuple[str, ...]:
 
 def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
+
+
+def _secret(env: Mapping[str, str], name: str) -> str | None:
+    """`NAME`, else the text of the file that `NAME_FILE` names (a secrets volume)."""
+    if env.get(name):
+        return env[name]
+    file_name = env.get(f"{name}_FILE")
+    if not file_name:
+        return None
+    try:
+        text = Path(file_name).read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise SettingsError(f"{name}_FILE names {file_name}, which can't be read: {e}") from e
+    return text or None
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

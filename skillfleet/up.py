@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from skillfleet.flower import flower_banner
 from skillfleet.settings import Settings
 from skillfleet.supervisor import Supervisor
 
@@ -83,6 +84,8 @@ def _gunicorn_command(settings: Settings, workers: int) -> list[str]:
         "-m",
         "gunicorn",
         "api:create_app()",
+        "--config",
+        "python:skillfleet.serving",  # Prometheus multiprocess mode
         "--worker-class",
         "gthread",
         "--workers",
@@ -299,11 +302,17 @@ def _start_workers(
     }
     if spark:
         commands["spark"] = ["worker", "spark"]
+    commands["flower"] = flower_process()
     for label, arguments in commands.items():
         child_env = dict(env)
         if label in (LOCAL_NODE, "spark"):
             child_env["SKILLFLEET_NODE_TOKEN"] = node_token(settings, label)
         workers.start(label, arguments, child_env, logs / f"{label}.log")
+
+
+def flower_process() -> list[str]:
+    """Flower's `skillfleet` arguments: loopback by default, basic auth (skillfleet/flower.py)."""
+    return ["flower"]
 
 
 def _spark_status(settings: Settings) -> str | None:
@@ -370,6 +379,7 @@ def _announce(
     click.echo(f"  workers:     {names} (logs in {settings.data_dir / 'logs'})")
     if note:
         click.echo(note)
+    click.echo(flower_banner(settings))
     click.echo("  Press Ctrl-C to stop.")
     click.echo(f"  owner token: {owner}")
     click.echo(f"  agent token: {agent}")

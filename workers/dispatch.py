@@ -61,7 +61,10 @@ class CeleryDispatcher:
             session.add(run)
             feed.note_run(session, run)
         try:
-            self.celery.send_task(EXECUTE_TASK, args=[run.id], queue=queue)
+            # Flower shows the shadow name: what the task is, never the script's arguments.
+            self.celery.send_task(
+                EXECUTE_TASK, args=[run.id], queue=queue, shadow=f"run {run.id} on {queue}"
+            )
         except (redis.RedisError, kombu.exceptions.OperationalError) as e:
             abandon(self.sessions, run.id, UNREACHABLE)
             raise BackendUnavailable(UNREACHABLE) from e

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
+import httpx
 import pytest
+from conftest import REDIS_URL
+from fleet import wait_until
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from api import create_app
 from skillfleet.settings import Settings
 from store.db import transaction
+from store.models import utcnow
 from store.tokens import create_node_token
+
+SKILLFLEET = str(Path(sys.executable).parent / "skillfleet")
 
 METRICS_TOKEN = "scrape-me-0123456789"
 
@@ -90,3 +102,164 @@ def test_the_metrics_settings_are_read_from_the_environment():
     assert Settings.from_env({}).metrics_open  # 127.0.0.1 by default
     assert Settings.from_env({"SKILLFLEET_HOST": "::1"}).metrics_open
     assert Settings.from_env({"SKILLFLEET_HOST": "localhost"}).metrics_open
+
+
+# -- what the metrics say ------------------------------------------------------------------
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The sum of `name`'s samples whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{key}="{value}"' in line for key, value in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_metrics_count_calls_by_tool_and_status_and_policy_decisions_by_rule(client, auth):
+    before = client.get("/metrics").get_data(as_text=True)
+    answer = client.post("/api/tools/list_skills", headers=auth, json={"arguments": {}})
+    assert answer.status_code == 200 and answer.json["status"] == "done"
+
+    response = client.get("/metrics")
+    text = response.get_data(as_text=True)
+
+    assert response.headers["Content-Type"] == CONTENT_TYPE_LATEST
+    assert sample(text, "skillfleet_tool_calls_total", tool="list_skills", status="done") == 1
+    decided = sample(text, "skillfleet_policy_decisions_total", action="allow")
+    assert decided == sample(before, "skillfleet_policy_decisions_total", action="allow") + 1
+    for name in (
+        "skillfleet_approvals_waiting",
+        "skillfleet_runs_total",
+        "skillfleet_run_duration_seconds",
+        "skillfleet_run_queue_wait_seconds",
+        "skillfleet_queue_depth",
+        "skillfleet_node_heartbeat_age_seconds",
+        "skillfleet_sse_streams_open",
+    ):
+        assert f"# TYPE {name}" in text, name
+    assert 'skillfleet_queue_depth{queue="spark"}' in text
+
+
+def test_a_run_shows_in_runs_by_runner_and_state_and_in_both_histograms(client, auth, services):
+    from datetime import timedelta
+
+    from store.models import Run
+    from workers.runs import SUCCEEDED
+
+    now = utcnow()
+    with transaction(services.sessions) as session:
+        session.add(
+            Run(
+                id="00000000-0000-0000-0000-00000000run1", skill_name="demo", skill_hash="0" * 64,
+                script="scripts/a.py", arguments={}, execution="spark", queue="spark",
+                status=SUCCEEDED, timeout_seconds=300, created_at=now - timedelta(seconds=3),
+                started_at=now - timedelta(seconds=2), finished_at=now,
+            )
+        )  # fmt: skip
+
+    text = client.get("/metrics").get_data(as_text=True)
+
+    assert sample(text, "skillfleet_runs_total", runner="spark", state="succeeded") == 1
+    assert sample(text, "skillfleet_run_duration_seconds_bucket", runner="spark", le="1.0") == 0
+    assert sample(text, "skillfleet_run_duration_seconds_bucket", runner="spark", le="2.5") == 1
+    assert sample(text, "skillfleet_run_queue_wait_seconds_bucket", runner="spark", le="1.0") == 1
+    assert sample(text, "skillfleet_run_queue_wait_seconds_count", runner="spark") == 1
+
+
+# -- gunicorn: every worker process answers with the same totals --------------------------
+
+
+def clean_env(**values: str) -> dict[str, str]:
+    """This shell's environment without anything that points at another database or server."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SKILLFLEET_", "PROMETHEUS_"))
+        and key not in ("DATABASE_URL", "REDIS_URL")
+    }
+    env.update(values)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_every_gunicorn_worker_answers_with_the_same_totals(settings, tmp_path):
+    port = free_port()
+    token = "sf_metrics-owner-0123456789abcdef"
+    env = clean_env(
+        DATABASE_URL=settings.database,
+        REDIS_URL=REDIS_URL,
+        SKILLFLEET_DATA_DIR=str(tmp_path / "var"),
+        SKILLFLEET_PORT=str(port),
+        SKILLFLEET_BOOTSTRAP_TOKEN=token,
+    )
+    upgrade = subprocess.run([SKILLFLEET, "db", "upgrade"], env=env, capture_output=True)
+    assert upgrade.returncode == 0, upgrade.stderr
+    api = subprocess.Popen(
+        [SKILLFLEET, "api", "--workers", "3"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: answers(url + "/api/health"), 60, "the API to answer")
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
+            calls = 12
+            for _ in range(calls):
+                # A new connection each time, so different worker processes answer.
+                answer = httpx.post(
+                    url + "/api/tools/list_skills",
+                    headers={"Authorization": f"Bearer {token}", "Connection": "close"},
+                    json={"arguments": {}},
+                )
+                assert answer.json()["status"] == "done"
+            scrapes = [http.get("/metrics", headers={"Connection": "close"}).text for _ in range(9)]
+    finally:
+        api.terminate()
+        api.wait(timeout=20)
+    decided = {sample(text, "skillfleet_policy_decisions_total") for text in scrapes}
+    called = {sample(text, "skillfleet_tool_calls_total", tool="list_skills") for text in scrapes}
+    assert decided == {calls} and called == {calls}
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_an_open_event_stream_counts_until_its_client_goes_away(client, auth, services, token):
+    from sqlalchemy import select
+
+    from store.models import Owner, Run
+    from workers.runs import RUNNING
+    from workers.streams import RunStream
+
+    run_id = "00000000-0000-0000-0000-0000000sse01"
+    with transaction(services.sessions) as session:
+        owner = session.scalar(select(Owner).where(Owner.name == "alice"))
+        session.add(
+            Run(
+                id=run_id, owner_id=owner.id, skill_name="demo", skill_hash="0" * 64,
+                script="scripts/a.py", arguments={}, execution="node", queue="node.web01",
+                status=RUNNING, timeout_seconds=300, started_at=utcnow(),
+            )
+        )  # fmt: skip
+    RunStream(services.redis, run_id).status("running")
+    before = sample(client.get("/metrics").get_data(as_text=True), "skillfleet_sse_streams_open")
+
+    stream = client.get(f"/api/runs/{run_id}/events", headers=auth, buffered=False)
+    first = next(stream.response)
+    during = sample(client.get("/metrics").get_data(as_text=True), "skillfleet_sse_streams_open")
+    stream.close()
+    after = sample(client.get("/metrics").get_data(as_text=True), "skillfleet_sse_streams_open")
+
+    assert b"event: status" in first
+    assert (during - before, after - before) == (1, 0)

@@ -58,6 +58,8 @@ def clean_env(**values: str) -> dict[str, str]:
 
 
 def up_env(data_dir: Path, port: int, **values: str) -> dict[str, str]:
+    # Flower's own port too: `skillfleet up`s running side by side must not share 5555.
+    values.setdefault("SKILLFLEET_FLOWER_PORT", str(free_port()))
     return clean_env(SKILLFLEET_DATA_DIR=str(data_dir), SKILLFLEET_PORT=str(port), **values)
 
 

@@ -266,6 +266,10 @@ def test_the_run_container_has_exactly_the_hardening_flags(tmp_path, runner, eng
     assert config["Labels"][LABEL] == the_job.run_id
     (mount,) = seen[0]["Mounts"]
     assert (mount["Destination"], mount["RW"]) == ("/skill", False)
+    # A volume the engine filled, not a path of the worker's file system: the worker may run
+    # in a container of its own. It is gone with the run.
+    assert mount["Type"] == "volume"
+    assert engine.volumes.list(filters={"label": f"{LABEL}={the_job.run_id}"}) == []
 
 
 def test_only_a_bridge_run_gets_the_bridge_network(tmp_path, runner):

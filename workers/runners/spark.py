@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import tarfile
 import tempfile
 import threading
 import time
@@ -85,8 +87,11 @@ class SparkRunner:
         """`bridge` only when the run asks for it; everything else has no network."""
         return "bridge" if job.network == "bridge" else "none"
 
-    def container_options(self, job: Job, skill_copy: Path) -> dict[str, Any]:
-        """The docker SDK arguments of a run's container (the runner image's hardening)."""
+    def container_options(self, job: Job, volume: str | Path) -> dict[str, Any]:
+        """The docker SDK arguments of a run's container (the runner image's hardening).
+
+        `volume` holds the skill and is mounted read-only at /skill.
+        """
         return {
             "network_mode": self.network_for(job),
             "read_only": True,
@@ -98,7 +103,7 @@ class SparkRunner:
             "nano_cpus": NANO_CPUS,
             "user": NOBODY,
             "labels": {LABEL: job.run_id},
-            "volumes": {str(skill_copy): {"bind": SKILL_MOUNT, "mode": "ro"}},
+            "volumes": {str(volume): {"bind": SKILL_MOUNT, "mode": "ro"}},
             "working_dir": SKILL_MOUNT,
             "environment": script_environment(job, {"PATH": IMAGE_PATH, "HOME": "/tmp"}),
             "stdin_open": False,
@@ -125,6 +130,8 @@ class SparkRunner:
         try:
             for container in self.leftovers():
                 _remove(container)
+            for volume in self.client.volumes.list(filters={"label": LABEL}):
+                volume.remove(force=True)
         except _ENGINE_ERRORS as e:
             raise RunnerUnavailable(
                 f"Containers left by an earlier spark worker can't be removed: {e}"
@@ -137,7 +144,10 @@ class SparkRunner:
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
         """Run from a private copy of `folder`, proven to hash to the job's hash first.
 
-        Raises PackageUnverified when the copy does not: no container is made for it.
+        The copy reaches the container through a volume the engine fills from an archive, never
+        through a path on this machine: this worker may itself run in a container, whose paths
+        the engine can't see. Raises PackageUnverified when the copy does not hash to the job's
+        hash: no container is made for it.
         """
         collector = OutputCollector(stream)
         with tempfile.TemporaryDirectory(prefix="skillfleet-run-") as scratch:
@@ -145,17 +155,51 @@ class SparkRunner:
             try:
                 copy_skill(folder, skill_copy)
                 verify_folder(skill_copy, job.skill_hash, "The skill's copy for the container")
+                archive = skill_archive(skill_copy)
                 command = command_for(job.script)
+            except (OSError, ValueError) as e:
+                return _not_started(e)
+        try:
+            volume = self._skill_volume(job, archive)
+        except (OSError, *_ENGINE_ERRORS) as e:
+            return _not_started(e)
+        try:
+            try:
                 container = self.client.containers.create(
-                    self.image, command, **self.container_options(job, skill_copy)
+                    self.image, command, **self.container_options(job, volume.name)
                 )
-            except (OSError, ValueError, *_ENGINE_ERRORS) as e:
-                message = f"The script could not start: {type(e).__name__}: {e}"
-                return Outcome(FAILED, None, "", message, message)
+            except _ENGINE_ERRORS as e:
+                return _not_started(e)
             try:
                 return self._watch(container, job, collector, stream, cancelled)
             finally:
                 _remove(container)
+        finally:
+            _remove_volume(volume)
+
+    def _skill_volume(self, job: Job, archive: bytes) -> Any:
+        """A new volume holding the skill, filled through a container that never starts.
+
+        Raises OSError or an engine error when it can't be filled (and then removes it).
+        """
+        volume = self.client.volumes.create(labels={LABEL: job.run_id})
+        try:
+            loader = self.client.containers.create(
+                self.image,
+                ["true"],
+                network_mode="none",
+                labels={LABEL: job.run_id},
+                volumes={volume.name: {"bind": SKILL_MOUNT, "mode": "rw"}},
+            )
+            try:
+                if not loader.put_archive(SKILL_MOUNT, archive):
+                    raise OSError("the engine refused the skill's archive")
+            finally:
+                _remove(loader)
+        except BaseException:
+            _remove_volume(volume)
+            raise
+        return volume
 
     def _watch(
         self,
@@ -183,6 +227,27 @@ class SparkRunner:
             return outcome_of(state, code, collector, job.timeout)
         finally:
             frames.close()
+
+
+def skill_archive(folder: Path) -> bytes:
+    """An uncompressed tar of `folder`'s contents owned by root: dirs 0755, files 0644."""
+
+    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        info.mode = 0o755 if info.isdir() else 0o644
+        return info
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for entry in sorted(folder.iterdir()):
+            tar.add(entry, arcname=entry.name, filter=normalise)
+    return buffer.getvalue()
+
+
+def _not_started(error: Exception) -> Outcome:
+    message = f"The script could not start: {type(error).__name__}: {error}"
+    return Outcome(FAILED, None, "", message, message)
 
 
 class _Reader(threading.Thread):
@@ -252,6 +317,13 @@ def _kill(container: Any) -> None:
         container.kill()
     except DockerException:  # already gone, or it exited between the check and the kill
         pass
+
+
+def _remove_volume(volume: Any) -> None:
+    try:
+        volume.remove(force=True)
+    except _ENGINE_ERRORS:
+        pass  # removed at the next worker start, with the other leftovers
 
 
 def _remove(container: Any) -> None:

@@ -1,0 +1,43 @@
+"""gunicorn's configuration for the API (`--config python:skillfleet.serving`).
+
+Prometheus multiprocess mode: every worker process writes its metrics into one folder, so a
+scrape answered by any worker gives the totals of all of them. The folder is made before the
+workers start (they import prometheus_client after PROMETHEUS_MULTIPROC_DIR is set), emptied of
+files left by an earlier run, and a dead worker's live gauges are dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from skillfleet.settings import Settings
+
+_made: list[Path] = []
+
+
+def on_starting(server: Any) -> None:
+    configured = Settings.from_env().metrics_dir
+    if configured is None:
+        folder = Path(tempfile.mkdtemp(prefix="skillfleet-metrics-"))
+        _made.append(folder)
+    else:
+        folder = configured
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.db"):
+            stale.unlink()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+def on_exit(server: Any) -> None:
+    for folder in _made:
+        shutil.rmtree(folder, ignore_errors=True)
