@@ -14,6 +14,7 @@ from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
 from api.runs import KEEPALIVE
+from api.schemas import sse_response
 from api.services import services
 from broker.calls import MAX_ID_CHARS, MODES
 from store import modelsettings
@@ -26,6 +27,7 @@ from workers.errors import BackendUnavailable, NoModel, TurnFinished
 from workers.streams import Event, follow_stream, read_stream
 from workers.turnstate import TurnStatus
 
+TURN_EXAMPLE = 'id: 1733011200000-0\nevent: text\ndata: {"text": "Checking the disk."}\n\n'
 blp = Blueprint("turns", __name__, url_prefix="/api/turns", description="Agent turns")
 UNREACHABLE = "The control queue (Redis) can't be reached, so the turn was not started."
 NO_MODEL = "No model is configured: the owner sets one with PUT /api/settings/model."
@@ -107,6 +109,7 @@ def stop_turn(turn_id: str) -> Turn:
 
 @blp.route("/<turn_id>/events")
 @blp.response(200, content_type="text/event-stream")
+@blp.doc(responses={"200": sse_response("The turn's text and tool events", TURN_EXAMPLE)})
 def turn_events(turn_id: str) -> Response:
     """Text and tool events as Server-Sent Events; reconnect with Last-Event-ID to replay"""
     turn = turnstate.get(services().sessions, turn_id, owner_or_agent())

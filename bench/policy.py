@@ -70,8 +70,6 @@ def _by_tier(f: CallFacts) -> Decision:
     if tier == "destructive":
         if f.job_granted:
             return Decision("allow", "job-granted")
-        if f.granted and not f.in_job:
-            return Decision("allow", "destructive-allowed-for-chat")
         return Decision("require_approval", "destructive-always-asks")
     if tier == "draft":
         return Decision("allow", "drafts-allowed")

@@ -126,8 +126,13 @@ def test_calls_are_listed_with_status_tool_and_chat_filters_and_pages(client, au
     assert json.loads(second_page.headers["X-Pagination"])["total"] == 2
 
 
+# The feed also carries notices for push and webhooks (approval.waiting, run.failed...);
+# these tests follow the state changes a frontend shows.
+CHANGES = ("approval.created", "approval.answered", "call.finished", "run.state", "job_run.state")
+
+
 def read_feed(client, auth, count: int, last_id: str = "0-0") -> list[dict[str, object]]:
-    """The first `count` events of the owner's SSE feed after `last_id`."""
+    """The first `count` state-change events of the owner's SSE feed after `last_id`."""
     headers = {**auth, "Last-Event-ID": last_id}
     response = client.get("/api/events", headers=headers, buffered=False)
     assert response.status_code == 200
@@ -140,6 +145,8 @@ def read_feed(client, auth, count: int, last_id: str = "0-0") -> list[dict[str, 
             frame = frame.decode() if isinstance(frame, bytes) else frame
             if frame.startswith("id:"):
                 fields = dict(line.split(": ", 1) for line in frame.strip().split("\n"))
+                if fields["event"] not in CHANGES:
+                    continue
                 events.append(
                     {"id": fields["id"], "kind": fields["event"], **json.loads(fields["data"])}
                 )

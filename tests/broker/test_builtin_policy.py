@@ -34,11 +34,6 @@ VERDICTS: list[tuple[str, CallFacts, str]] = [
     ),
     ("job-granted", CallFacts("delete_app", "destructive", in_job=True, job_granted=True), "allow"),
     (
-        "destructive-allowed-for-chat",
-        CallFacts("run_command", "destructive", granted=True),
-        "allow",
-    ),
-    (
         "destructive-always-asks",
         CallFacts("delete_app", "destructive", owner_allowed=True),
         "require_approval",
@@ -62,6 +57,13 @@ def test_each_builtin_rule_gives_its_verdict(rule: str, facts: CallFacts, action
 
 def test_every_builtin_rule_has_a_verdict_test() -> None:
     assert [rule.name for rule in POLICY.rules] == [name for name, _, _ in VERDICTS]
+
+
+def test_a_chat_grant_never_lets_a_destructive_call_run_in_a_chat() -> None:
+    # Seed 003: destructive tools always ask in a chat; only a job's grant lets one run.
+    facts = CallFacts("run_command", "destructive", granted=True)
+
+    assert POLICY.decide(facts) == Decision("require_approval", "destructive-always-asks")
 
 
 def test_the_builtin_policy_denies_by_default() -> None:

@@ -27,7 +27,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_policy_check_accepts_the_builtin_policy():
     result = cli("policy", "check", BUILTIN)
     assert result.returncode == 0
-    assert result.stdout.strip() == "Valid policy: 19 rules, default deny."
+    assert result.stdout.strip() == "Valid policy: 18 rules, default deny."
 
 
 @pytest.mark.parametrize(

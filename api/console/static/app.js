@@ -39,7 +39,9 @@ function startFeed() {
   stopFeed = follow("/api/events", {
     onEvent(event) {
       for (const listener of listeners) listener(event);
-      if (event.kind.startsWith("approval.") && !onApprovals()) approvals.refreshBadge();
+      if ((event.kind === "approval.created" || event.kind === "approval.answered") && !onApprovals()) {
+        approvals.refreshBadge();
+      }
     },
     onState(state, error) {
       live.hidden = false;

@@ -3,6 +3,8 @@
 import { get, post } from "./api.js";
 import { diff, h, hash8, json, replace, showError, status, when } from "./ui.js";
 
+const APPROVAL_CHANGES = new Set(["approval.created", "approval.answered"]);
+
 function setBadge(count) {
   const badge = document.getElementById("pending-count");
   badge.textContent = count;
@@ -92,7 +94,8 @@ export async function page({ main, onFeed }) {
   }
 
   onFeed((event) => {
-    if (event.kind.startsWith("approval.") || event.kind === "reconnected") load().catch((e) => showError(e));
+    // State changes only: the feed also carries notices for push and webhooks (approval.waiting).
+    if (APPROVAL_CHANGES.has(event.kind) || event.kind === "reconnected") load().catch((e) => showError(e));
   });
   await load();
 }
