@@ -93,9 +93,12 @@ def _owner_events(context: NotifyContext, owner_id: int) -> int:
     for _key, entries in reply or []:
         for entry_id, fields in entries:
             event = events.decode(entry_id, fields)
-            _notify(context, owner_id, event)
+            # The feed also carries state changes for frontends (approval.created, run.state...);
+            # only notices of what waits or went wrong are pushed or sent to webhooks.
+            if event.kind in WEBHOOK_KINDS:
+                _notify(context, owner_id, event)
+                handled += 1
             context.redis.xack(key, naming.NOTIFY_GROUP, event.id)
-            handled += 1
     return handled
 
 

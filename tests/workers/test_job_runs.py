@@ -55,10 +55,13 @@ def feed(services, redis_client):
     from factories import owner_id_of
 
     from workers import naming
+    from workers.notify import WEBHOOK_KINDS
 
     owner = owner_id_of(services)
     redis_client.delete(naming.owner_events(owner))
-    return lambda: [(e.kind, e.data) for e in events.read(redis_client, owner)]
+    # Notices only: the feed also carries state changes for frontends (approval.created...).
+    notices = (*WEBHOOK_KINDS, "job_run.waiting")
+    return lambda: [(e.kind, e.data) for e in events.read(redis_client, owner) if e.kind in notices]
 
 
 def create(client, auth, steps, grants=None, skills=("wiper",), cron="0 3 * * *") -> dict:

@@ -270,7 +270,7 @@ def run_tick(running: Fleet, node: str) -> dict[str, Any]:
 def synced(running: Fleet, node: str, name: str) -> bool:
     """The node logged a sync that ended after it installed `name`."""
     text = running.log_text(node)
-    installed = text.find(f"package={name}@")
+    installed = max(text.find(f"package={name}@"), text.find(f'"package": "{name}@'))
     return installed >= 0 and "packages synced" in text[installed:]
 
 
