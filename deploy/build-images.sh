@@ -109,10 +109,11 @@ build_app() {  # always: it holds this checkout's code
   "$python" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' ||
     die "$python is not CPython 3.11 (bookworm's python3 is 3.11)."
   # pip reads dependency markers for this machine's Python, not the image's: redis needs
-  # async-timeout before 3.11.3 (bookworm has 3.11.2), so it is named here.
+  # async-timeout before 3.11.3 (bookworm has 3.11.2), so it is named here. Wheels are
+  # preferred; a pure-Python package published only as source (http_ece) is built here.
   "$python" -m pip wheel --quiet --no-deps --wheel-dir "$workdir/wheel" "$repo" 2>/dev/null
   "$python" -m pip install --quiet --no-compile --target "$context/site-packages" \
-    --only-binary=:all: "$workdir"/wheel/skillfleet-*.whl async-timeout 2>&1 | grep -v '^WARNING: Location' >&2 || true
+    --prefer-binary "$workdir"/wheel/skillfleet-*.whl async-timeout 2>&1 | grep -v '^WARNING: Location' >&2 || true
   [[ -d $context/site-packages/skillfleet ]] || die "pip did not install skillfleet."
   rm -rf "$context/site-packages/bin"
   cp "$here/app.Dockerfile" "$context/Dockerfile"
