@@ -146,3 +146,26 @@ def agent_token(services: Services, token: str) -> str:
 @pytest.fixture
 def agent_auth(agent_token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {agent_token}"}
+
+
+# A destructive node skill: every call of it in a chat waits for the owner.
+WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
+
+
+@pytest.fixture
+def wiper(client: FlaskClient, auth: dict[str, str]) -> dict[str, object]:
+    """The owner's `wiper` skill, imported through the API (test modules may define their own)."""
+    import io
+
+    from factories import skill_files, zip_bytes
+
+    files = skill_files("wiper", metadata=WIPE)
+    files["scripts/wipe.sh"] = b'#!/bin/bash\necho wiping "$SKILLFLEET_ARGS"\n'
+    response = client.post(
+        "/api/skills",
+        headers=auth,
+        data={"file": (io.BytesIO(zip_bytes(files, top="wiper")), "s.zip")},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 201, response.json
+    return dict(response.json)

@@ -6,11 +6,9 @@ task calls) with dry-run dispatch, so scripts are decided by the broker but not 
 
 from __future__ import annotations
 
-import io
 from datetime import timedelta
 
 import pytest
-from factories import skill_files, zip_bytes
 from sqlalchemy import select, update
 
 from broker.approvals import expire_due
@@ -19,27 +17,12 @@ from store.db import transaction
 from store.models import Approval, Job, JobRun, ToolCall, utcnow
 from workers import events, jobruns
 
-WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 WIPE_STEP = {
     "tool": "run_skill_script",
     "arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",
                   "arguments": {"node": "web01"}},
 }  # fmt: skip
 WORKER = "control@test:1:1"
-
-
-@pytest.fixture
-def wiper(client, auth):
-    files = skill_files("wiper", metadata=WIPE)
-    files["scripts/wipe.sh"] = b'#!/bin/bash\necho wiping "$SKILLFLEET_ARGS"\n'
-    response = client.post(
-        "/api/skills",
-        headers=auth,
-        data={"file": (io.BytesIO(zip_bytes(files, top="wiper")), "s.zip")},
-        content_type="multipart/form-data",
-    )
-    assert response.status_code == 201, response.json
-    return dict(response.json)
 
 
 @pytest.fixture

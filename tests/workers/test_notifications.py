@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import io
 import json
 import os
 import re
@@ -26,7 +25,7 @@ import pytest
 from conftest import REDIS_URL
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from factories import owner_id_of, skill_files, zip_bytes
+from factories import owner_id_of
 
 from skillfleet.settings import DEFAULT_PUSH_SERVICES, Settings
 from store.secrets import Sealer
@@ -121,19 +120,6 @@ def context(services, settings, quiet_feed):
         push.load_or_create_vapid(settings.keys_dir), "mailto:owner@example.org",
         settings.push_services,
     )  # fmt: skip
-
-
-@pytest.fixture
-def wiper(client, auth):
-    files = skill_files("wiper", metadata=WIPE)
-    files["scripts/wipe.sh"] = b'#!/bin/bash\necho wiping "$SKILLFLEET_ARGS"\n'
-    response = client.post(
-        "/api/skills",
-        headers=auth,
-        data={"file": (io.BytesIO(zip_bytes(files, top="wiper")), "s.zip")},
-        content_type="multipart/form-data",
-    )
-    assert response.status_code == 201, response.json
 
 
 def wait_for_approval(client, auth) -> dict:

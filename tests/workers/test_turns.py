@@ -6,12 +6,10 @@ calls) with dry-run dispatch, so scripts are decided by the broker but not start
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 
 import pytest
-from factories import skill_files, zip_bytes
 from fleet import wait_until
 from model_standin import model_standin, slow, text, tools
 from sqlalchemy import select
@@ -23,24 +21,9 @@ from workers import jobruns, turns, turnstate
 from workers.naming import turn_stream
 from workers.streams import read_stream
 
-WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 WORKER = "control@test:1:1"
 WIPE_CALL = ("run_skill_script", {"skill_name": "wiper", "script": "scripts/wipe.sh",
                                   "arguments": {"node": "web01"}})  # fmt: skip
-
-
-@pytest.fixture
-def wiper(client, auth):
-    files = skill_files("wiper", metadata=WIPE)
-    files["scripts/wipe.sh"] = b'#!/bin/bash\necho wiping "$SKILLFLEET_ARGS"\n'
-    response = client.post(
-        "/api/skills",
-        headers=auth,
-        data={"file": (io.BytesIO(zip_bytes(files, top="wiper")), "s.zip")},
-        content_type="multipart/form-data",
-    )
-    assert response.status_code == 201, response.json
-    return dict(response.json)
 
 
 @pytest.fixture
