@@ -88,6 +88,6 @@ def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[st
     )
     outcome = broker.call(caller, request)
     if query["wait"] > 0 and outcome.status in OPEN_STATES:
-        call = broker.get_call(caller, outcome.call_id, wait=query["wait"])
+        call = broker.get_call(caller, outcome.call_id, wait=query["wait"], run_id=outcome.run_id)
         outcome = CallOutcome.of(call)
     return outcome.envelope()

@@ -4,10 +4,12 @@ Run with `python bench/runs.py [--spark]`. It starts a real `skillfleet api` (gu
 node worker and (with --spark) a Spark worker on a temporary SQLite data dir and the Redis at
 REDIS_URL (default redis://127.0.0.1:6379/14), then measures:
 
-- node run overhead: REST call -> broker -> Celery -> node worker -> subprocess -> Redis
-  stream -> result (`?wait=`), for a trivial Python script, against spawning that script
-  directly with subprocess; p50 of each and the difference;
-- throughput: runs per second with 16 clients calling at once;
+- node run: REST call -> broker -> Celery -> node worker -> subprocess -> Redis stream ->
+  result (`?wait=`), for a trivial Python script, against its floor: a bare Celery task on the
+  same Redis, pool and concurrency whose body spawns the same script and returns its output
+  (`bench/celery_floor.py`), and against spawning the script directly; p50 of each and ratios;
+- throughput: runs per second with 16 clients calling at once, for skillfleet and the floor,
+  with the CPU each spends per run (every process of the system, the scripts and the clients);
 - first-output latency: from the script printing a line (its own timestamp) to an SSE client
   receiving it;
 - spark (with --spark): a run against a bare `docker run` with the same flags and image.
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
+from celery import Celery
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workers.runners.base import SCRIPT_PATH  # noqa: E402
@@ -127,7 +131,43 @@ class System:
             spark_env = dict(node_env, SKILLFLEET_NODE_TOKEN=self.cli("nodes", "add", "spark"))
             self.start("worker", "spark", env=spark_env)
         self._wait(self._workers_ready)
+        self.start_floor()
         return self
+
+    def start_floor(self) -> None:
+        """The bare Celery worker the node runs are compared with, on its own queue."""
+        self.floor_queue = f"floor-{os.getpid()}"
+        log = open(self.root / "floor.log", "wb")  # noqa: SIM115
+        self.floor = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "bench.celery_floor", "worker", "-Q",
+             self.floor_queue, "--pool", "threads", "--concurrency", "8", "--without-gossip",
+             "--without-mingle", "--loglevel", "INFO"],
+            env=self.env, stdout=log, stderr=log, cwd=ROOT,
+        )  # fmt: skip
+        self.processes.append(self.floor)
+
+    def floor_client(self) -> Celery:
+        return Celery("floor-client", broker=self.env["REDIS_URL"], backend=self.env["REDIS_URL"])
+
+    def floor_run(self, app: Celery, script: Path) -> str:
+        result = app.send_task("floor.spawn", args=[[PYTHON3, str(script)]], queue=self.floor_queue)
+        output: str = result.get(timeout=60)
+        assert output == "ok\n", output
+        return output
+
+    def cpu_seconds(self) -> float:
+        """CPU spent so far by every process of the system, the scripts they waited for, and us."""
+        total = sum(psutil.Process().cpu_times()[:2])
+        for process in self.processes:
+            try:
+                tree = [psutil.Process(process.pid)]
+                tree += tree[0].children(recursive=True)
+                for member in tree:
+                    times = member.cpu_times()
+                    total += times.user + times.system + times.children_user + times.children_system
+            except psutil.NoSuchProcess:
+                continue
+        return total
 
     def _workers_ready(self) -> bool:
         nodes = httpx.get(f"{self.url}/api/nodes", headers=self.headers).json()
@@ -181,13 +221,17 @@ def timed(action: Any, rounds: int) -> list[float]:
 
 def bench_node(system: System, script: Path) -> dict[str, float]:
     client = httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
-    for _ in range(5):  # warm up: packages synced, connections open
+    floor = system.floor_client()
+    for _ in range(5):  # warm up: packages synced, connections open, the floor worker up
         system.run(client, "trivial", "scripts/ok.py", NODE)
+        system.floor_run(floor, script)
         subprocess.run([PYTHON3, str(script)], capture_output=True, check=True)
     full: list[float] = []
+    bare: list[float] = []
     direct: list[float] = []
-    for _ in range(ROUNDS):  # interleaved, so both see the same machine
+    for _ in range(ROUNDS):  # interleaved, so all three see the same machine
         full += timed(lambda: system.run(client, "trivial", "scripts/ok.py", NODE), 1)
+        bare += timed(lambda: system.floor_run(floor, script), 1)
         direct += timed(
             lambda: subprocess.run([PYTHON3, str(script)], capture_output=True, check=True), 1
         )
@@ -198,16 +242,33 @@ def bench_node(system: System, script: Path) -> dict[str, float]:
             for _ in range(CONCURRENT_RUNS // CLIENTS):
                 system.run(own, "trivial", "scripts/ok.py", NODE)
 
-    start = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=CLIENTS) as pool:
-        list(pool.map(agent, range(CLIENTS)))
-    throughput = (CONCURRENT_RUNS // CLIENTS * CLIENTS) / (time.perf_counter() - start)
+    def floor_agent(_index: int) -> None:
+        """The same share through the bare Celery task, with a client app of its own."""
+        own = system.floor_client()
+        for _ in range(CONCURRENT_RUNS // CLIENTS):
+            system.floor_run(own, script)
+
+    runs = CONCURRENT_RUNS // CLIENTS * CLIENTS
+    rates: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    for label, body in (("full", agent), ("floor", floor_agent)):
+        cpu_before = system.cpu_seconds()
+        start = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+            list(pool.map(body, range(CLIENTS)))
+        rates[label] = runs / (time.perf_counter() - start)
+        cpu[label] = (system.cpu_seconds() - cpu_before) / runs
     return {
         "full_p50": median_ms(full),
         "full_p95": p95_ms(full),
+        "floor_p50": median_ms(bare),
+        "floor_p95": p95_ms(bare),
         "direct_p50": median_ms(direct),
         "direct_p95": p95_ms(direct),
-        "throughput": throughput,
+        "throughput": rates["full"],
+        "floor_throughput": rates["floor"],
+        "cpu_ms": cpu["full"] * 1000,
+        "floor_cpu_ms": cpu["floor"] * 1000,
     }
 
 
@@ -267,16 +328,17 @@ def main() -> None:
             node = bench_node(system, script)
             first = bench_first_output(system)
             spark = bench_spark(system, root, image) if options.spark else None
-    overhead = node["full_p50"] - node["direct_p50"]
     print(f"Node run, trivial Python script ({ROUNDS} runs each, interleaved)")
-    print(f"  full path (REST -> Celery -> worker -> stream)  p50 {node['full_p50']:7.1f} ms"
-          f"  p95 {node['full_p95']:7.1f} ms")  # fmt: skip
-    print(f"  spawning the script directly                    p50 {node['direct_p50']:7.1f} ms"
-          f"  p95 {node['direct_p95']:7.1f} ms")  # fmt: skip
-    print(f"  overhead p50 {overhead:.1f} ms; ratio {node['full_p50'] / node['direct_p50']:.2f}x")
-    print(
-        f"  throughput: {node['throughput']:.1f} runs/s ({CONCURRENT_RUNS} runs, {CLIENTS} clients)"
-    )
+    for label, key in (("skillfleet (REST -> Celery -> worker -> stream)", "full"),
+                       ("floor (bare Celery task spawning the script)  ", "floor"),
+                       ("spawning the script directly                  ", "direct")):  # fmt: skip
+        print(f"  {label}  p50 {node[key + '_p50']:7.1f} ms  p95 {node[key + '_p95']:7.1f} ms"
+              f"  ratio to floor {node[key + '_p50'] / node['floor_p50']:.2f}x")  # fmt: skip
+    print(f"Throughput ({CONCURRENT_RUNS} runs, {CLIENTS} clients)")
+    print(f"  skillfleet  {node['throughput']:6.1f} runs/s  CPU {node['cpu_ms']:5.1f} ms/run")
+    print(f"  floor       {node['floor_throughput']:6.1f} runs/s  "
+          f"CPU {node['floor_cpu_ms']:5.1f} ms/run")  # fmt: skip
+    print(f"  ratio {node['throughput'] / node['floor_throughput']:.2f}x")
     print(f"First output to SSE client ({len(first)} runs): p50 {median_ms(first):.2f} ms, "
           f"p95 {p95_ms(first):.2f} ms")  # fmt: skip
     if spark is not None:

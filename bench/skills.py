@@ -5,16 +5,21 @@ baseline measured in the same run:
 - import: skillfleet's full import (bounded read, hostile-entry checks, validation, syntax
   checks, hashing, index row, one rename) against a bare `zipfile.extractall` + content hash;
 - list_skills: the real tool call through the API (auth, envelope, call record) against the
-  same Flask app answering a static catalog, and against re-reading every SKILL.md per call.
+  same Flask app answering a static catalog, and against re-reading every SKILL.md per call;
+- over HTTP: list_skills and load_skill through a real `skillfleet api` (gunicorn) against
+  `GET /api/health` (a database and a Redis round trip) sent with the same token and connection.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import random
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import httpx  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
 from api import create_app  # noqa: E402
@@ -37,6 +43,7 @@ from store.tokens import create_owner_token  # noqa: E402
 
 IMPORT_ROUNDS = 7
 LIST_CALLS = 300
+HTTP_CALLS = 300
 
 
 def big_skill_zip() -> bytes:
@@ -113,7 +120,7 @@ def install_many(app, auth, count: int) -> None:  # type: ignore[no-untyped-def]
         assert client.post("/api/skills", headers=auth, data=body).status_code == 201
 
 
-def bench_list(root: Path) -> dict[str, list[float]]:
+def bench_list(root: Path) -> tuple[dict[str, list[float]], dict[str, str]]:
     app, auth = make_app(root / "list")
     catalog: list[tuple[str, str]] = []
     folders: list[Path] = []
@@ -153,10 +160,68 @@ def bench_list(root: Path) -> dict[str, list[float]]:
         "list_skills (ours)": timed(ours, LIST_CALLS),
         "static catalog (floor)": timed(call("/bench/static"), LIST_CALLS),
         "re-read every SKILL.md": timed(call("/bench/reread"), LIST_CALLS),
+    }, auth
+
+
+def bench_http(root: Path, auth: dict[str, str]) -> dict[str, list[float]]:
+    """The read tools through a real API process on the list benchmark's data dir."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SKILLFLEET_")},
+        "SKILLFLEET_DATA_DIR": str(root / "list" / "var"),
+        "SKILLFLEET_PORT": str(port),
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
     }
+    log = open(root / "api.log", "wb")  # noqa: SIM115
+    server = subprocess.Popen(
+        [sys.executable, "-m", "skillfleet", "api", "--workers", "1"], env=env, stdout=log,
+        stderr=log,
+    )  # fmt: skip
+    try:
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=30)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if client.get("/api/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the API did not start; see {root / 'api.log'}")
+            time.sleep(0.1)
+
+        def tool(name: str, arguments: dict[str, object]) -> Callable[[], None]:
+            def action() -> None:
+                response = client.post(f"/api/tools/{name}", json={"arguments": arguments})
+                assert response.json()["status"] == "done", response.text
+
+            return action
+
+        def health() -> None:
+            assert client.get("/api/health").status_code == 200
+
+        actions = {
+            "GET /api/health (floor)": health,
+            "list_skills": tool("list_skills", {}),
+            "load_skill": tool("load_skill", {"skill_name": "skill-100"}),
+        }
+        samples: dict[str, list[float]] = {label: [] for label in actions}
+        for action in actions.values():
+            timed(action, 20)  # warm up
+        for _ in range(HTTP_CALLS):  # interleaved, so all see the same machine
+            for label, action in actions.items():
+                samples[label] += timed(action, 1)
+        return samples
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def main() -> None:
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ours, baseline = bench_import(root)
@@ -165,16 +230,23 @@ def main() -> None:
         print(f"  extractall + hash      {baseline * 1000:8.1f} ms")
         print(f"  ratio                  {ours / baseline:8.2f}x")
         print()
-        results = bench_list(root)
+        results, auth = bench_list(root)
         print(f"list_skills with 200 skills installed ({LIST_CALLS} calls)")
-        floor = statistics.median(results["static catalog (floor)"])
-        for label, samples in results.items():
-            median = statistics.median(samples)
-            p99 = sorted(samples)[int(len(samples) * 0.99) - 1]
-            print(
-                f"  {label:24} p50 {median * 1000:6.2f} ms  p99 {p99 * 1000:6.2f} ms  "
-                f"ratio to floor {median / floor:5.2f}x"
-            )
+        report(results, "static catalog (floor)")
+        print()
+        print(f"Read tools over HTTP, 200 skills, one API process ({HTTP_CALLS} calls each)")
+        report(bench_http(root, auth), "GET /api/health (floor)")
+
+
+def report(results: dict[str, list[float]], floor_label: str) -> None:
+    floor = statistics.median(results[floor_label])
+    for label, samples in results.items():
+        median = statistics.median(samples)
+        p99 = sorted(samples)[int(len(samples) * 0.99) - 1]
+        print(
+            f"  {label:24} p50 {median * 1000:6.2f} ms  p99 {p99 * 1000:6.2f} ms  "
+            f"ratio to floor {median / floor:5.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -81,8 +81,9 @@ def get_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def summary(skill: Skill) -> dict[str, Any]:
-    """What list_skills shows of a skill: author, where it runs, tier; a draft's reasons."""
+def summary(skill: Skill | Any) -> dict[str, Any]:
+    """What list_skills shows of a skill (a row or a listing row): author, where it runs, tier;
+    a draft's reasons."""
     entry: dict[str, Any] = {
         "name": skill.name,
         "description": skill.description,

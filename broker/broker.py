@@ -394,9 +394,17 @@ class Broker:
             return self._end(call, CallStatus.FAILED, error=error)
         return self._run(call, chat, plan, new=False)
 
-    def get_call(self, owner_id: int, call_id: str, wait: float = 0) -> ToolCall:
-        """The owner's call; with `wait`, after it reached an end state or the time ran out."""
+    def get_call(
+        self, owner_id: int, call_id: str, wait: float = 0, run_id: str | None = None
+    ) -> ToolCall:
+        """The owner's call; with `wait`, after it reached an end state or the time ran out.
+
+        `run_id`, the run the caller just started for this call, is waited for before the first
+        read, so a call that ends while waiting is read once.
+        """
         deadline = time.monotonic() + min(max(wait, 0), MAX_WAIT_SECONDS)
+        if run_id is not None and self.run_waiter is not None and wait > 0:
+            self.run_waiter(run_id, deadline - time.monotonic())
         while True:
             with self.sessions() as session:
                 call = session.get(ToolCall, call_id)

@@ -48,7 +48,7 @@ def list_skills(context: ToolContext, arguments: dict[str, Any]) -> dict[str, An
     include_disabled = arguments.get("include_disabled", False)
     if not isinstance(include_disabled, bool):
         raise InvalidCall("'include_disabled' must be true or false.")
-    installed = context.store.installed(context.owner_id, enabled_only=not include_disabled)
+    installed = context.store.listing(context.owner_id, enabled_only=not include_disabled)
     rows = {skill.name: skill for skill in installed}
     catalog = [(skill.name, skill.description) for skill in installed]
     if query and query.strip():

@@ -71,6 +71,8 @@ MAX_DRAINED_BYTES = 64 * MIB
 CHUNK_BYTES = 64 * KIB
 COALESCE_BYTES = CHUNK_BYTES
 COALESCE_SECONDS = 0.002
+# A run's "running" status waits this long for its first output, to share its round trip.
+STATUS_DELAY_SECONDS = 0.05
 # Output published to a run's stream is capped; past it one note says so.
 MAX_STREAM_BYTES = 8 * MIB
 # What the Run row keeps of each output stream; the tool result is capped again at 48 KB.

@@ -88,6 +88,17 @@ class SkillStore:
         with self.sessions() as session:
             return _unshadowed(session.scalars(query))
 
+    def listing(self, owner_id: int, *, enabled_only: bool = False) -> list[Any]:
+        """What list_skills shows of each skill the owner sees: only those columns, by name."""
+        query = select(
+            Skill.name, Skill.description, Skill.enabled, Skill.author, Skill.execution,
+            Skill.tier, Skill.source_chats, Skill.owner_id,
+        ).where(_visible_to(owner_id))  # fmt: skip
+        if enabled_only:
+            query = query.where(Skill.enabled.is_(True))
+        with self.sessions() as session:
+            return _unshadowed(session.execute(query))
+
     def catalog(self, owner_id: int) -> list[tuple[str, str]]:
         """Name and description of every enabled skill the owner sees, from the index alone."""
         query = select(Skill.name, Skill.description, Skill.owner_id).where(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import kombu.exceptions
 import redis
 from celery import Celery
@@ -16,6 +18,7 @@ from workers.errors import BackendUnavailable, NoRunner
 from workers.runs import abandon, new_run
 
 EXECUTE_TASK = "skillfleet.execute_run"
+LIVE_CHECK_SECONDS = 1.0
 UNREACHABLE = "The run queue (Redis) can't be reached, so the script was not started."
 NO_SANDBOX = "No server can run sandboxed skills: Hyperlight needs an x86_64 server with KVM."
 
@@ -36,16 +39,30 @@ class CeleryDispatcher:
         self.celery = celery
         self.timeout = timeout
         self.packages = packages
+        self._live: dict[str, float] = {}  # queue -> until when a live worker is assumed
+
+    def _served(self, queue: str) -> bool:
+        """A live worker beats for `queue`; a yes is remembered for LIVE_CHECK_SECONDS.
+
+        A worker that died within that second is no different from one that dies right after
+        the check: its run is answered `interrupted` by the reaper, never run twice.
+        """
+        now = time.monotonic()
+        if self._live.get(queue, 0.0) > now:
+            return True
+        try:
+            alive = heartbeat.live_workers(self.client, queue)
+        except redis.RedisError as e:
+            raise BackendUnavailable(UNREACHABLE) from e
+        if alive:
+            self._live[queue] = now + LIVE_CHECK_SECONDS
+        return bool(alive)
 
     def dispatch(self, context: ToolContext) -> RunStarted:
         plan = context.plan
         assert plan.skill is not None
         queue = naming.queue_for(plan.skill.execution, plan.node)
-        try:
-            alive = heartbeat.live_workers(self.client, queue)
-        except redis.RedisError as e:
-            raise BackendUnavailable(UNREACHABLE) from e
-        if not alive:
+        if not self._served(queue):
             raise NoRunner(_no_runner_message(plan.skill.execution, plan.node))
         # Built now, while this hash is current: the runner may fetch it after an edit.
         self.packages.ensure_built(plan.skill)
@@ -63,7 +80,11 @@ class CeleryDispatcher:
         try:
             # Flower shows the shadow name: what the task is, never the script's arguments.
             self.celery.send_task(
-                EXECUTE_TASK, args=[run.id], queue=queue, shadow=f"run {run.id} on {queue}"
+                EXECUTE_TASK,
+                args=[run.id],
+                queue=queue,
+                shadow=f"run {run.id} on {queue}",
+                ignore_result=True,  # else Celery subscribes to a result channel per run
             )
         except (redis.RedisError, kombu.exceptions.OperationalError) as e:
             abandon(self.sessions, run.id, UNREACHABLE)

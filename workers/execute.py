@@ -16,7 +16,7 @@ from workers import naming
 from workers.errors import RunError
 from workers.heartbeat import Instance
 from workers.runners.base import Job, Runner
-from workers.runs import FAILED, INTERRUPTED, Outcome, announce, claim, finish
+from workers.runs import ANNOUNCED, FAILED, INTERRUPTED, Outcome, announce, claim, finish
 from workers.streams import RunStream
 
 log = structlog.get_logger(__name__)
@@ -95,7 +95,7 @@ def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcom
     except (redis.ConnectionError, redis.TimeoutError):
         # The row holds the end; SSE clients read it from there when the stream lacks it.
         log.warning("run ended without its exit event in the stream", run_id=run_id)
-    if ended:
+    if ended and outcome.status in ANNOUNCED:
         announce(context.sessions, context.redis, run_id)
     log.info("run ended", run_id=run_id, status=outcome.status, exit_code=outcome.exit_code)
     return outcome.status

@@ -48,6 +48,26 @@ def publish(client: redis.Redis, owner_id: int, kind: str, data: dict[str, Any])
     return entry.decode() if isinstance(entry, bytes) else str(entry)
 
 
+def publish_all(client: redis.Redis, events: list[tuple[int, str, dict[str, Any]]]) -> None:
+    """Append several (owner id, kind, data) events in one round trip; best effort like publish."""
+    pipe = client.pipeline(transaction=False)
+    for owner_id, kind, data in events:
+        pipe.xadd(
+            naming.owner_events(owner_id),
+            {"kind": kind, "data": json.dumps(data, default=str)},
+            maxlen=MAX_OWNER_EVENTS,
+            approximate=True,
+        )
+    try:
+        pipe.execute()
+    except redis.RedisError as e:
+        log.warning(
+            "owner events not published",
+            kinds=[kind for _owner, kind, _data in events],
+            error=str(e),
+        )
+
+
 def note(
     session: Session, owner_id: int | None, kind: str, data: dict[str, Any] | Snapshot
 ) -> None:
@@ -103,8 +123,11 @@ def attach(sessions: SessionFactory, client: redis.Redis) -> None:
 
     @event.listens_for(sessions, "after_commit")
     def send(session: Session) -> None:
-        for owner_id, kind, data in session.info.pop(_READY, []):
-            publish(client, owner_id, kind, data)
+        ready = session.info.pop(_READY, [])
+        if len(ready) == 1:
+            publish(client, *ready[0])
+        elif ready:
+            publish_all(client, ready)
 
     @event.listens_for(sessions, "after_soft_rollback")
     def forget(session: Session, _transaction: Any) -> None:

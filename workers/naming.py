@@ -38,6 +38,11 @@ def run_stream(run_id: str) -> str:
     return f"{PREFIX}:run:{run_id}:events"
 
 
+def run_end(run_id: str) -> str:
+    """A one-entry Redis Stream written with a run's exit event, for those who wait only for it."""
+    return f"{PREFIX}:run:{run_id}:end"
+
+
 def run_cancel(run_id: str) -> str:
     """A key whose existence asks the runner of a run to stop it."""
     return f"{PREFIX}:run:{run_id}:cancel"

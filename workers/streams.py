@@ -37,45 +37,71 @@ class Event:
 
 
 class RunStream:
-    """The writer side of one run's stream."""
+    """The writer side of one run's stream.
+
+    Entries go out in as few round trips as they can: a status set with `status_later` waits for
+    the next output or the exit and travels in its pipeline; `send_pending` sends it alone.
+    """
 
     def __init__(self, client: redis.Redis, run_id: str) -> None:
         self.client = client
         self.key = naming.run_stream(run_id)
+        self.end_key = naming.run_end(run_id)
         self.published = 0
         self.capped = False
-
-    def _add(self, kind: str, data: dict[str, Any]) -> str:
-        entry = self.client.xadd(self.key, {"kind": kind, "data": json.dumps(data)})
-        return entry.decode() if isinstance(entry, bytes) else str(entry)
+        self.pending: list[tuple[str, dict[str, Any]]] = []
 
     def status(self, state: str, **details: Any) -> str:
-        return self._add("status", {"status": state, **details})
+        pipe = self._pipeline([("status", {"status": state, **details})])
+        return _text(pipe.execute()[-1])
+
+    def status_later(self, state: str, **details: Any) -> None:
+        """A status to publish with the next entries (see `send_pending`)."""
+        self.pending.append(("status", {"status": state, **details}))
+
+    def send_pending(self) -> None:
+        if self.pending:
+            self._pipeline([]).execute()
 
     def output(self, stream: str, data: bytes) -> None:
         """Publish stdout/stderr bytes in entries of at most CHUNK_BYTES, up to the stream cap."""
         if self.capped:
+            self.send_pending()
             return
         room = MAX_STREAM_BYTES - self.published
         if len(data) > room:
             data = data[:room]
             self.capped = True
-        for start in range(0, len(data), CHUNK_BYTES):
-            chunk = data[start : start + CHUNK_BYTES]
-            self._add(stream, {"text": chunk.decode("utf-8", "replace")})
+        entries = [
+            (stream, {"text": data[start : start + CHUNK_BYTES].decode("utf-8", "replace")})
+            for start in range(0, len(data), CHUNK_BYTES)
+        ]
         self.published += len(data)
         if self.capped:
             note = f"[skillfleet: output past {MAX_STREAM_BYTES // 2**20} MiB is not streamed]\n"
-            self._add("stderr", {"text": note})
+            entries.append(("stderr", {"text": note}))
+        self._pipeline(entries).execute()
 
     def exit(self, state: str, exit_code: int | None, **details: Any) -> str:
-        """The last event of a run; the stream then expires after an hour."""
-        data = {"status": state, "exit_code": exit_code, **details}
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xadd(self.key, {"kind": "exit", "data": json.dumps(data)})
+        """The last event of a run; the stream then expires after an hour.
+
+        The same pipeline writes the run's end key, so a waiter for the end wakes once.
+        """
+        data = json.dumps({"status": state, "exit_code": exit_code, **details})
+        pipe = self._pipeline([])
+        pipe.xadd(self.key, {"kind": "exit", "data": data})
+        pipe.xadd(self.end_key, {"kind": "exit", "data": data})
         pipe.expire(self.key, FINISHED_STREAM_TTL_SECONDS)
-        entry = pipe.execute()[0]
-        return entry.decode() if isinstance(entry, bytes) else str(entry)
+        pipe.expire(self.end_key, FINISHED_STREAM_TTL_SECONDS)
+        return _text(pipe.execute()[-4])
+
+    def _pipeline(self, entries: list[tuple[str, dict[str, Any]]]) -> Any:
+        """A pipeline adding what is pending, then `entries`; the caller executes it."""
+        pipe = self.client.pipeline(transaction=False)
+        for kind, data in [*self.pending, *entries]:
+            pipe.xadd(self.key, {"kind": kind, "data": json.dumps(data)})
+        self.pending.clear()
+        return pipe
 
 
 def parse_entry_id(text: str) -> tuple[int, int] | None:
@@ -188,24 +214,24 @@ def collected_output(client: redis.Redis, run_id: str) -> tuple[str, str]:
 
 
 def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> bool:
-    """Block until the run's exit event is in its stream, or `timeout` seconds passed.
+    """Block until the run's end key holds its exit event, or `timeout` seconds passed.
 
-    A Redis outage is waited out too: the caller then reads the run's state from the database.
+    It wakes once, at the end, however much the run prints. A Redis outage is waited out too:
+    the caller then reads the run's state from the database.
     """
     deadline = time.monotonic() + timeout
-    after = "0-0"
+    reader = blocking_client(client)
+    key = naming.run_end(run_id)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return False
         try:
-            events = read_events(
-                client, run_id, after, block_ms=max(1, min(MAX_BLOCK_MS, int(left * 1000)))
+            reply: Any = reader.xread(
+                {key: "0-0"}, count=1, block=max(1, min(MAX_BLOCK_MS, int(left * 1000)))
             )
         except (redis.ConnectionError, redis.TimeoutError):
             time.sleep(min(left, REDIS_RETRY_SECONDS))
             continue
-        for event in events:
-            if event.kind in END_KINDS:
-                return True
-            after = event.id
+        if reply:
+            return True

@@ -7,8 +7,8 @@ import time
 import uuid
 from pathlib import Path
 
-from workers import naming
 from store.limits import COALESCE_BYTES
+from workers import naming
 from workers.runners.base import Job, OutputCollector, command_for
 from workers.runners.node import NodeRunner
 from workers.streams import RunStream, read_events
@@ -167,15 +167,14 @@ def test_each_burst_of_output_is_one_stream_entry_not_one_per_write(tmp_path, re
 
 
 def test_a_burst_past_the_byte_limit_is_published_in_limit_sized_entries(redis_client):
-    stream = RunStream(redis_client, "run-burst")
+    run_id = f"run-{uuid.uuid4()}"
+    stream = RunStream(redis_client, run_id)
     collector = OutputCollector(stream, coalesce_seconds=3600)  # only the byte limit publishes
     for _ in range(7):
         collector.add("stdout", b"x" * (16 * 1024))
-    assert [len(e.data["text"]) for e in read_events(redis_client, "run-burst")] == [
-        COALESCE_BYTES
-    ]
+    assert [len(e.data["text"]) for e in read_events(redis_client, run_id)] == [COALESCE_BYTES]
     collector.flush()
-    assert [len(e.data["text"]) for e in read_events(redis_client, "run-burst")] == [
+    assert [len(e.data["text"]) for e in read_events(redis_client, run_id)] == [
         COALESCE_BYTES,
         7 * 16 * 1024 - COALESCE_BYTES,
     ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from store.limits import COALESCE_BYTES, KEPT_OUTPUT_CHARS
+from store.limits import COALESCE_BYTES, KEPT_OUTPUT_CHARS, STATUS_DELAY_SECONDS
 from workers.runs import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, Outcome
 from workers.streams import RunStream
 
@@ -84,6 +84,9 @@ class OutputCollector:
     With `coalesce_seconds`, output is published in bursts: what arrived within that window
     after the first byte (up to COALESCE_BYTES) becomes one stream entry, not one per write.
     The caller then waits at most `wait_left()` and calls `flush_due()`, and `flush()` at the end.
+
+    `started` notes the run's "running" status; it goes out with the first output, or alone
+    STATUS_DELAY_SECONDS after the start, so a short run's status and output share one round trip.
     """
 
     def __init__(
@@ -96,6 +99,11 @@ class OutputCollector:
         self.pending: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self.flush_at: float | None = None
 
+    def started(self, **details: Any) -> None:
+        self.stream.status_later("running", **details)
+        if self.flush_at is None:
+            self.flush_at = time.monotonic() + STATUS_DELAY_SECONDS
+
     def add(self, name: str, data: bytes) -> None:
         buffer = self.parts[name]
         buffer.extend(data)
@@ -105,9 +113,10 @@ class OutputCollector:
             self.stream.output(name, data)
             return
         pending = self.pending[name]
+        if not any(self.pending.values()):  # the first byte of a burst: publish within the window
+            burst_ends = time.monotonic() + self.coalesce_seconds
+            self.flush_at = burst_ends if self.flush_at is None else min(self.flush_at, burst_ends)
         pending.extend(data)
-        if self.flush_at is None:
-            self.flush_at = time.monotonic() + self.coalesce_seconds
         if len(pending) >= COALESCE_BYTES:
             self._publish(name)
 
@@ -124,6 +133,8 @@ class OutputCollector:
     def flush(self) -> None:
         for name in self.pending:
             self._publish(name)
+        self.stream.send_pending()
+        self.flush_at = None
 
     def _publish(self, name: str) -> None:
         pending = self.pending[name]

@@ -72,7 +72,7 @@ class NodeRunner:
             message = f"The script could not start: {type(e).__name__}: {e}"
             return Outcome(FAILED, None, "", message, message)
         try:
-            stream.status("running", pid=process.pid)
+            collector.started(pid=process.pid)
             state = _pump(process, collector, job.timeout, cancelled)
         except BaseException:  # Redis went away mid-run, or the worker stops: no orphan script
             _kill_group(process)
