@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from store.errors import JobRunEnded, JobRunNotFound
 from store.limits import KEPT_JOB_RUNS
 from store.models import Job, JobRun, utcnow
+from workers import feed
 
 
 class JobRunStatus(StrEnum):
@@ -61,6 +62,7 @@ def queue(session: Session, job: Job, trigger: str, due_at: datetime | None = No
     session.add(run)
     session.flush()
     _prune(session, job.id)
+    feed.note_job_run(session, job.owner_id, job.id, run.id, run.status)
     return run
 
 
@@ -72,6 +74,7 @@ def skip(session: Session, job: Job, due_at: datetime | None, code: str, message
     session.add(run)
     session.flush()
     _prune(session, job.id)
+    feed.note_job_run(session, job.owner_id, job.id, run.id, run.status)
     return run
 
 
@@ -236,8 +239,10 @@ def _move(
         statement = statement.where(JobRun.worker == worker_is)
     moved = session.scalars(
         statement.values(**values).returning(JobRun).execution_options(synchronize_session=False)
-    )
-    return moved.one_or_none()
+    ).one_or_none()
+    if moved is not None and "status" in values:
+        feed.note_job_run(session, moved.owner_id, moved.job_id, run_id, values["status"])
+    return moved
 
 
 def _prune(session: Session, job_id: str) -> None:

@@ -93,6 +93,8 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
 
     sessions = make_sessions(make_engine(settings.database))
     client = redis_client(settings)
+    # Job runs and turns change calls, approvals and runs too: the owner's feed must hear them.
+    feed.attach(sessions, client)
     store = SkillStore(sessions, settings.skills_dir)
     policy = (
         Policy.from_file(settings.policy_file) if settings.policy_file else load_builtin_policy()

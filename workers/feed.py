@@ -107,6 +107,12 @@ def note_run(session: Session, run: Run) -> None:
     note(session, run.owner_id, "run.state", data)
 
 
+def note_job_run(session: Session, owner_id: int, job_id: str, run_id: str, status: str) -> None:
+    """A job run was queued, skipped or moved to a new state."""
+    data = {"job_run_id": run_id, "job_id": job_id, "status": str(status)}
+    note(session, owner_id, "job_run.state", data)
+
+
 def attach(sessions: SessionFactory, client: redis.Redis) -> None:
     """Publish what sessions of `sessions` noted, after each commit, through `client`."""
 

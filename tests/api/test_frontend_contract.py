@@ -13,9 +13,11 @@ from test_approvals import WIPE, answer, install, run
 
 from api import create_app
 from api.services import Services
+from broker import jobstate
 from skillfleet.settings import Settings
 from store.db import transaction
-from store.models import Owner, Run, utcnow
+from store.models import JobRun, Owner, Run, utcnow
+from workers import events as owner_events
 from workers import naming
 
 
@@ -200,6 +202,32 @@ def test_another_owner_hears_nothing_of_alices_approvals(client, auth, other_aut
     bob.close()
     streams = list(redis_client.scan_iter(match="skillfleet:owner:*:events"))
     assert len(streams) == 1  # only alice's
+
+
+def test_a_job_run_announces_each_state_it_moves_to(client, auth, services, redis_client):
+    body = {"name": "probe", "cron": "0 6 * * *", "steps": [{"tool": "list_skills"}]}
+    job = client.post("/api/jobs", headers=auth, json=body).json
+    started = client.post(f"/api/jobs/{job['id']}/run", headers=auth)
+    assert started.status_code == 202, started.json
+    run_id = started.json["job_run_id"]
+    with transaction(services.sessions) as session:  # what the control worker does
+        claimed = jobstate.claim(session, run_id, "worker-1")
+        assert claimed is not None
+        assert jobstate.succeed(session, claimed, "worker-1")
+    with transaction(services.sessions) as session:  # a move that loses its race: no event
+        assert jobstate.claim(session, run_id, "worker-2") is None
+        assert session.get(JobRun, run_id).status == "succeeded"
+
+    events = read_feed(client, auth, 3)
+
+    assert [(e["kind"], e["status"]) for e in events] == [
+        ("job_run.state", "queued"),
+        ("job_run.state", "running"),
+        ("job_run.state", "succeeded"),
+    ]
+    assert {(e["job_run_id"], e["job_id"]) for e in events} == {(run_id, job["id"])}
+    kinds = [e.kind for e in owner_events.read(redis_client, owner_id(services))]
+    assert kinds.count("job_run.state") == 3
 
 
 @pytest.mark.parametrize("last_id", ["'; DROP", "---", "1-2-3", "12-"])

@@ -17,6 +17,7 @@ from conftest import IN_CI, REDIS_URL
 from fleet import Fleet, fleet
 
 from skillfleet.settings import Settings
+from workers import naming
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -115,6 +116,42 @@ def call_script(console: Fleet, skill: str, **arguments: object) -> dict[str, An
         response = client.post("/api/tools/run_skill_script", json=body)
     assert response.status_code == 200, response.text
     return dict(response.json())
+
+
+def call_tool(
+    console: Fleet, tool: str, arguments: dict[str, Any], chat: str = "console-chat"
+) -> dict[str, Any]:
+    """A tool call as an agent makes it (with the owner's token)."""
+    with console.http() as client:
+        response = client.post(f"/api/tools/{tool}", json={"arguments": arguments, "chat_id": chat})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def with_control_worker(console: Fleet) -> None:
+    """The control worker runs job runs; started once per fleet."""
+    if "control" not in console.processes:
+        console.start("control", "worker", "control")
+    console.wait_for_queue(naming.CONTROL)
+
+
+def ticker_job(name: str, cron: str = "15 7 * * 1-5", time_zone: str = "UTC") -> dict[str, Any]:
+    """A job body whose one step runs the ticker skill's script on the console's node."""
+    step = {
+        "tool": "run_skill_script",
+        "arguments": {
+            "skill_name": "ticker",
+            "script": "scripts/tick.py",
+            "arguments": {"node": NODE, "count": 2},
+        },
+    }
+    return {
+        "name": name,
+        "cron": cron,
+        "time_zone": time_zone,
+        "steps": [step],
+        "skills": ["ticker"],
+    }
 
 
 def run_frames(client: Any, run_id: str) -> list[tuple[str, str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,24 @@ from browsing import (  # fixtures and helpers
     FIRST_PAGE_MS,
     NODE,
     PHONE,
+    READ_NODE,
+    TICKER,
     browser,
     call_script,
+    call_tool,
     console,
     first_page_ms,
     page,
     sign_in,
     signed_in,
+    ticker_job,
+    with_control_worker,
 )
 from fleet import Fleet, wait_until
 from sqlalchemy import delete
+from toolcalls import draft_arguments
 
+from store.cron import next_time
 from store.db import transaction
 from store.models import ApiToken, Node
 from store.tokens import Role, create_node_token, create_owner_token, create_token, token_digest
@@ -144,6 +152,37 @@ def test_the_cron_preview_gives_the_next_five_times_in_the_jobs_time_zone(
     assert refused == "'61' is outside minute 0–59."
 
 
+# Around daylight saving time changes, the preview must say what the server will do.
+DST_CASES = [
+    ("30 2 * * *", "Europe/Berlin", "2026-03-27T12:00:00+00:00"),  # a time in the spring gap
+    ("30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00+00:00"),  # a time the autumn repeats
+    ("30 0 * * 1", "Europe/Berlin", "2026-03-27T12:00:00+00:00"),  # a day skipped over the gap
+    ("*/20 2 * * *", "America/New_York", "2026-03-07T12:00:00+00:00"),
+    ("0 9 * * 1", "America/New_York", "2026-10-20T12:00:00+00:00"),
+    ("45 1 29 3 *", "Europe/London", "2026-03-01T00:00:00+00:00"),
+    ("15 3 * * 0", "Australia/Sydney", "2026-03-30T00:00:00+00:00"),
+]
+
+
+def test_the_cron_preview_agrees_with_the_server_around_dst_changes(
+    page: Any, console: Fleet
+) -> None:
+    page.goto(console.url + "/")
+    for cron, zone, start in DST_CASES:
+        shown = page.evaluate(
+            """async ([cron, zone, start]) => {
+                const module = await import("/console/cron.js");
+                return module.nextTimes(cron, zone, 5, new Date(start)).map((t) => t.getTime());
+            }""",
+            [cron, zone, start],
+        )
+        expected = [next_time(cron, zone, datetime.fromisoformat(start))]
+        while len(expected) < 5:
+            expected.append(next_time(cron, zone, expected[-1]))
+        as_ms = [int(t.timestamp() * 1000) for t in expected]
+        assert shown == as_ms, (cron, zone, start)
+
+
 def test_at_a_phones_width_nothing_overflows_sideways(browser: Any, console: Fleet) -> None:
     context = browser.new_context(viewport=PHONE, is_mobile=True)
     phone = context.new_page()
@@ -196,9 +235,6 @@ def test_screenshots_of_every_page(page: Any, console: Fleet) -> None:
         "skills": "#/skills",
         "skill": "#/skills/ticker",
         "nodes": "#/nodes",
-        "jobs": "#/jobs",
-        "review": "#/review",
-        "tokens": "#/tokens",
     }
     for name, route in shots.items():
         page.goto(f"{console.url}/{route}")
@@ -206,9 +242,59 @@ def test_screenshots_of_every_page(page: Any, console: Fleet) -> None:
         if name == "run":
             page.wait_for_selector("#run-facts[data-status=succeeded]")
         page.screenshot(path=str(folder / f"console-{name}.png"), full_page=True)
+
+    # Jobs: a job with a finished run in its history, and the editor's cron preview.
+    with_control_worker(console)
+    report = ticker_job("morning disk report", "30 7 * * 1-5", "Europe/Berlin")
+    tidy = {**ticker_job("weekly tidy", "0 3 * * 0"), "enabled": False}
+    with console.http() as client:
+        job = client.post("/api/jobs", json=report).json()
+        client.post("/api/jobs", json=tidy)
+        client.post(f"/api/jobs/{job['id']}/run")
+    page.goto(f"{console.url}/#/jobs")
+    page.wait_for_selector("main[data-ready=jobs]")
+    page.locator(f"tr[data-job-id='{job['id']}']").get_by_role("button", name="History").click()
+    page.wait_for_selector("#job-history tr[data-status=succeeded]", timeout=60_000)
+    page.screenshot(path=str(folder / "console-jobs.png"), full_page=True)
+    page.locator(f"tr[data-job-id='{job['id']}']").get_by_role("button", name="Edit").click()
+    page.wait_for_selector("#cron-preview li:nth-child(5)")
+    page.locator("#job-editor").screenshot(path=str(folder / "console-job-editor.png"))
+
+    # Review: an agent's draft and an edit plan, each with what it would write.
+    draft = draft_arguments(
+        "disk-usage",
+        description="Shows how full a server's disks are. Use it for disk space questions.",
+        body="# Disk usage\n\nRun scripts/usage.sh with the server in `node`.\n",
+        files={"scripts/usage.sh": "#!/bin/bash\nset -eu\ndf -h /\n"},
+        rationale="In chat-17 the owner asked for disk usage on web01 and no skill could answer.",
+    )
+    call_tool(console, "draft_skill", draft)
+    console.import_skill("log-tail", READ_NODE, {"scripts/tick.py": TICKER})
+    capped = TICKER.replace("range(args.get('count', 3))", "range(min(args.get('count', 3), 50))")
+    change = {
+        "skill_name": "log-tail",
+        "changes": {"files": {"scripts/tick.py": capped}},
+        "rationale": "Cap the lines printed at 50, so a typo can't flood the chat.",
+    }
+    edit = call_tool(console, "edit_skill", change)
+    page.goto(f"{console.url}/#/review")
+    page.wait_for_selector(f"article[data-approval-id='{edit['approval_id']}']")
+    page.wait_for_selector("article[data-draft='disk-usage']")
+    page.screenshot(path=str(folder / "console-review.png"), full_page=True)
+
+    # Tokens: a new agent token, shown once, above the list.
+    page.goto(f"{console.url}/#/tokens")
+    page.wait_for_selector("main[data-ready=tokens]")
+    page.fill("#token-label", "laptop agent")
+    page.get_by_role("button", name="Create agent token").click()
+    page.wait_for_selector("#new-token .secret")
+    page.wait_for_selector("#tokens td:has-text('laptop agent')")
+    page.screenshot(path=str(folder / "console-tokens.png"), full_page=True)
+
     page.set_viewport_size(PHONE)
     page.goto(f"{console.url}/#/approvals")
     page.wait_for_selector(f"article[data-approval-id='{asked['approval_id']}']")
     page.screenshot(path=str(folder / "console-phone.png"))
     with console.http() as client:
-        client.post(f"/api/approvals/{asked['approval_id']}", json={"decision": "deny"})
+        for approval in (asked, edit):
+            client.post(f"/api/approvals/{approval['approval_id']}", json={"decision": "deny"})

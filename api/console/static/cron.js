@@ -43,28 +43,62 @@ export function parse(expression) {
 function wallClock(format, date) {
   const parts = Object.fromEntries(format.formatToParts(date).map((p) => [p.type, p.value]));
   const weekday = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"].indexOf(parts.weekday);
-  return { minute: Number(parts.minute), hour: Number(parts.hour) % 24, day: Number(parts.day), month: Number(parts.month), weekday };
+  const wall = { minute: Number(parts.minute), hour: Number(parts.hour) % 24, day: Number(parts.day), month: Number(parts.month), weekday };
+  // The wall-clock time as if it were UTC: how far the clock on the wall moved, gaps included.
+  wall.at = Date.UTC(Number(parts.year), wall.month - 1, wall.day, wall.hour, wall.minute);
+  return wall;
 }
+
+function matches([minute, hour, day, month, weekday], wall) {
+  // Vixie cron: when both day fields are restricted, either one matching is enough.
+  const dayOk = day.any || weekday.any
+    ? day.allowed.has(wall.day) && weekday.allowed.has(wall.weekday)
+    : day.allowed.has(wall.day) || weekday.allowed.has(wall.weekday);
+  return month.allowed.has(wall.month) && dayOk && hour.allowed.has(wall.hour) && minute.allowed.has(wall.minute);
+}
+
+// Did the clock skip (spring forward) a matching time between `before` and `wall`? Such a time
+// runs at the first minute after the gap, as the server's croniter does. The loop below never
+// jumps past a wall time that could match, so any match in between lies in the gap.
+function skippedMatch(fields, before, wall) {
+  for (let at = before.at + 60000; at < wall.at; at += 60000) {
+    const d = new Date(at);
+    const skipped = { minute: d.getUTCMinutes(), hour: d.getUTCHours(), day: d.getUTCDate(), month: d.getUTCMonth() + 1, weekday: d.getUTCDay() };
+    if (matches(fields, skipped)) return true;
+  }
+  return false;
+}
+
+// Minutes to move on by, at most an hour short of the wall-clock target: a DST gap (an hour at
+// most) crossed on the way then can't carry the clock past the target.
+const towards = (minutes) => (minutes > 60 ? minutes - 60 : minutes) * 60000;
 
 // The next `count` firing times after `from`, as Dates.
 export function nextTimes(expression, timeZone, count = 5, from = new Date()) {
-  const [minute, hour, day, month, weekday] = parse(expression);
+  const fields = parse(expression);
+  const [, hour, day, month, weekday] = fields;
   const format = new Intl.DateTimeFormat("en-US", { timeZone, hourCycle: "h23", year: "numeric", month: "numeric",
     day: "numeric", hour: "numeric", minute: "numeric", weekday: "short" });
   const found = [];
   let t = Math.floor(from.getTime() / 60000) * 60000 + 60000;
+  let before = null;
+  let beforeT = t;
   for (let guard = 0; found.length < count && guard < 200000; guard += 1) {
     const wall = wallClock(format, new Date(t));
-    // Vixie cron: when both day fields are restricted, either one matching is enough.
+    const gap = before !== null && wall.at - before.at > t - beforeT;
+    if (matches(fields, wall) || (gap && skippedMatch(fields, before, wall))) {
+      found.push(new Date(t));
+    }
+    before = wall;
+    beforeT = t;
     const dayOk = day.any || weekday.any
       ? day.allowed.has(wall.day) && weekday.allowed.has(wall.weekday)
       : day.allowed.has(wall.day) || weekday.allowed.has(wall.weekday);
     if (!month.allowed.has(wall.month) || !dayOk) {
-      t += ((23 - wall.hour) * 60 + (60 - wall.minute)) * 60000;
+      t += towards((23 - wall.hour) * 60 + (60 - wall.minute));
     } else if (!hour.allowed.has(wall.hour)) {
-      t += (60 - wall.minute) * 60000;
+      t += towards(60 - wall.minute);
     } else {
-      if (minute.allowed.has(wall.minute)) found.push(new Date(t));
       t += 60000;
     }
   }

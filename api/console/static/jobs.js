@@ -1,57 +1,146 @@
 // Jobs: scheduled tool calls, where the server has the routes: list, create/edit with a
 // preview of the next five times in the job's time zone, run now, and each job's history.
 
-import { list, post, put } from "./api.js";
+import { del, list, post, put } from "./api.js";
 import { nextTimes } from "./cron.js";
-import { h, json, replace, showError, status, unavailable, when } from "./ui.js";
+import { busy, h, json, replace, showError, status, unavailable, when } from "./ui.js";
+
+const EXAMPLE_STEPS = [{ tool: "list_skills", arguments: {} }];
+
+function knownZone(timeZone) {
+  try {
+    new Intl.DateTimeFormat("en-US", { timeZone });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// A time in the job's own time zone, the zone named.
+function inZone(date, timeZone) {
+  if (!date) return "—";
+  const zone = knownZone(timeZone) ? timeZone : "UTC";
+  const format = new Intl.DateTimeFormat(undefined, { timeZone: zone, weekday: "short",
+    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+  return `${format.format(new Date(date))} ${zone}`;
+}
 
 function preview(cron, timeZone, into) {
+  const zone = timeZone.trim() || "UTC";
+  if (!knownZone(zone)) {
+    replace(into, h("p", { class: "error" }, `'${zone}' is not an IANA time zone (e.g. Europe/Berlin).`));
+    return;
+  }
   try {
-    const times = nextTimes(cron, timeZone || "UTC");
-    const format = new Intl.DateTimeFormat(undefined, { timeZone: timeZone || "UTC", dateStyle: "medium", timeStyle: "short" });
-    replace(into, h("ol", {}, times.map((t) => h("li", {}, `${format.format(t)} (${timeZone || "UTC"})`))));
+    const times = nextTimes(cron, zone, 5);
+    replace(into, h("ol", { class: "times" }, times.map((t) =>
+      h("li", { dataset: { time: t.toISOString() } }, inZone(t, zone)))));
   } catch (error) {
     replace(into, h("p", { class: "error" }, error.message));
   }
 }
 
-function editor(job, saved) {
-  const zone = job ? job.timezone : Intl.DateTimeFormat().resolvedOptions().timeZone;
+const names = (text) => text.split(",").map((part) => part.trim()).filter(Boolean);
+
+// The job's `skills` field: blank is none, "*" every enabled skill, else a list of names.
+function skillsFrom(text) {
+  const trimmed = text.trim();
+  if (!trimmed) return null;
+  if (trimmed === "*") return "*";
+  return names(trimmed);
+}
+
+function skillsText(skills) {
+  if (skills === "*") return "*";
+  return (skills || []).join(", ");
+}
+
+function editor(job, done) {
+  const zone = job ? job.time_zone : Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  const field = (name, attrs) => h("input", { name, id: `job-${name}`, ...attrs });
   const fields = {
-    name: h("input", { name: "name", required: true, value: job ? job.name : "" }),
-    cron: h("input", { name: "cron", required: true, value: job ? job.cron : "0 6 * * 1-5" }),
-    timezone: h("input", { name: "timezone", required: true, value: zone || "UTC" }),
-    tool: h("input", { name: "tool", required: true, value: job ? job.tool : "run_skill_script" }),
-    arguments: h("textarea", { name: "arguments", rows: 5 }, job ? json(job.arguments || {}) : "{}"),
+    name: field("name", { required: true, maxlength: 100, value: job ? job.name : "" }),
+    cron: field("cron", { required: true, spellcheck: "false", value: job ? job.cron : "0 6 * * 1-5" }),
+    time_zone: field("time_zone", { required: true, list: "time-zones", spellcheck: "false", value: zone }),
+    steps: h("textarea", { name: "steps", id: "job-steps", rows: 7, spellcheck: "false" },
+      json(job ? job.steps : EXAMPLE_STEPS)),
+    skills: field("skills", { placeholder: "none; * for every enabled skill; or names", value: job ? skillsText(job.skills) : "" }),
+    grant_tools: field("grant_tools", { placeholder: "e.g. refresh_skills", value: job ? job.grants.tools.join(", ") : "" }),
+    grant_skills: field("grant_skills", { placeholder: "name or name@hash", value: job ? job.grants.skills.join(", ") : "" }),
+    enabled: h("input", { type: "checkbox", name: "enabled", id: "job-enabled", checked: job ? job.enabled : true }),
   };
-  const next = h("div", { class: "preview", id: "cron-preview" });
-  const update = () => preview(fields.cron.value, fields.timezone.value, next);
+  const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
+  const next = h("div", { class: "preview", id: "cron-preview", "aria-live": "polite" });
+  const update = () => preview(fields.cron.value, fields.time_zone.value, next);
   fields.cron.addEventListener("input", update);
-  fields.timezone.addEventListener("input", update);
+  fields.time_zone.addEventListener("input", update);
   update();
-  const form = h("form", { class: "panel editor", onsubmit: async (event) => {
+
+  const labelled = (text, control, hint) => h("label", { for: control.id }, text, control,
+    hint ? h("span", { class: "muted" }, hint) : null);
+  const submit = h("button", { type: "submit", class: "primary" }, job ? "Save" : "Create");
+  const form = h("form", { class: "panel editor", id: "job-editor" },
+    h("h2", {}, job ? `Edit ${job.name}` : "New job"),
+    labelled("Name", fields.name),
+    h("div", { class: "pair" },
+      labelled("Cron (minute hour day month weekday)", fields.cron),
+      labelled("Time zone", fields.time_zone)),
+    h("datalist", { id: "time-zones" }, zones.map((z) => h("option", { value: z }))),
+    h("h3", {}, "Next five times"), next,
+    labelled("Steps (JSON)", fields.steps, 'Each {"tool": name, "arguments": {…}} or {"prompt": text}, run in order.'),
+    labelled("Skills the job may use", fields.skills),
+    h("div", { class: "pair" },
+      labelled("Granted tools", fields.grant_tools),
+      labelled("Granted skills", fields.grant_skills)),
+    h("label", { class: "check", for: "job-enabled" }, fields.enabled, "Enabled (runs on its schedule)"),
+    h("div", { class: "actions" }, submit,
+      job ? h("button", { type: "button", class: "danger", onclick: async () => {
+        if (!window.confirm(`Delete the job ${job.name} and its history?`)) return;
+        try {
+          await del(`/api/jobs/${job.id}`);
+          await done(null, `Deleted ${job.name}.`);
+        } catch (error) {
+          showError(error, "Deleting the job");
+        }
+      } }, "Delete") : null,
+      h("button", { type: "button", class: "quiet", onclick: () => done(null) }, "Cancel")));
+
+  form.addEventListener("submit", busy(submit, async (event) => {
     event.preventDefault();
-    let args;
+    let steps;
     try {
-      args = JSON.parse(fields.arguments.value || "{}");
-    } catch {
-      showError(new Error("The arguments are not valid JSON."));
+      steps = JSON.parse(fields.steps.value || "[]");
+    } catch (error) {
+      showError(new Error(`The steps are not valid JSON: ${error.message}`), "Saving the job");
       return;
     }
-    const body = { name: fields.name.value, cron: fields.cron.value, timezone: fields.timezone.value, tool: fields.tool.value, arguments: args };
+    const body = {
+      name: fields.name.value.trim(),
+      cron: fields.cron.value.trim(),
+      time_zone: fields.time_zone.value.trim() || "UTC",
+      steps,
+      skills: skillsFrom(fields.skills.value),
+      grants: { tools: names(fields.grant_tools.value), skills: names(fields.grant_skills.value) },
+      enabled: fields.enabled.checked,
+    };
     try {
-      if (job) await put(`/api/jobs/${job.id}`, body);
-      else await post("/api/jobs", body);
-      await saved();
+      const saved = job ? await put(`/api/jobs/${job.id}`, body) : await post("/api/jobs", body);
+      await done(saved, `${job ? "Saved" : "Created"} ${saved.name}; next run ${inZone(saved.next_run_at, saved.time_zone)}.`);
     } catch (error) {
       showError(error, "Saving the job");
     }
-  } },
-    h("h2", {}, job ? `Edit ${job.name}` : "New job"),
-    Object.entries(fields).map(([name, control]) => h("label", {}, name.replace("timezone", "time zone"), control)),
-    h("h3", {}, "Next five times"), next,
-    h("button", { type: "submit" }, job ? "Save" : "Create"));
+  }));
   return form;
+}
+
+// Each ended step: its tool and how it ended, linked to its script's run when it had one.
+function stepsDone(run) {
+  const ended = run.steps || [];
+  if (!ended.length) return "—";
+  return ended.map((step) => {
+    const what = `${step.step}. ${step.tool || step.kind || "step"} ${String(step.status || "?").replaceAll("_", " ")}`;
+    return h("div", {}, step.run_id ? h("a", { href: `#/runs/${step.run_id}` }, what) : what);
+  });
 }
 
 export async function page({ main, onFeed }) {
@@ -62,36 +151,87 @@ export async function page({ main, onFeed }) {
     replace(main, unavailable("Jobs", "GET /api/jobs", "Scheduled jobs show up here once the server has the jobs routes."));
     return;
   }
+  const note = h("p", { class: "notice", role: "status", hidden: true });
   const table = h("div", { id: "jobs" });
   const side = h("div", { id: "job-side" });
-  replace(main, h("h1", {}, "Jobs"),
-    h("button", { type: "button", onclick: () => replace(side, editor(null, load)) }, "New job"),
-    table, side);
+  let historyOf = null; // the job whose history is on show, kept fresh by the feed
+
+  function tell(message) {
+    replace(note, message || "");
+    note.hidden = !message;
+  }
+
+  function edit(job) {
+    historyOf = null;
+    tell(null);
+    replace(side, editor(job, async (saved, message) => {
+      replace(side);
+      tell(message);
+      await load();
+      if (saved) await history(saved);
+    }));
+    side.querySelector("input").focus();
+  }
 
   async function history(job) {
+    historyOf = job;
     const { items } = await list(`/api/jobs/${job.id}/runs`);
-    replace(side, h("section", { class: "panel" }, h("h2", {}, `History of ${job.name}`),
-      items.length ? h("table", {}, h("tbody", {}, items.map((run) => h("tr", {},
-        h("td", {}, when(run.started_at || run.created_at)), h("td", {}, status(run.status)),
-        h("td", {}, run.error || ""))))) : h("p", { class: "muted" }, "It has not run yet.")));
+    if (historyOf !== job) return;
+    replace(side, h("section", { class: "panel", id: "job-history", dataset: { jobId: job.id } },
+      h("h2", {}, `History of ${job.name}`),
+      items.length ? h("table", {},
+        h("thead", {}, h("tr", {}, ["Started", "Trigger", "State", "Steps", "Error"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, items.map((run) => h("tr", { dataset: { jobRunId: run.id, status: run.status } },
+          h("td", {}, when(run.started_at || run.created_at)),
+          h("td", {}, run.trigger),
+          h("td", {}, status(run.status),
+            run.approval_id ? [" ", h("a", { href: "#/approvals" }, "answer it")] : null),
+          h("td", {}, stepsDone(run)),
+          h("td", { class: "wide" }, run.error_message ? `${run.error_message} (${run.error_code})` : "")))))
+        : h("p", { class: "empty" }, "It has not run yet.")));
+  }
+
+  async function runNow(job, button) {
+    await busy(button, async () => {
+      try {
+        const started = await post(`/api/jobs/${job.id}/run`);
+        tell(`Started ${job.name} (run ${started.job_run_id.slice(0, 8)}).`);
+      } catch (error) {
+        showError(error, `Running ${job.name}`);
+      }
+      await history(job);
+    })();
   }
 
   async function load() {
     const { items } = await list("/api/jobs");
     replace(table, items.length ? h("table", {},
-      h("thead", {}, h("tr", {}, ["Job", "Schedule", "Time zone", "Next", "Last", ""].map((t) => h("th", {}, t)))),
-      h("tbody", {}, items.map((job) => h("tr", {},
-        h("td", {}, job.name), h("td", {}, h("code", {}, job.cron)), h("td", {}, job.timezone),
-        h("td", {}, when(job.next_run_at)), h("td", {}, job.last_status ? status(job.last_status) : "—"),
-        h("td", { class: "actions" },
-          h("button", { type: "button", onclick: async () => {
-            try { await post(`/api/jobs/${job.id}/run`); } catch (error) { showError(error, "Run now"); }
-            await history(job);
-          } }, "Run now"),
-          h("button", { type: "button", onclick: () => replace(side, editor(job, load)) }, "Edit"),
-          h("button", { type: "button", onclick: () => history(job).catch(showError) }, "History"))))))
+      h("thead", {}, h("tr", {}, ["Job", "Schedule", "Next run", "Steps", ""].map((t) => h("th", {}, t)))),
+      h("tbody", {}, items.map((job) => {
+        const run = h("button", { type: "button" }, "Run now");
+        run.addEventListener("click", () => runNow(job, run));
+        return h("tr", { dataset: { jobId: job.id } },
+          h("td", {}, h("strong", {}, job.name), job.enabled ? "" : h("span", { class: "muted" }, " (disabled)")),
+          h("td", {}, h("code", {}, job.cron), " ", h("span", { class: "muted" }, job.time_zone)),
+          h("td", {}, job.next_run_at ? inZone(job.next_run_at, job.time_zone) : "—"),
+          h("td", {}, job.steps.map((step) => step.tool || "prompt").join(" → ")),
+          h("td", { class: "actions" }, run,
+            h("button", { type: "button", onclick: () => edit(job) }, "Edit"),
+            h("button", { type: "button", onclick: () => history(job).catch((e) => showError(e, "History")) }, "History")));
+      })))
       : h("p", { class: "empty" }, "No jobs yet."));
   }
-  onFeed((event) => { if (event.kind === "job_run.state" || event.kind === "reconnected") load().catch(showError); });
+
+  replace(main, h("h1", {}, "Jobs"),
+    h("div", { class: "actions" }, h("button", { type: "button", class: "primary", onclick: () => edit(null) }, "New job")),
+    note, table, side);
+  onFeed((event) => {
+    const ours = event.kind === "job_run.state" || event.kind === "reconnected";
+    if (!ours) return;
+    load().catch(showError);
+    if (historyOf && (event.kind === "reconnected" || event.data.job_id === historyOf.id)) {
+      history(historyOf).catch(showError);
+    }
+  });
   await load();
 }

@@ -32,9 +32,24 @@ const banner = () => document.getElementById("error");
 export function showError(error, where) {
   const message = error && error.message ? error.message : String(error);
   const code = error && error.code ? ` (${error.code})` : "";
-  replace(banner(), where ? `${where}: ` : "", message, code,
+  const details = error && error.errors ? problems(error.errors) : [];
+  replace(banner(), h("span", {}, where ? `${where}: ` : "", message, code,
+    details.length ? h("ul", { class: "problems" }, details.map((d) => h("li", {}, d))) : null),
     h("button", { class: "quiet", type: "button", "aria-label": "Dismiss", onclick: clearError }, "×"));
   banner().hidden = false;
+}
+
+// The API's `errors` (a list, or fields mapped to lists, as marshmallow gives them) as lines.
+function problems(errors, prefix = "") {
+  if (typeof errors === "string") return [prefix ? `${prefix}: ${errors}` : errors];
+  if (Array.isArray(errors)) return errors.flatMap((e) => problems(e, prefix));
+  if (errors && typeof errors === "object") {
+    return Object.entries(errors).flatMap(([key, value]) => {
+      const at = key === "json" || key === "query" ? prefix : prefix ? `${prefix}.${key}` : key;
+      return problems(value, at);
+    });
+  }
+  return [];
 }
 
 export function clearError() {
