@@ -22,7 +22,7 @@ from api.services import services
 from store.db import SessionFactory
 from store.limits import KEPT_OUTPUT_CHARS, REDIS_RETRY_SECONDS, SSE_KEEPALIVE_SECONDS
 from store.models import Chat, Run, ToolCall
-from workers.runs import END_STATES, get_run, request_cancel
+from store.runs import END_STATES, get_run, request_cancel
 from workers.streams import (
     Event,
     collected_output,

@@ -12,11 +12,11 @@ import structlog
 
 from store.db import SessionFactory
 from store.models import Run
+from store.runs import FAILED, INTERRUPTED, Outcome, announce, claim, finish
 from workers import naming
 from workers.errors import RunError
 from workers.heartbeat import Instance
 from workers.runners.base import Job, Runner
-from workers.runs import FAILED, INTERRUPTED, Outcome, announce, claim, finish
 from workers.streams import RunStream
 
 log = structlog.get_logger(__name__)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import structlog
 from celery import Task, shared_task
 
+from store.runs import reap
 from workers import jobruns, notify, turns
 from workers.context import (
     control_context,
@@ -15,7 +16,6 @@ from workers.context import (
 )
 from workers.execute import execute
 from workers.jobruns import RUN_JOB_TASK
-from workers.runs import reap
 
 log = structlog.get_logger(__name__)
 

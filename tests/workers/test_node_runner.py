@@ -7,8 +7,8 @@ import time
 import uuid
 from pathlib import Path
 
-from workers import naming
 from store.limits import COALESCE_BYTES
+from workers import naming
 from workers.runners.base import Job, OutputCollector, command_for
 from workers.runners.node import NodeRunner
 from workers.streams import RunStream, read_events

@@ -288,9 +288,9 @@ def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
 ):
     import uuid
 
+    from store import runs
     from store.db import transaction
     from store.models import Run
-    from workers import runs
 
     run_id = str(uuid.uuid4())
     with transaction(services.sessions) as session:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from store.limits import COALESCE_BYTES, KEPT_OUTPUT_CHARS
-from workers.runs import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, Outcome
+from store.runs import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, Outcome
 from workers.streams import RunStream
 
 CancelCheck = Callable[[], bool]

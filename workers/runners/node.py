@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from store.limits import COALESCE_SECONDS
+from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -21,7 +22,6 @@ from workers.runners.base import (
     outcome_of,
     script_environment,
 )
-from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.streams import RunStream
 
 READ_BYTES = 16 * 1024

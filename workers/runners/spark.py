@@ -17,6 +17,7 @@ import docker
 import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
 
+from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.errors import RunnerUnavailable
 from workers.runners.base import (
     CancelCheck,
@@ -26,7 +27,6 @@ from workers.runners.base import (
     outcome_of,
     script_environment,
 )
-from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.streams import RunStream
 from workers.verification import verify_folder
 
