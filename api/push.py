@@ -10,11 +10,12 @@ from flask_smorest import Blueprint
 
 from api.auth import owner_only, owner_or_agent
 from api.services import services
+from relay import push
 from store import notifications
 from store.db import transaction
 from store.limits import MAX_URL_CHARS
 from store.models import PushSubscription
-from workers import notify, push
+from workers import notify
 
 blp = Blueprint("push", __name__, url_prefix="/api/push", description="Web Push notifications")
 

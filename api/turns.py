@@ -17,15 +17,16 @@ from api.runs import KEEPALIVE
 from api.schemas import sse_response
 from api.services import services
 from broker.calls import MAX_ID_CHARS, MODES
+from relay import naming, turnstate
+from relay.errors import BackendUnavailable, NoModel, TurnFinished
+from relay.streams import Event, follow_stream, read_stream
+from relay.turnstate import TurnStatus
 from store import modelsettings
 from store.db import transaction
 from store.limits import MAX_PROMPT_CHARS
 from store.models import Turn
 from store.secrets import Sealer
-from workers import naming, turns, turnstate
-from workers.errors import BackendUnavailable, NoModel, TurnFinished
-from workers.streams import Event, follow_stream, read_stream
-from workers.turnstate import TurnStatus
+from workers import turns
 
 TURN_EXAMPLE = 'id: 1733011200000-0\nevent: text\ndata: {"text": "Checking the disk."}\n\n'
 blp = Blueprint("turns", __name__, url_prefix="/api/turns", description="Agent turns")

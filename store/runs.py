@@ -20,12 +20,12 @@ from broker import callstate
 from broker.callstate import CallStatus
 from broker.classify import CallPlan
 from broker.results import shape_result
+from relay import events, feed, heartbeat, naming
+from relay.errors import RunFinished, RunNotFound
+from relay.streams import RunStream, collected_output
 from store.db import SessionFactory, transaction
 from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Run, utcnow
-from workers import events, feed, heartbeat, naming
-from workers.errors import RunFinished, RunNotFound
-from workers.streams import RunStream, collected_output
 
 QUEUED = "queued"
 RUNNING = "running"

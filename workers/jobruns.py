@@ -23,6 +23,8 @@ from broker.broker import Broker
 from broker.calls import CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
 from broker.jobstate import JobRunStatus
+from relay import events, heartbeat, naming, turnstate
+from relay.errors import BackendUnavailable
 from skillfleet.settings import DEFAULT_TURN_TIMEOUT
 from store import modelsettings
 from store.cron import latest_time, next_time
@@ -31,8 +33,7 @@ from store.errors import SkillfleetError
 from store.limits import JOB_MISSED_GRACE_SECONDS
 from store.models import Job, JobRun, ToolCall, utcnow
 from store.secrets import Sealer
-from workers import events, heartbeat, naming, turns, turnstate
-from workers.errors import BackendUnavailable
+from workers import turns
 
 log = structlog.get_logger(__name__)
 

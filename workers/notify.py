@@ -1,7 +1,7 @@
 """Notifications on the control worker: owner events become Web Push messages and webhooks.
 
 Beat sends `skillfleet.notify` every few seconds. It reads each listening owner's event feed
-(workers/events.py) through the consumer group `notifications`, so every event is handed out
+(relay/events.py) through the consumer group `notifications`, so every event is handed out
 once however many control workers run; push messages go out at once, webhook deliveries too,
 and a delivery that fails is tried again later (a Redis sorted set of due retries), never
 inside the call or run that published the event.
@@ -17,12 +17,13 @@ from typing import Any
 import redis
 import structlog
 
+from relay import events, naming, push
 from store import notifications
 from store.db import SessionFactory, transaction
 from store.errors import ConfigError
 from store.models import Webhook
 from store.secrets import Sealer
-from workers import events, naming, push, webhooks
+from workers import webhooks
 
 log = structlog.get_logger(__name__)
 

@@ -20,15 +20,15 @@ from celery import Celery
 from broker.broker import Broker
 from broker.calls import CallOutcome, CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
+from relay import events, naming, turnstate
+from relay.turnstate import TurnStatus
 from store import modelsettings
 from store.db import SessionFactory, transaction
 from store.errors import SkillfleetError
 from store.limits import FINISHED_STREAM_TTL_SECONDS, MAX_MODEL_ROUNDS
 from store.models import Turn
 from store.secrets import Sealer
-from workers import events, naming, turnstate
 from workers.model import Reply, ToolRequest, complete
-from workers.turnstate import TurnStatus
 
 log = structlog.get_logger(__name__)
 

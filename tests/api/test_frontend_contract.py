@@ -13,10 +13,10 @@ from test_approvals import WIPE, answer, install, run
 
 from api import create_app
 from api.services import Services
+from relay import naming
 from skillfleet.settings import Settings
 from store.db import transaction
 from store.models import Owner, Run, utcnow
-from workers import naming
 
 
 @pytest.fixture(autouse=True)

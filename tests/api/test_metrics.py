@@ -238,9 +238,9 @@ def answers(url: str) -> bool:
 def test_an_open_event_stream_counts_until_its_client_goes_away(client, auth, services, token):
     from sqlalchemy import select
 
+    from relay.streams import RunStream
     from store.models import Owner, Run
     from store.runs import RUNNING
-    from workers.streams import RunStream
 
     run_id = "00000000-0000-0000-0000-0000000sse01"
     with transaction(services.sessions) as session:

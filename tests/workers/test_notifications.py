@@ -27,9 +27,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from factories import owner_id_of
 
+from relay import naming, push
 from skillfleet.settings import DEFAULT_PUSH_SERVICES, Settings
 from store.secrets import Sealer
-from workers import naming, notify, push, webhooks
+from workers import notify, webhooks
 
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 WIPE_CALL = {"arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",

@@ -22,9 +22,10 @@ import requests
 from conftest import IN_CI
 from docker.errors import DockerException
 
+from relay.errors import PackageUnverified
+from relay.streams import RunStream, read_events
 from skillfleet.settings import Settings
 from store.hashing import content_hash
-from workers.errors import PackageUnverified
 from workers.runners.base import Job
 from workers.runners.sandbox import (
     ContainerSandboxRunner,
@@ -32,7 +33,6 @@ from workers.runners.sandbox import (
     build_sandbox_runner,
 )
 from workers.runners.spark import LABEL
-from workers.streams import RunStream, read_events
 
 IMAGE = os.environ.get("SKILLFLEET_RUNNER_IMAGE", "skillfleet/runner:latest")
 WITH_KVM = os.environ.get("SKILLFLEET_TEST_KVM") == "1"

@@ -23,11 +23,11 @@ import requests
 from conftest import IN_CI
 from docker.errors import DockerException, ImageNotFound
 
+from relay.errors import PackageUnverified, RunnerUnavailable
+from relay.streams import RunStream, read_events
 from store.hashing import content_hash
-from workers.errors import PackageUnverified, RunnerUnavailable
 from workers.runners.base import Job
 from workers.runners.spark import LABEL, TMPFS_OPTIONS, SparkRunner
-from workers.streams import RunStream, read_events
 
 pytestmark = pytest.mark.docker
 

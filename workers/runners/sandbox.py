@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from broker.classify import SANDBOX_SUFFIXES
+from relay.errors import RunnerUnavailable
+from relay.streams import RunStream
 from skillfleet.settings import Settings
 from store.errors import StoreError
 from store.leniency import read_skill_dir
 from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
-from workers.errors import RunnerUnavailable
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -41,7 +42,6 @@ from workers.runners.base import (
 from workers.runners.guests import GUESTS, JAVASCRIPT_GUEST, PYTHON_GUEST, WARM_UP, guest_program
 from workers.runners.node import die_with_worker
 from workers.runners.spark import SparkRunner, copy_skill
-from workers.streams import RunStream
 from workers.verification import verify_folder
 
 PACKAGES = ("hyperlight_sandbox", "hyperlight_sandbox_backend_wasm", "python_guest")

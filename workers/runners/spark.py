@@ -17,8 +17,9 @@ import docker
 import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
 
+from relay.errors import RunnerUnavailable
+from relay.streams import RunStream
 from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
-from workers.errors import RunnerUnavailable
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -27,7 +28,6 @@ from workers.runners.base import (
     outcome_of,
     script_environment,
 )
-from workers.streams import RunStream
 from workers.verification import verify_folder
 
 LABEL = "skillfleet.run"

@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from relay import naming
 from store.limits import (
     CHUNK_BYTES,
     FINISHED_STREAM_TTL_SECONDS,
@@ -20,7 +21,6 @@ from store.limits import (
     REDIS_RETRY_SECONDS,
     REDIS_SOCKET_TIMEOUT_SECONDS,
 )
-from workers import naming
 
 END_KINDS = ("exit",)
 ENTRY_ID = re.compile(r"(\d{1,20})-(\d{1,20})")

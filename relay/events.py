@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from workers import feed, naming
+from relay import feed, naming
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class OwnerEvent:
 
 
 def publish(client: redis.Redis, owner_id: int, kind: str, **data: Any) -> str | None:
-    """Add one event to the owner's feed (workers/feed.py); Redis being away is only logged."""
+    """Add one event to the owner's feed (relay/feed.py); Redis being away is only logged."""
     return feed.publish(client, owner_id, kind, data)
 
 

@@ -9,11 +9,11 @@ from celery import Celery
 from broker import callstate
 from broker.callstate import CallStatus
 from broker.context import RunStarted, ToolContext
+from relay import feed, heartbeat, naming
+from relay.errors import BackendUnavailable, NoRunner
 from store.db import SessionFactory, transaction
 from store.packagestore import PackageStore
 from store.runs import abandon, new_run
-from workers import feed, heartbeat, naming
-from workers.errors import BackendUnavailable, NoRunner
 
 EXECUTE_TASK = "skillfleet.execute_run"
 UNREACHABLE = "The run queue (Redis) can't be reached, so the script was not started."
