@@ -16,6 +16,7 @@ from broker.policy import Policy, load_builtin_policy
 from broker.toolset import build_registry
 from relay import events, feed
 from relay.app import create_celery
+from relay.connections import redis_client
 from relay.dispatch import CeleryDispatcher
 from relay.streams import wait_for_end
 from skillfleet.settings import Settings
@@ -24,7 +25,6 @@ from store.discovery import read_only_skills
 from store.packagestore import PackageStore
 from store.signing import load_or_create_key
 from store.skills import BUILTIN_DIR, SkillStore
-from workers.context import redis_client
 
 
 @dataclass

@@ -30,6 +30,7 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
         "skillfleet",
         broker=transport.broker_url(settings.redis),
         backend=kombu_url(settings.redis),
+        # Named, not imported: only a worker process loads its tasks.
         include=["workers.tasks"],
     )
     app.conf.update(

@@ -183,10 +183,10 @@ def _serve(
 
     from relay import feed
     from relay.app import create_celery
+    from relay.connections import redis_client
     from relay.heartbeat import Beater, Instance
     from skillfleet.logs import configure_logging
     from store.db import make_engine, make_sessions
-    from workers.context import redis_client
     from workers.execute import WorkerContext
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -10,10 +10,10 @@ import redis
 
 from broker.broker import Broker
 from relay import feed
+from relay.connections import redis_client
 from relay.heartbeat import Instance
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
-from store.limits import REDIS_CONNECT_TIMEOUT_SECONDS, REDIS_SOCKET_TIMEOUT_SECONDS
 from store.secrets import Sealer
 from workers.execute import WorkerContext
 from workers.jobruns import JobContext
@@ -29,16 +29,6 @@ STEP_SLACK_SECONDS = 60
 class ControlContext:
     sessions: SessionFactory
     redis: redis.Redis
-
-
-def redis_client(settings: Settings) -> redis.Redis:
-    """A client that fails fast when Redis is away; blocking reads use streams.blocking_client."""
-    return redis.Redis.from_url(
-        settings.redis,
-        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
-        socket_timeout=REDIS_SOCKET_TIMEOUT_SECONDS,
-        health_check_interval=30,
-    )
 
 
 def worker_context(app: Any) -> WorkerContext:
