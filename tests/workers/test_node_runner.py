@@ -171,9 +171,7 @@ def test_a_burst_past_the_byte_limit_is_published_in_limit_sized_entries(redis_c
     collector = OutputCollector(stream, coalesce_seconds=3600)  # only the byte limit publishes
     for _ in range(7):
         collector.add("stdout", b"x" * (16 * 1024))
-    assert [len(e.data["text"]) for e in read_events(redis_client, "run-burst")] == [
-        COALESCE_BYTES
-    ]
+    assert [len(e.data["text"]) for e in read_events(redis_client, "run-burst")] == [COALESCE_BYTES]
     collector.flush()
     assert [len(e.data["text"]) for e in read_events(redis_client, "run-burst")] == [
         COALESCE_BYTES,
