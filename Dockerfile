@@ -8,6 +8,7 @@ COPY skillfleet ./skillfleet
 COPY api ./api
 COPY broker ./broker
 COPY store ./store
+COPY relay ./relay
 COPY workers ./workers
 COPY migrations ./migrations
 RUN pip install . && useradd --system --uid 10001 skillfleet \

@@ -17,9 +17,9 @@ from api.services import services
 from broker import editplans
 from broker.approvals import expire_due
 from broker.errors import ApprovalNotFound
+from relay.dispatch import carry_on_job_run
 from store.db import transaction
 from store.models import Approval, EditPlan
-from workers.jobruns import carry_on
 
 blp = Blueprint("approvals", __name__, url_prefix="/api/approvals", description="Approvals")
 
@@ -81,6 +81,6 @@ def answer_approval(body: dict[str, Any], approval_id: str) -> ApprovalCard:
     if approval.tool == "edit_skill" and approval.status == "approved":
         broadcast_sync()  # the edited skill has a new package for the nodes
     if approval.job_run_id is not None:
-        carry_on(services().celery, approval.job_run_id)
+        carry_on_job_run(services().celery, approval.job_run_id)
     with services().sessions() as session:
         return cards(session, [approval])[0]

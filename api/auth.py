@@ -22,8 +22,8 @@ from flask import Flask, current_app, g, request
 
 from api.errors import ApiError
 from api.services import services
+from relay import naming
 from store.tokens import OWNER_KIND, Principal, Role, authenticate, token_digest
-from workers import naming
 
 PUBLIC_PATHS = ("/api/health", "/api/openapi.json", "/api/docs")
 CACHE_EXTENSION = "skillfleet.tokens"

@@ -13,8 +13,8 @@ from api.auth import owner_or_agent
 from api.errors import ApiError
 from api.schemas import sse_response
 from api.services import services
-from workers import feed
-from workers.streams import Event
+from relay import feed
+from relay.streams import Event
 
 blp = Blueprint("events", __name__, url_prefix="/api/events", description="Owner event feed")
 

@@ -14,8 +14,8 @@ from api.auth import owner_only, owner_or_agent
 from api.schemas import JobBodySchema, JobRunSchema, JobRunStartedSchema, JobSchema
 from api.services import services
 from broker.jobs import Jobs, JobSpec, grants_of
+from relay.dispatch import start_job_run
 from store.models import Job, JobRun
-from workers.jobruns import start
 
 blp = Blueprint("jobs", __name__, url_prefix="/api/jobs", description="Scheduled jobs")
 
@@ -90,7 +90,7 @@ class JobItem(MethodView):
 def run_job(job_id: str) -> dict[str, str]:
     """Run a job now; follow it in its runs"""
     run = _jobs().run_now(owner_only(), job_id)
-    start(services().sessions, services().celery, run.id)
+    start_job_run(services().sessions, services().celery, run.id)
     return {"job_run_id": run.id}
 
 

@@ -16,10 +16,10 @@ from api.errors import ApiError
 from api.paging import paginate
 from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema, file_response
 from api.services import services
+from relay import heartbeat, naming
 from store.errors import PackageNotFound
 from store.models import Node
 from store.signing import sign_manifest
-from workers import heartbeat, naming
 
 log = structlog.get_logger(__name__)
 

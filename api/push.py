@@ -10,11 +10,12 @@ from flask_smorest import Blueprint
 
 from api.auth import owner_only, owner_or_agent
 from api.services import services
+from relay import push
+from relay.events import start_listening
 from store import notifications
 from store.db import transaction
 from store.limits import MAX_URL_CHARS
 from store.models import PushSubscription
-from workers import notify, push
 
 blp = Blueprint("push", __name__, url_prefix="/api/push", description="Web Push notifications")
 
@@ -77,7 +78,7 @@ def subscribe(body: dict[str, Any]) -> Any:
         first = not notifications.is_listening(session, caller)
         new = notifications.subscribe(session, caller, endpoint, keys["p256dh"], keys["auth"])
     if first:
-        notify.start_listening(services().redis, caller)
+        start_listening(services().redis, caller)
     with services().sessions() as session:
         found = [s for s in notifications.subscriptions(session, caller) if s.endpoint == endpoint]
     return found[0], 201 if new else 200

@@ -19,11 +19,7 @@ from api.metrics import SSE_STREAMS_OPEN
 from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
-from store.db import SessionFactory
-from store.limits import KEPT_OUTPUT_CHARS, REDIS_RETRY_SECONDS, SSE_KEEPALIVE_SECONDS
-from store.models import Chat, Run, ToolCall
-from workers.runs import END_STATES, get_run, request_cancel
-from workers.streams import (
+from relay.streams import (
     Event,
     collected_output,
     follow,
@@ -31,6 +27,10 @@ from workers.streams import (
     parse_entry_id,
     read_events,
 )
+from store.db import SessionFactory
+from store.limits import KEPT_OUTPUT_CHARS, REDIS_RETRY_SECONDS, SSE_KEEPALIVE_SECONDS
+from store.models import Chat, Run, ToolCall
+from store.runs import END_STATES, get_run, request_cancel
 
 blp = Blueprint("runs", __name__, url_prefix="/api/runs", description="Script runs")
 

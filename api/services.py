@@ -14,17 +14,17 @@ from broker.broker import Broker
 from broker.context import Dispatcher, RecordingDispatcher
 from broker.policy import Policy, load_builtin_policy
 from broker.toolset import build_registry
+from relay import events, feed
+from relay.app import create_celery
+from relay.connections import redis_client
+from relay.dispatch import CeleryDispatcher
+from relay.streams import wait_for_end
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
 from store.discovery import read_only_skills
 from store.packagestore import PackageStore
 from store.signing import load_or_create_key
 from store.skills import BUILTIN_DIR, SkillStore
-from workers import events, feed
-from workers.app import create_celery
-from workers.context import redis_client
-from workers.dispatch import CeleryDispatcher
-from workers.streams import wait_for_end
 
 
 @dataclass

@@ -17,15 +17,16 @@ from api.runs import KEEPALIVE
 from api.schemas import sse_response
 from api.services import services
 from broker.calls import MAX_ID_CHARS, MODES
+from relay import naming, turnstate
+from relay.dispatch import send_turn
+from relay.errors import BackendUnavailable, NoModel, TurnFinished
+from relay.streams import TURN_END_KINDS, Event, TurnStream, follow_stream, read_stream
+from relay.turnstate import TurnStatus
 from store import modelsettings
 from store.db import transaction
 from store.limits import MAX_PROMPT_CHARS
 from store.models import Turn
 from store.secrets import Sealer
-from workers import naming, turns, turnstate
-from workers.errors import BackendUnavailable, NoModel, TurnFinished
-from workers.streams import Event, follow_stream, read_stream
-from workers.turnstate import TurnStatus
 
 TURN_EXAMPLE = 'id: 1733011200000-0\nevent: text\ndata: {"text": "Checking the disk."}\n\n'
 blp = Blueprint("turns", __name__, url_prefix="/api/turns", description="Agent turns")
@@ -73,7 +74,7 @@ def start_turn(body: dict[str, Any]) -> Turn:
     with transaction(found.sessions) as session:
         turn = turnstate.create(session, caller, body["prompt"], body["chat_id"], mode=body["mode"])
     try:
-        turns.send(found.celery, turn.id)
+        send_turn(found.celery, turn.id)
     except (redis.RedisError, kombu.exceptions.OperationalError) as e:
         with transaction(found.sessions) as session:
             turnstate.abandon(session, turn.id, BackendUnavailable.code, UNREACHABLE)
@@ -99,7 +100,7 @@ def stop_turn(turn_id: str) -> Turn:
     with transaction(found.sessions) as session:
         stopped = turnstate.stop_queued(session, turn_id)
     if stopped:
-        turns.TurnStream(found.redis, turn_id).end(
+        TurnStream(found.redis, turn_id).end(
             TurnStatus.STOPPED, ("stopped", "Stopped before it started.")
         )
     else:
@@ -127,7 +128,7 @@ def turn_events(turn_id: str) -> Response:
 
 
 def _from_stream(client: Any, key: str, after: str) -> Iterator[str]:
-    for event in follow_stream(client, key, turns.END_KINDS, after):
+    for event in follow_stream(client, key, TURN_END_KINDS, after):
         yield KEEPALIVE if event is None else _sse(event)
 
 

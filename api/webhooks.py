@@ -10,11 +10,11 @@ from flask_smorest import Blueprint
 
 from api.auth import owner_only
 from api.services import services
+from relay.events import WEBHOOK_KINDS, start_listening
 from store import notifications
 from store.db import transaction
 from store.models import Webhook
 from store.secrets import Sealer
-from workers import notify
 
 blp = Blueprint("webhooks", __name__, url_prefix="/api/webhooks", description="Webhooks")
 
@@ -54,7 +54,7 @@ def add_webhook(body: dict[str, Any]) -> dict[str, Any]:
     with transaction(services().sessions) as session:
         first = not notifications.is_listening(session, caller)
         hook, secret = notifications.add_webhook(
-            session, sealer, caller, body["url"], body["events"], notify.WEBHOOK_KINDS
+            session, sealer, caller, body["url"], body["events"], WEBHOOK_KINDS
         )
         shown = {
             "id": hook.id,
@@ -64,7 +64,7 @@ def add_webhook(body: dict[str, Any]) -> dict[str, Any]:
             "secret": secret,
         }
     if first:
-        notify.start_listening(services().redis, caller)
+        start_listening(services().redis, caller)
     return shown
 
 

@@ -14,8 +14,8 @@ from broker.classify import CallPlan
 from broker.editplans import refuse_expired
 from broker.errors import ApprovalAnswered, ApprovalNotFound
 from broker.warnings import warning_for
+from relay import feed
 from store.models import Approval, ToolCall, utcnow
-from workers import feed
 
 APPROVAL_LIFE = timedelta(minutes=30)
 PENDING = "pending"

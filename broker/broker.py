@@ -56,7 +56,7 @@ class Broker:
     dispatcher: Dispatcher = field(default_factory=RecordingDispatcher)
     # Blocks until a run ends or the time runs out (Redis streams); None polls the database.
     run_waiter: Callable[[str, float], object] | None = None
-    # Adds an event to the owner's feed (workers/events.py): owner id, kind, data.
+    # Adds an event to the owner's feed (relay/events.py): owner id, kind, data.
     publish: Callable[[int, str, dict[str, Any]], object] | None = None
 
     # -- a call -------------------------------------------------------------------

@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from relay import feed
 from store.db import save
 from store.models import Chat, ToolCall, utcnow
-from workers import feed
 
 
 class CallStatus(StrEnum):

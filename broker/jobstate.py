@@ -20,10 +20,10 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
+from relay import feed
 from store.errors import JobRunEnded, JobRunNotFound
 from store.limits import KEPT_JOB_RUNS
 from store.models import Job, JobRun, utcnow
-from workers import feed
 
 
 class JobRunStatus(StrEnum):

@@ -186,7 +186,7 @@ def check_flower(stack: Stack) -> None:
 
 
 def check_inspect_ping() -> None:
-    output = compose("exec", "-T", "control", "celery", "-A", "workers.app", "inspect", "ping")
+    output = compose("exec", "-T", "control", "celery", "-A", "relay.app", "inspect", "ping")
     answered = re.findall(r"^->\s+(\S+): OK$", output, flags=re.MULTILINE)
     for label in ("control-", "spark-", "node-edge1-", "node-edge2-"):
         assert any(name.startswith(label) for name in answered), output

@@ -33,10 +33,10 @@ def nodes_add(name: str) -> None:
     """Register a node and create its token; the token is printed once, alone on the last line."""
     from sqlalchemy.exc import DBAPIError
 
+    from relay.naming import is_node_name
     from store.db import make_engine, make_sessions, transaction
     from store.models import Node
     from store.tokens import create_node_token
-    from workers.naming import is_node_name
 
     if not is_node_name(name):
         raise click.ClickException(NODE_NAME_RULE)
@@ -80,10 +80,10 @@ def nodes_enroll(name: str, token_file: Path | None) -> None:
     """
     from sqlalchemy.exc import DBAPIError
 
+    from relay.naming import is_node_name
     from store.db import make_engine, make_sessions, transaction
     from store.models import Node
     from store.tokens import authenticate, create_node_token
-    from workers.naming import is_node_name
 
     if not is_node_name(name):
         raise click.ClickException(NODE_NAME_RULE)

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
+from relay import naming
 from skillfleet.settings import Settings
-from workers import naming
 
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--loglevel", "INFO"]
 
@@ -61,7 +61,7 @@ def node(name: str, concurrency: int) -> None:
 @click.option("--concurrency", default=4, show_default=True)
 def spark(concurrency: int) -> None:
     """The Spark runner: scripts in throwaway hardened Docker containers."""
-    from workers.errors import RunnerUnavailable
+    from relay.errors import RunnerUnavailable
     from workers.runners.spark import SparkRunner
 
     settings = _settings()
@@ -118,7 +118,7 @@ def beat_command() -> click.Command:
     @click.command("beat")
     def beat() -> None:
         """celery beat: job tick each minute, reaper every 5 s, approval expiry every 30 s."""
-        from workers.app import create_celery
+        from relay.app import create_celery
 
         settings = _settings()
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -181,13 +181,13 @@ def _serve(
     """Beat for `queue` and consume it; a worker that can't serve it beats but stays off it."""
     import time
 
+    from relay import feed
+    from relay.app import create_celery
+    from relay.connections import redis_client
+    from relay.heartbeat import Beater, Instance
     from skillfleet.logs import configure_logging
     from store.db import make_engine, make_sessions
-    from workers import feed
-    from workers.app import create_celery
-    from workers.context import redis_client
     from workers.execute import WorkerContext
-    from workers.heartbeat import Beater, Instance
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(settings.log_level, settings.log_format)

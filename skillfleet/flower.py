@@ -37,7 +37,7 @@ def flower_command(settings: Settings) -> list[str]:
         "-m",
         "celery",
         "-A",
-        "workers.app",
+        "relay.app",
         "flower",
         f"--address={settings.flower_host}",
         f"--port={settings.flower_port}",

@@ -260,7 +260,7 @@ def _wait_for_heartbeats(
     """Wait until every worker in `labels` beat for its queue: a call made then finds it."""
     import redis
 
-    from workers import heartbeat, naming
+    from relay import heartbeat, naming
 
     queues = {label: naming.node_queue(label) if label == LOCAL_NODE else label for label in labels}
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)

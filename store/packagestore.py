@@ -23,12 +23,11 @@ from store.models import Run, Skill
 from store.names import is_valid_hash, is_valid_name
 from store.packages import build_package
 from store.paths import inside
+from store.runs import ACTIVE_STATES
 from store.skills import SkillStore
 
 log = structlog.get_logger(__name__)
 
-# Runs in these states may still fetch the exact hash they were dispatched with.
-ACTIVE_RUN_STATES = ("queued", "running")
 # Node names with a runner of their own; every other node runs `node` skills.
 SPECIAL_NODES = ("spark", "sandbox")
 _SUFFIX = ".tar.gz"
@@ -156,7 +155,7 @@ class PackageStore:
         """Remove packages whose hash is neither current nor used by an unfinished run."""
         with sessions() as session:
             keep = {(s.name, s.hash) for s in session.scalars(select(Skill))}
-            active = select(Run.skill_name, Run.skill_hash).where(Run.status.in_(ACTIVE_RUN_STATES))
+            active = select(Run.skill_name, Run.skill_hash).where(Run.status.in_(ACTIVE_STATES))
             keep |= {(name, skill_hash) for name, skill_hash in session.execute(active)}
         removed = []
         for path in self.packages_dir.glob(f"*@*{_SUFFIX}"):
@@ -186,7 +185,7 @@ def _listed_for(skill: Skill, node: str | None) -> bool:
 
 def _active_on(node: str | None) -> ColumnElement[bool]:
     """Unfinished runs, on `node`'s runner when a node is named."""
-    active = Run.status.in_(ACTIVE_RUN_STATES)
+    active = Run.status.in_(ACTIVE_STATES)
     if node is None:
         return active
     execution = execution_for(node)

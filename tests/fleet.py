@@ -26,12 +26,12 @@ from werkzeug.serving import make_server
 
 from api import create_app
 from api.services import Services
+from relay import heartbeat, naming
 from skillfleet.settings import Settings
 from store.db import transaction
 from store.models import Node
 from store.signing import load_or_create_key, public_key_text
 from store.tokens import create_node_token, create_owner_token
-from workers import heartbeat, naming
 
 PYTHON = sys.executable
 START_LIMIT = 30.0

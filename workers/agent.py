@@ -9,8 +9,8 @@ from typing import Any
 import redis
 import structlog
 
-from workers import naming
-from workers.errors import RunError
+from relay import naming
+from relay.errors import RunError
 from workers.packages import PackageCache, SyncReport
 
 log = structlog.get_logger(__name__)

@@ -9,13 +9,13 @@ from typing import Any
 import redis
 
 from broker.broker import Broker
+from relay import feed
+from relay.connections import redis_client
+from relay.heartbeat import Instance
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
-from store.limits import REDIS_CONNECT_TIMEOUT_SECONDS, REDIS_SOCKET_TIMEOUT_SECONDS
 from store.secrets import Sealer
-from workers import feed
 from workers.execute import WorkerContext
-from workers.heartbeat import Instance
 from workers.jobruns import JobContext
 from workers.notify import NotifyContext
 from workers.turns import TurnContext
@@ -29,16 +29,6 @@ STEP_SLACK_SECONDS = 60
 class ControlContext:
     sessions: SessionFactory
     redis: redis.Redis
-
-
-def redis_client(settings: Settings) -> redis.Redis:
-    """A client that fails fast when Redis is away; blocking reads use streams.blocking_client."""
-    return redis.Redis.from_url(
-        settings.redis,
-        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
-        socket_timeout=REDIS_SOCKET_TIMEOUT_SECONDS,
-        health_check_interval=30,
-    )
 
 
 def worker_context(app: Any) -> WorkerContext:
@@ -84,12 +74,12 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
     """The broker of the API, dispatching runs through Celery (see api/services.py)."""
     from broker.policy import Policy, load_builtin_policy
     from broker.toolset import build_registry
+    from relay import events
+    from relay.app import create_celery
+    from relay.dispatch import CeleryDispatcher
+    from relay.streams import wait_for_end
     from store.packagestore import PackageStore
     from store.skills import SkillStore
-    from workers import events
-    from workers.app import create_celery
-    from workers.dispatch import CeleryDispatcher
-    from workers.streams import wait_for_end
 
     sessions = make_sessions(make_engine(settings.database))
     client = redis_client(settings)
@@ -138,7 +128,7 @@ def control_context(app: Any) -> ControlContext:
 
 def notify_context(app: Any) -> NotifyContext:
     """What notifications need: the VAPID key (made once under the data dir) and clients."""
-    from workers.push import load_or_create_vapid
+    from relay.push import load_or_create_vapid
 
     control = control_context(app)
     with _lock:

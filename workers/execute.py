@@ -10,14 +10,14 @@ from typing import Protocol
 import redis
 import structlog
 
+from relay import naming
+from relay.errors import RunError
+from relay.heartbeat import Instance
+from relay.streams import RunStream
 from store.db import SessionFactory
 from store.models import Run
-from workers import naming
-from workers.errors import RunError
-from workers.heartbeat import Instance
+from store.runs import ANNOUNCED, FAILED, INTERRUPTED, Outcome, announce, claim, finish
 from workers.runners.base import Job, Runner
-from workers.runs import ANNOUNCED, FAILED, INTERRUPTED, Outcome, announce, claim, finish
-from workers.streams import RunStream
 
 log = structlog.get_logger(__name__)
 

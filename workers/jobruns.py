@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import kombu.exceptions
 import redis
 import structlog
-from celery import Celery
 from sqlalchemy import select, update
 
 from broker import jobstate
@@ -23,6 +21,7 @@ from broker.broker import Broker
 from broker.calls import CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
 from broker.jobstate import JobRunStatus
+from relay import events, heartbeat, turnstate
 from skillfleet.settings import DEFAULT_TURN_TIMEOUT
 from store import modelsettings
 from store.cron import latest_time, next_time
@@ -31,8 +30,7 @@ from store.errors import SkillfleetError
 from store.limits import JOB_MISSED_GRACE_SECONDS
 from store.models import Job, JobRun, ToolCall, utcnow
 from store.secrets import Sealer
-from workers import events, heartbeat, naming, turns, turnstate
-from workers.errors import BackendUnavailable
+from workers import turns
 
 log = structlog.get_logger(__name__)
 
@@ -40,8 +38,6 @@ NO_MODEL = (
     "No model is configured, so a prompt step can't run an agent turn; "
     "the run stopped at this step."
 )
-RUN_JOB_TASK = "skillfleet.run_job"
-UNREACHABLE = "The control queue (Redis) can't be reached, so the job run was not started."
 LOST_WORKER = "The control worker running this job stopped; the run will not be started again."
 
 
@@ -58,30 +54,6 @@ class JobContext:
     # Prompt steps: the key that opens the owner's model API key, and a turn's time limit.
     sealer: Sealer | None = None
     turn_limit: float = DEFAULT_TURN_TIMEOUT
-
-
-def send(celery: Celery, job_run_id: str) -> None:
-    """Send a job run's task to the control worker; the message carries the id only."""
-    celery.send_task(RUN_JOB_TASK, args=[job_run_id], queue=naming.CONTROL)
-
-
-def carry_on(celery: Celery, job_run_id: str) -> None:
-    """Wake a job run whose call the owner just answered; the minute tick retries if Redis
-    can't take the message now."""
-    try:
-        send(celery, job_run_id)
-    except (redis.RedisError, kombu.exceptions.OperationalError) as e:
-        log.warning("job run not woken", job_run_id=job_run_id, error_type=type(e).__name__)
-
-
-def start(sessions: SessionFactory, celery: Celery, job_run_id: str) -> None:
-    """Send a queued run; if Redis can't take it, the run fails instead of staying queued."""
-    try:
-        send(celery, job_run_id)
-    except (redis.RedisError, kombu.exceptions.OperationalError) as e:
-        with transaction(sessions) as session:
-            jobstate.abandon(session, job_run_id, UNREACHABLE)
-        raise BackendUnavailable(UNREACHABLE) from e
 
 
 # -- the tick ------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import openai
 
+from relay.errors import ModelFailed
 from store.modelsettings import ModelConfig
-from workers.errors import ModelFailed
 
 # Stop requests are looked for at most this often while the model streams.
 STOP_CHECK_SECONDS = 0.25

@@ -1,7 +1,7 @@
 """Notifications on the control worker: owner events become Web Push messages and webhooks.
 
 Beat sends `skillfleet.notify` every few seconds. It reads each listening owner's event feed
-(workers/events.py) through the consumer group `notifications`, so every event is handed out
+(relay/events.py) through the consumer group `notifications`, so every event is handed out
 once however many control workers run; push messages go out at once, webhook deliveries too,
 and a delivery that fails is tried again later (a Redis sorted set of due retries), never
 inside the call or run that published the event.
@@ -17,34 +17,20 @@ from typing import Any
 import redis
 import structlog
 
+from relay import events, naming, push
+from relay.events import PUSH_TITLES, WEBHOOK_KINDS, ensure_group
 from store import notifications
 from store.db import SessionFactory, transaction
 from store.errors import ConfigError
 from store.models import Webhook
 from store.secrets import Sealer
-from workers import events, naming, push, webhooks
+from workers import webhooks, webpush
 
 log = structlog.get_logger(__name__)
 
 NOTIFY_TASK = "skillfleet.notify"
 CONSUMER = "control"
 READ_COUNT = 100
-# What a push tells the owner: things that wait for them or went wrong.
-PUSH_TITLES = {
-    "approval.waiting": "A call waits for your approval",
-    "review.waiting": "A skill waits for your review",
-    "run.failed": "A script run failed",
-    "run.timed_out": "A script run timed out",
-    "run.interrupted": "A script run was interrupted",
-    "job_run.failed": "A job run failed",
-    "job_run.unanswered": "A job run went unanswered",
-    "job_run.interrupted": "A job run was interrupted",
-    "turn.failed": "An agent turn failed",
-    "turn.timed_out": "An agent turn timed out",
-    "turn.interrupted": "An agent turn was interrupted",
-}
-# Webhooks may also ask for these.
-WEBHOOK_KINDS = (*PUSH_TITLES, "job_run.waiting")
 
 
 @dataclass
@@ -55,21 +41,6 @@ class NotifyContext:
     vapid: Any  # py_vapid.Vapid
     contact: str
     push_services: tuple[str, ...]
-
-
-def ensure_group(client: redis.Redis, owner_id: int) -> None:
-    """Create the owner's consumer group at the end of the feed: only new events notify."""
-    try:
-        client.xgroup_create(naming.owner_events(owner_id), naming.NOTIFY_GROUP, "$", mkstream=True)
-    except redis.ResponseError as e:
-        if "BUSYGROUP" not in str(e):
-            raise
-
-
-def start_listening(client: redis.Redis, owner_id: int) -> None:
-    """An owner's first subscription or webhook: only events from now on are delivered."""
-    ensure_group(client, owner_id)
-    client.xgroup_setid(naming.owner_events(owner_id), naming.NOTIFY_GROUP, "$")
 
 
 def pump(context: NotifyContext) -> int:
@@ -117,14 +88,14 @@ def _push(context: NotifyContext, owner_id: int, event: events.OwnerEvent, title
     payload = {"kind": event.kind, "title": title, "id": event.id, **event.data}
     with context.sessions() as session:
         targets = [
-            (row.id, push.Target(row.endpoint, row.p256dh, row.auth))
+            (row.id, webpush.Target(row.endpoint, row.p256dh, row.auth))
             for row in notifications.subscriptions(session, owner_id)
         ]
     for subscription_id, target in targets:
         if not push.endpoint_allowed(target.endpoint, context.push_services):
             continue  # the allow-list shrank since it was saved
-        status = push.send(target, payload, context.vapid, context.contact)
-        if status in push.GONE:
+        status = webpush.send(target, payload, context.vapid, context.contact)
+        if status in webpush.GONE:
             with transaction(context.sessions) as session:
                 notifications.drop_subscription(session, subscription_id)
             log.info("push subscription dropped", owner_id=owner_id, status=status)

@@ -18,12 +18,12 @@ from typing import Any
 import httpx
 import structlog
 
+from relay.errors import PackageRefused, PackageUnverified, RunError
 from store.errors import ArchiveUnsafe, ManifestInvalid
 from store.hashing import content_hash
 from store.packages import extract_package
 from store.packagestore import valid_key
 from store.signing import verify_manifest
-from workers.errors import PackageRefused, PackageUnverified, RunError
 from workers.verification import FolderVerifier
 
 log = structlog.get_logger(__name__)

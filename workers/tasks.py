@@ -5,6 +5,8 @@ from __future__ import annotations
 import structlog
 from celery import Task, shared_task
 
+from relay.dispatch import RUN_JOB_TASK, RUN_TURN_TASK, send_job_run
+from store.runs import reap
 from workers import jobruns, notify, turns
 from workers.context import (
     control_context,
@@ -14,8 +16,6 @@ from workers.context import (
     worker_context,
 )
 from workers.execute import execute
-from workers.jobruns import RUN_JOB_TASK
-from workers.runs import reap
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +56,7 @@ def expire_approvals(self: Task) -> int:
         expired = expire_due(session)
     # A job run waiting on an approval that just expired ends `unanswered`.
     for job_run_id in jobruns.settled_waiting(context.sessions):
-        jobruns.send(self.app, job_run_id)
+        send_job_run(self.app, job_run_id)
     return expired
 
 
@@ -73,11 +73,11 @@ def job_tick(self: Task) -> int:
     context = control_context(self.app)
     queued = jobruns.tick(context.sessions)
     for job_run_id in [*queued, *jobruns.settled_waiting(context.sessions)]:
-        jobruns.send(self.app, job_run_id)
+        send_job_run(self.app, job_run_id)
     return len(queued)
 
 
-@shared_task(name=turns.RUN_TURN_TASK, bind=True)
+@shared_task(name=RUN_TURN_TASK, bind=True)
 def run_turn(self: Task, turn_id: str) -> str | None:
     """Run one agent turn on the control worker: the message carries the turn id only."""
     with structlog.contextvars.bound_contextvars(turn_id=turn_id):

@@ -15,25 +15,23 @@ from typing import Any
 
 import redis
 import structlog
-from celery import Celery
 
 from broker.broker import Broker
 from broker.calls import CallOutcome, CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
+from relay import events, naming, turnstate
+from relay.streams import TurnStream
+from relay.turnstate import TurnStatus
 from store import modelsettings
 from store.db import SessionFactory, transaction
 from store.errors import SkillfleetError
-from store.limits import FINISHED_STREAM_TTL_SECONDS, MAX_MODEL_ROUNDS
+from store.limits import MAX_MODEL_ROUNDS
 from store.models import Turn
 from store.secrets import Sealer
-from workers import events, naming, turnstate
 from workers.model import Reply, ToolRequest, complete
-from workers.turnstate import TurnStatus
 
 log = structlog.get_logger(__name__)
 
-RUN_TURN_TASK = "skillfleet.run_turn"
-END_KINDS = ("end",)
 NO_MODEL = "No model is configured: set model.base_url and model.name in the owner's settings."
 SYSTEM_PROMPT = (
     "You are the agent of skillfleet. Use the tools you are given to do what the owner asks: "
@@ -57,11 +55,6 @@ class TurnContext:
     sealer: Sealer
     worker: str
     time_limit: float
-
-
-def send(celery: Celery, turn_id: str) -> None:
-    """Send a turn's task to the control worker; the message carries the id only."""
-    celery.send_task(RUN_TURN_TASK, args=[turn_id], queue=naming.CONTROL)
 
 
 def execute(context: TurnContext, turn_id: str) -> str | None:
@@ -115,30 +108,6 @@ def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
             )  # fmt: skip
         reaped.append(turn.id)
     return reaped
-
-
-class TurnStream:
-    """The writer side of a turn's stream (the same format as a run's)."""
-
-    def __init__(self, client: redis.Redis, turn_id: str) -> None:
-        self.client = client
-        self.key = naming.turn_stream(turn_id)
-
-    def add(self, kind: str, data: dict[str, Any]) -> None:
-        try:
-            self.client.xadd(self.key, {"kind": kind, "data": json.dumps(data, default=str)})
-        except redis.RedisError as e:  # the Turn row keeps the answer; the stream is a view
-            log.warning("turn event not published", kind=kind, error_type=type(e).__name__)
-
-    def end(self, status: str, error: tuple[str, str] | None) -> None:
-        data: dict[str, Any] = {"status": status}
-        if error is not None:
-            data["error"] = {"code": error[0], "message": error[1]}
-        self.add("end", data)
-        try:
-            self.client.expire(self.key, FINISHED_STREAM_TTL_SECONDS)
-        except redis.RedisError:
-            pass  # the key lingers without a TTL; a later turn's end can't help it either
 
 
 Ending = tuple[TurnStatus, tuple[str, str] | None]

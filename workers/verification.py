@@ -16,8 +16,8 @@ import stat
 import threading
 from pathlib import Path
 
+from relay.errors import PackageUnverified
 from store.hashing import content_hash
-from workers.errors import PackageUnverified
 
 # Proofs kept per process; a node holds at most a few hundred packages.
 MAX_PROOFS = 1024

@@ -14,11 +14,11 @@ from test_approvals import WIPE, answer, install, run
 from api import create_app
 from api.services import Services
 from broker import jobstate
+from relay import events as owner_events
+from relay import naming
 from skillfleet.settings import Settings
 from store.db import transaction
 from store.models import JobRun, Owner, Run, utcnow
-from workers import events as owner_events
-from workers import naming
 
 
 @pytest.fixture(autouse=True)

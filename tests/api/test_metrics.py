@@ -147,7 +147,7 @@ def test_a_run_shows_in_runs_by_runner_and_state_and_in_both_histograms(client, 
     from datetime import timedelta
 
     from store.models import Run
-    from workers.runs import SUCCEEDED
+    from store.runs import SUCCEEDED
 
     now = utcnow()
     with transaction(services.sessions) as session:
@@ -238,9 +238,9 @@ def answers(url: str) -> bool:
 def test_an_open_event_stream_counts_until_its_client_goes_away(client, auth, services, token):
     from sqlalchemy import select
 
+    from relay.streams import RunStream
     from store.models import Owner, Run
-    from workers.runs import RUNNING
-    from workers.streams import RunStream
+    from store.runs import RUNNING
 
     run_id = "00000000-0000-0000-0000-0000000sse01"
     with transaction(services.sessions) as session:

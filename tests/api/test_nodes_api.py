@@ -18,11 +18,11 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from api.services import Services
+from relay import heartbeat, naming
 from store.db import transaction
 from store.models import Node
 from store.signing import public_key_text, verify_manifest
 from store.tokens import create_node_token
-from workers import heartbeat, naming
 
 WAIT_SECONDS = 5.0
 

@@ -16,8 +16,8 @@ import pytest
 from conftest import IN_CI, REDIS_URL
 from fleet import Fleet, fleet
 
+from relay import naming
 from skillfleet.settings import Settings
-from workers import naming
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

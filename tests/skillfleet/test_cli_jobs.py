@@ -12,8 +12,8 @@ import pytest
 from conftest import REDIS_URL
 from fleet import Fleet, fleet
 
+from relay import naming
 from skillfleet.settings import Settings
-from workers import naming
 
 SKILLFLEET = str(Path(sys.executable).with_name("skillfleet"))
 

@@ -13,10 +13,10 @@ from conftest import REDIS_URL
 from fleet import fleet, wait_until
 from sqlalchemy import func, select
 
+from relay import events, naming
+from relay.streams import read_events
 from skillfleet.settings import Settings
 from store.models import ToolCall
-from workers import events, naming
-from workers.streams import read_events
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 

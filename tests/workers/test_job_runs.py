@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import select, update
 
 from broker.approvals import expire_due
+from relay import events
 from store.cron import next_time
 from store.db import transaction
 from store.models import Approval, Job, JobRun, ToolCall, utcnow
-from workers import events, jobruns
+from workers import jobruns
 
 WIPE_STEP = {
     "tool": "run_skill_script",
@@ -37,7 +38,7 @@ def feed(services, redis_client):
     """The owner's event feed, emptied first (Redis outlives the test database)."""
     from factories import owner_id_of
 
-    from workers import naming
+    from relay import naming
     from workers.notify import WEBHOOK_KINDS
 
     owner = owner_id_of(services)

@@ -7,11 +7,11 @@ import time
 import uuid
 from pathlib import Path
 
+from relay import naming
+from relay.streams import RunStream, read_events
 from store.limits import COALESCE_BYTES
-from workers import naming
 from workers.runners.base import Job, OutputCollector, command_for
 from workers.runners.node import NodeRunner
-from workers.streams import RunStream, read_events
 
 
 def skill(tmp_path: Path, name: str, text: str) -> Path:

@@ -27,9 +27,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from factories import owner_id_of
 
+from relay import naming, push
 from skillfleet.settings import DEFAULT_PUSH_SERVICES, Settings
 from store.secrets import Sealer
-from workers import naming, notify, push, webhooks
+from workers import notify, webhooks
 
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 WIPE_CALL = {"arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",
@@ -288,9 +289,9 @@ def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
 ):
     import uuid
 
+    from store import runs
     from store.db import transaction
     from store.models import Run
-    from workers import runs
 
     run_id = str(uuid.uuid4())
     with transaction(services.sessions) as session:

@@ -13,10 +13,10 @@ from conftest import REDIS_URL
 from fleet import Fleet, fleet
 from sqlalchemy import select
 
+from relay import naming
 from skillfleet.settings import Settings
 from store.models import ApiToken
 from store.tokens import token_digest
-from workers import naming
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 HELLO = "print('hello')\n"

@@ -22,13 +22,13 @@ from factories import owned, owner_id_of, skill_files, write_skill
 from fleet import Fleet, fleet, wait_until
 from werkzeug.serving import make_server
 
+from relay.errors import PackageRefused, RunError
 from store.db import transaction
 from store.hashing import content_hash
 from store.models import Run, Skill
 from store.packagestore import PackageStore
 from store.signing import public_key_text
 from workers.agent import SyncLoop
-from workers.errors import PackageRefused, RunError
 from workers.packages import PackageCache
 
 NODE = "web01"

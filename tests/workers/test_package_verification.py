@@ -18,12 +18,12 @@ from conftest import REDIS_URL
 from factories import owned, skill_files, write_skill
 from fleet import Fleet, fleet, wait_until
 
+from relay import naming
+from relay.errors import PackageUnverified
 from skillfleet.settings import Settings
 from store.hashing import content_hash
 from store.models import Skill
 from store.signing import public_key_text
-from workers import naming
-from workers.errors import PackageUnverified
 from workers.packages import PackageCache
 from workers.runners.spark import copy_skill
 from workers.verification import FolderVerifier, verify_folder

@@ -13,8 +13,8 @@ import pytest
 from conftest import POSTGRES_URL, REDIS_URL  # noqa: F401 - documents the services used
 from fleet import fleet, own_redis, wait_until
 
+from relay.streams import read_events
 from skillfleet.settings import Settings
-from workers.streams import read_events
 
 OUTAGE_SECONDS = 60
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}

@@ -13,9 +13,9 @@ import pytest
 from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
 
+from relay.dispatch import EXECUTE_TASK, NO_SANDBOX
+from relay.streams import read_events
 from skillfleet.settings import Settings
-from workers.dispatch import EXECUTE_TASK, NO_SANDBOX
-from workers.streams import read_events
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 TICKER = (

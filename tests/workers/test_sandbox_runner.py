@@ -8,10 +8,14 @@ image and Redis like the Spark tests: without them it skips, with CI=true it fai
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +26,19 @@ import requests
 from conftest import IN_CI
 from docker.errors import DockerException
 
+from relay.errors import PackageUnverified
+from relay.streams import RunStream, read_events
 from skillfleet.settings import Settings
 from store.hashing import content_hash
-from workers.errors import PackageUnverified
-from workers.runners.base import Job
+from store.limits import COALESCE_SECONDS
+from workers.runners.base import Job, OutputCollector
 from workers.runners.sandbox import (
     ContainerSandboxRunner,
     SandboxRunner,
+    _pump,
     build_sandbox_runner,
 )
 from workers.runners.spark import LABEL
-from workers.streams import RunStream, read_events
 
 IMAGE = os.environ.get("SKILLFLEET_RUNNER_IMAGE", "skillfleet/runner:latest")
 WITH_KVM = os.environ.get("SKILLFLEET_TEST_KVM") == "1"
@@ -112,6 +118,39 @@ def test_without_hyperlight_no_sandbox_runner_is_built_and_the_reason_is_given()
 
     assert runner is None
     assert reason is not None and "Hyperlight" in reason
+
+
+@dataclass
+class GuestPipe:
+    """The worker's end of a micro-VM's pipe; this test plays the guest on the other end."""
+
+    conn: Connection
+
+
+def test_guest_output_is_published_in_bursts_not_one_entry_per_print(redis_client):
+    ours, guest = multiprocessing.Pipe()
+    run_id = f"run-{uuid.uuid4()}"
+    collector = OutputCollector(RunStream(redis_client, run_id), coalesce_seconds=COALESCE_SECONDS)
+    lines = [f"line {i}\n" for i in range(50)]
+    for line in lines:  # 50 prints waiting at once: one burst
+        guest.send(("out", "stdout", line))
+
+    def finish_later() -> None:
+        time.sleep(0.3)
+        guest.send(("out", "stdout", "late\n"))
+        guest.send(("done", 0, "", "", True))
+
+    finisher = threading.Thread(target=finish_later)
+    finisher.start()
+    ended = _pump(GuestPipe(ours), collector, 30, lambda: False)  # type: ignore[arg-type]
+    finisher.join()
+
+    assert ended == (None, 0, True)
+    texts = [e.data["text"] for e in read_events(redis_client, run_id) if e.kind == "stdout"]
+    assert "".join(texts) == "".join(lines) + "late\n"
+    assert texts[-1] == "late\n"  # a print after a pause opens a burst of its own
+    # How many 2 ms windows 50 queued messages take depends on the machine's load, never 50.
+    assert len(texts) <= 10
 
 
 @pytest.mark.parametrize("script", ["scripts/a.sh", "scripts/b.cs", "scripts/c.rb", "scripts/d"])

@@ -9,9 +9,9 @@ import pytest
 from conftest import REDIS_URL
 from fleet import fleet, wait_until
 
+from relay import heartbeat, naming
+from relay.dispatch import NO_SANDBOX
 from skillfleet.settings import Settings
-from workers import heartbeat, naming
-from workers.dispatch import NO_SANDBOX
 
 
 @pytest.mark.skipif(

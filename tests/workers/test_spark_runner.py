@@ -23,11 +23,12 @@ import requests
 from conftest import IN_CI
 from docker.errors import DockerException, ImageNotFound
 
+from relay.errors import PackageUnverified, RunnerUnavailable
+from relay.streams import RunStream, read_events
 from store.hashing import content_hash
-from workers.errors import PackageUnverified, RunnerUnavailable
+from store.limits import COALESCE_BYTES
 from workers.runners.base import Job
 from workers.runners.spark import LABEL, TMPFS_OPTIONS, SparkRunner
-from workers.streams import RunStream, read_events
 
 pytestmark = pytest.mark.docker
 
@@ -140,6 +141,27 @@ def test_a_line_printed_every_half_second_arrives_while_the_script_runs(
     assert outcome.stdout == "tick 0\ntick 1\ntick 2\ntick 3\n"
     assert first_line_at, "no output arrived in the stream"
     assert ended_at - first_line_at[0] > 1.2  # the first line came about 2 s before the end
+
+
+def test_each_burst_of_output_is_one_stream_entry_not_one_per_write(tmp_path, runner, redis_client):
+    # Unbuffered, print("tick", i) writes "tick", " ", the number and "\n" separately.
+    folder = skill(
+        tmp_path,
+        "tick.py",
+        "import time\nfor i in range(3):\n    print('tick', i)\n    time.sleep(0.2)\n"
+        "print('x' * 100_000, end='')\n",
+    )
+    the_job = job(folder, "scripts/tick.py")
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert outcome.status == "succeeded"
+    stdout = texts(redis_client, the_job.run_id, "stdout")
+    assert stdout[:3] == ["tick 0\n", "tick 1\n", "tick 2\n"]
+    # How much of the 100 kB one window catches depends on the machine's load; no entry is larger
+    # than COALESCE_BYTES and nothing is lost.
+    assert max(len(text) for text in stdout[3:]) <= COALESCE_BYTES
+    assert "".join(stdout[3:]) == "x" * 100_000
 
 
 def test_a_non_zero_exit_fails_the_run_with_its_code(tmp_path, runner, redis_client):

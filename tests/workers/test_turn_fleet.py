@@ -9,8 +9,8 @@ from conftest import REDIS_URL
 from fleet import fleet
 from model_standin import model_standin, text, tools
 
+from relay import naming
 from skillfleet.settings import Settings
-from workers import naming
 
 
 def test_the_control_worker_runs_a_posted_turn_and_its_events_stream_over_sse(

@@ -14,12 +14,13 @@ from fleet import wait_until
 from model_standin import model_standin, slow, text, tools
 from sqlalchemy import select
 
+from relay import turnstate
+from relay.naming import turn_stream
+from relay.streams import read_stream
 from store.db import transaction
 from store.models import ModelSetting, ToolCall
 from store.secrets import Sealer
-from workers import jobruns, turns, turnstate
-from workers.naming import turn_stream
-from workers.streams import read_stream
+from workers import jobruns, turns
 
 WORKER = "control@test:1:1"
 WIPE_CALL = ("run_skill_script", {"skill_name": "wiper", "script": "scripts/wipe.sh",
@@ -302,7 +303,7 @@ def test_a_turn_whose_control_worker_vanished_is_interrupted_and_the_owner_told(
 ):
     from factories import owner_id_of
 
-    from workers import events, naming
+    from relay import events, naming
 
     owner = owner_id_of(services)
     redis_client.delete(naming.owner_events(owner))

@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from relay.streams import RunStream
 from store.limits import COALESCE_SECONDS
+from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -21,8 +23,6 @@ from workers.runners.base import (
     outcome_of,
     script_environment,
 )
-from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
-from workers.streams import RunStream
 
 READ_BYTES = 16 * 1024
 CANCEL_POLL_SECONDS = 0.2

@@ -26,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from broker.classify import SANDBOX_SUFFIXES
+from relay.errors import RunnerUnavailable
+from relay.streams import RunStream
 from skillfleet.settings import Settings
 from store.errors import StoreError
 from store.leniency import read_skill_dir
-from workers.errors import RunnerUnavailable
+from store.limits import COALESCE_SECONDS
+from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -40,8 +43,6 @@ from workers.runners.base import (
 from workers.runners.guests import GUESTS, JAVASCRIPT_GUEST, PYTHON_GUEST, WARM_UP, guest_program
 from workers.runners.node import die_with_worker
 from workers.runners.spark import SparkRunner, copy_skill
-from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
-from workers.streams import RunStream
 from workers.verification import verify_folder
 
 PACKAGES = ("hyperlight_sandbox", "hyperlight_sandbox_backend_wasm", "python_guest")
@@ -121,7 +122,7 @@ class SandboxRunner:
             text = e.message if isinstance(e, (RunnerUnavailable, StoreError)) else str(e)
             message = f"The sandbox could not start: {text}"
             return Outcome(FAILED, None, "", message, message)
-        collector = OutputCollector(stream)
+        collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS)
         reusable = False
         try:
             vm.stage(folder)
@@ -273,13 +274,25 @@ def _pump(
 ) -> tuple[str | None, int | None, bool]:
     """Forward output until the guest is done, or kill the VM on timeout or cancel.
 
-    Returns why it was stopped (None: it ended), the exit code (None: the VM crashed), and
-    whether the VM was restored for another run.
+    Output is published in bursts, as the node runner does: what the guest prints within the
+    collector's window becomes one stream entry. Returns why it was stopped (None: it ended),
+    the exit code (None: the VM crashed), and whether the VM was restored for another run.
     """
+    ended = _forward(vm, collector, timeout, cancelled)
+    collector.flush()
+    return ended
+
+
+def _forward(
+    vm: _MicroVM, collector: OutputCollector, timeout: int, cancelled: CancelCheck
+) -> tuple[str | None, int | None, bool]:
     deadline = time.monotonic() + timeout
     next_cancel_check = time.monotonic() + CANCEL_POLL_SECONDS
     while True:
         wait = max(0.0, min(deadline, next_cancel_check) - time.monotonic())
+        burst = collector.wait_left()
+        if burst is not None:
+            wait = min(wait, burst)
         message = _receive(vm.conn, wait) or ("wait",)
         if message[0] == "out":
             collector.add(message[1], message[2].encode("utf-8", "replace"))
@@ -291,6 +304,7 @@ def _pump(
         elif message[0] == "crashed":
             collector.add("stderr", f"{message[1]}\n".encode())
             return FAILED, None, False
+        collector.flush_due()
         stopped = _stop_reason(deadline, next_cancel_check, cancelled)
         if stopped is not None:
             vm.kill()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import queue
 import shutil
 import tarfile
 import tempfile
@@ -17,7 +18,10 @@ import docker
 import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
 
-from workers.errors import RunnerUnavailable
+from relay.errors import RunnerUnavailable
+from relay.streams import RunStream
+from store.limits import COALESCE_SECONDS
+from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -26,8 +30,6 @@ from workers.runners.base import (
     outcome_of,
     script_environment,
 )
-from workers.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
-from workers.streams import RunStream
 from workers.verification import verify_folder
 
 LABEL = "skillfleet.run"
@@ -149,7 +151,7 @@ class SparkRunner:
         the engine can't see. Raises PackageUnverified when the copy does not hash to the job's
         hash: no container is made for it.
         """
-        collector = OutputCollector(stream)
+        collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS)
         with tempfile.TemporaryDirectory(prefix="skillfleet-run-") as scratch:
             skill_copy = Path(scratch) / "skill"
             try:
@@ -212,7 +214,7 @@ class SparkRunner:
         """Attach before start so no output is missed; then supervise until it exits."""
         frames = container.attach(stdout=True, stderr=True, stream=True, demux=True, logs=True)
         try:
-            reader = _Reader(frames, collector)
+            reader = _Reader(frames)
             try:
                 container.start()
             except _ENGINE_ERRORS as e:
@@ -220,8 +222,9 @@ class SparkRunner:
                 return Outcome(FAILED, None, "", message, message)
             stream.status("running", container=container.short_id)
             reader.start()
-            state, code = _supervise(container, reader, job.timeout, cancelled)
+            state, code = _supervise(container, reader, collector, job.timeout, cancelled)
             reader.join(EXIT_WAIT_SECONDS)
+            reader.drain(collector)
             if reader.error is not None:
                 raise reader.error
             return outcome_of(state, code, collector, job.timeout)
@@ -250,38 +253,83 @@ def _not_started(error: Exception) -> Outcome:
     return Outcome(FAILED, None, "", message, message)
 
 
-class _Reader(threading.Thread):
-    """Forwards the container's stdout and stderr frames, each as it comes."""
+Frame = tuple[bytes | None, bytes | None]
 
-    def __init__(
-        self, frames: Iterable[tuple[bytes | None, bytes | None]], collector: OutputCollector
-    ):
+
+class _Reader(threading.Thread):
+    """Takes the container's stdout and stderr frames off the engine's stream as they come.
+
+    Only the supervising thread hands them to the collector, so output is published in bursts
+    (one stream entry per burst, as the node runner does) by one thread.
+    """
+
+    def __init__(self, frames: Iterable[Frame]):
         super().__init__(name="spark-output", daemon=True)
         self.frames = frames
-        self.collector = collector
+        self.queue: queue.SimpleQueue[Frame | None] = queue.SimpleQueue()  # None: the end
+        self.ended = False  # the supervising thread took the end
         self.error: Exception | None = None
 
     def run(self) -> None:
         try:
-            for stdout, stderr in self.frames:
-                if stdout:
-                    self.collector.add("stdout", stdout)
-                if stderr:
-                    self.collector.add("stderr", stderr)
+            for frame in self.frames:
+                self.queue.put(frame)
         except Exception as e:  # re-raised by the supervising thread, after cleanup
             self.error = e
+        finally:
+            self.queue.put(None)
+
+    def forward(self, collector: OutputCollector, seconds: float) -> None:
+        """Hand frames to `collector` for up to `seconds`, or until the output ended."""
+        until = time.monotonic() + seconds
+        while not self.ended:
+            wait = until - time.monotonic()
+            burst = collector.wait_left()
+            if burst is not None:
+                wait = min(wait, burst)
+            try:
+                self._take(collector, self.queue.get(timeout=max(0.0, wait)))
+            except queue.Empty:
+                pass
+            collector.flush_due()
+            if time.monotonic() >= until:
+                return
+        collector.flush()
+
+    def drain(self, collector: OutputCollector) -> None:
+        """Hand over what is still queued, and publish every burst."""
+        while not self.ended:
+            try:
+                self._take(collector, self.queue.get_nowait())
+            except queue.Empty:
+                break
+        collector.flush()
+
+    def _take(self, collector: OutputCollector, frame: Frame | None) -> None:
+        if frame is None:
+            self.ended = True
+            return
+        stdout, stderr = frame
+        if stdout:
+            collector.add("stdout", stdout)
+        if stderr:
+            collector.add("stderr", stderr)
 
 
 def _supervise(
-    container: Any, reader: _Reader, timeout: int, cancelled: CancelCheck
+    container: Any,
+    reader: _Reader,
+    collector: OutputCollector,
+    timeout: int,
+    cancelled: CancelCheck,
 ) -> tuple[str | None, int]:
     """Wait for the exit code; kill on timeout or cancel. Returns why it stopped, and the code."""
     deadline = time.monotonic() + timeout
     stopped: str | None = None
     killed_at = 0.0
     while True:
-        if reader.is_alive():
-            reader.join(CANCEL_POLL_SECONDS)
+        if not reader.ended:
+            reader.forward(collector, CANCEL_POLL_SECONDS)
         else:  # the output ended: the container exited (or is about to)
             code = _exit_code(container, CANCEL_POLL_SECONDS)
             if code is not None:

@@ -1,7 +1,9 @@
 """The owner's event feed: a Redis Stream per owner that a notifications feature delivers.
 
 Each entry has a `kind` (e.g. `job_run.waiting`) and `data`, a JSON object with ids and one
-sentence; never arguments or output.
+sentence; never arguments or output. The control worker reads each listening owner's feed through
+the consumer group `notifications` (workers/notify.py); the API starts that group when an owner
+adds a push subscription or a webhook.
 """
 
 from __future__ import annotations
@@ -12,7 +14,24 @@ from typing import Any
 
 import redis
 
-from workers import feed, naming
+from relay import feed, naming
+
+# What a push tells the owner: things that wait for them or went wrong.
+PUSH_TITLES = {
+    "approval.waiting": "A call waits for your approval",
+    "review.waiting": "A skill waits for your review",
+    "run.failed": "A script run failed",
+    "run.timed_out": "A script run timed out",
+    "run.interrupted": "A script run was interrupted",
+    "job_run.failed": "A job run failed",
+    "job_run.unanswered": "A job run went unanswered",
+    "job_run.interrupted": "A job run was interrupted",
+    "turn.failed": "An agent turn failed",
+    "turn.timed_out": "An agent turn timed out",
+    "turn.interrupted": "An agent turn was interrupted",
+}
+# Webhooks may also ask for these.
+WEBHOOK_KINDS = (*PUSH_TITLES, "job_run.waiting")
 
 
 @dataclass(frozen=True)
@@ -23,7 +42,7 @@ class OwnerEvent:
 
 
 def publish(client: redis.Redis, owner_id: int, kind: str, **data: Any) -> str | None:
-    """Add one event to the owner's feed (workers/feed.py); Redis being away is only logged."""
+    """Add one event to the owner's feed (relay/feed.py); Redis being away is only logged."""
     return feed.publish(client, owner_id, kind, data)
 
 
@@ -53,3 +72,18 @@ def decode(entry_id: Any, fields: dict[Any, Any]) -> OwnerEvent:
     """An entry of a feed as Redis returns it (bytes or text)."""
     decoded = {_text(k): _text(v) for k, v in fields.items()}
     return OwnerEvent(_text(entry_id), decoded["kind"], json.loads(decoded.get("data", "{}")))
+
+
+def ensure_group(client: redis.Redis, owner_id: int) -> None:
+    """Create the owner's consumer group at the end of the feed: only new events notify."""
+    try:
+        client.xgroup_create(naming.owner_events(owner_id), naming.NOTIFY_GROUP, "$", mkstream=True)
+    except redis.ResponseError as e:
+        if "BUSYGROUP" not in str(e):
+            raise
+
+
+def start_listening(client: redis.Redis, owner_id: int) -> None:
+    """An owner's first subscription or webhook: only events from now on are delivered."""
+    ensure_group(client, owner_id)
+    client.xgroup_setid(naming.owner_events(owner_id), naming.NOTIFY_GROUP, "$")

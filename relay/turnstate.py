@@ -17,11 +17,11 @@ import redis
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from relay import heartbeat
+from relay.errors import TurnActive, TurnNotFound
 from store.db import SessionFactory, transaction
 from store.limits import MAX_CHAT_HISTORY_TURNS, MAX_TURN_TEXT_CHARS
 from store.models import Turn, utcnow
-from workers import heartbeat
-from workers.errors import TurnActive, TurnNotFound
 
 
 class TurnStatus(StrEnum):

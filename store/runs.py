@@ -1,4 +1,11 @@
-"""Runs: created queued, claimed once, finished once; the reaper answers lost ones."""
+"""A run's lifecycle: the one writer of `runs.status`.
+
+    queued -> running -> succeeded | failed | timed_out | cancelled | interrupted
+    queued -> cancelled | failed                  (cancelled, or never sent to its queue)
+
+Runs are created queued, claimed once, finished once; the reaper answers lost ones. Every move
+is one conditional UPDATE, so a redelivered task or a racing cancel changes nothing twice.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +20,12 @@ from broker import callstate
 from broker.callstate import CallStatus
 from broker.classify import CallPlan
 from broker.results import shape_result
+from relay import events, feed, heartbeat, naming
+from relay.errors import RunFinished, RunNotFound
+from relay.streams import RunStream, collected_output
 from store.db import SessionFactory, transaction
 from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Run, utcnow
-from workers import events, feed, heartbeat, naming
-from workers.errors import RunFinished, RunNotFound
-from workers.streams import RunStream, collected_output
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -27,6 +34,8 @@ FAILED = "failed"
 TIMED_OUT = "timed_out"
 CANCELLED = "cancelled"
 INTERRUPTED = "interrupted"
+# States a run can still leave; everything else is an end state.
+ACTIVE_STATES = (QUEUED, RUNNING)
 END_STATES = (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, INTERRUPTED)
 # Ends the owner hears about (push, webhooks).
 ANNOUNCED = (FAILED, TIMED_OUT, INTERRUPTED)

@@ -7,8 +7,8 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
+from relay import naming, transport
 from skillfleet.settings import Settings
-from workers import naming, transport
 
 REAP_EVERY_SECONDS = 5.0
 EXPIRE_EVERY_SECONDS = 30.0
@@ -30,6 +30,7 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
         "skillfleet",
         broker=transport.broker_url(settings.redis),
         backend=kombu_url(settings.redis),
+        # Named, not imported: only a worker process loads its tasks.
         include=["workers.tasks"],
     )
     app.conf.update(
@@ -82,7 +83,7 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
 
 
 def __getattr__(name: str) -> Any:
-    """`celery -A workers.app flower` finds `workers.app.celery`, built on first use."""
+    """`celery -A relay.app flower` finds `relay.app.celery`, built on first use."""
     if name == "celery":
         return create_celery(Settings.from_env())
     raise AttributeError(name)

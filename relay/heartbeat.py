@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from workers import naming
+from relay import naming
 
 BEAT_SECONDS = 2.0
 # A worker that has not beaten for this long counts as gone.

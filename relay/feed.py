@@ -19,11 +19,11 @@ import structlog
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from relay import naming
+from relay.streams import Event, _event, blocking_client
 from store.db import SessionFactory
 from store.limits import MAX_BLOCK_MS, MAX_OWNER_EVENTS
 from store.models import Approval, Run
-from workers import naming
-from workers.streams import Event, _event, blocking_client
 
 log = structlog.get_logger(__name__)
 

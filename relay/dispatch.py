@@ -1,4 +1,5 @@
-"""Turning an allowed run_skill_script call into a Run row and one Celery task."""
+"""Sending work to the workers: a run to its queue (after checking that a live worker serves
+it), a job run or an agent turn to the control worker. Every message carries an id only."""
 
 from __future__ import annotations
 
@@ -6,21 +7,27 @@ import time
 
 import kombu.exceptions
 import redis
+import structlog
 from celery import Celery
 
-from broker import callstate
+from broker import callstate, jobstate
 from broker.callstate import CallStatus
 from broker.context import RunStarted, ToolContext
+from relay import feed, heartbeat, naming
+from relay.errors import BackendUnavailable, NoRunner
 from store.db import SessionFactory, transaction
 from store.packagestore import PackageStore
-from workers import feed, heartbeat, naming
-from workers.errors import BackendUnavailable, NoRunner
-from workers.runs import abandon, new_run
+from store.runs import abandon, new_run
 
 EXECUTE_TASK = "skillfleet.execute_run"
 LIVE_CHECK_SECONDS = 1.0
+RUN_JOB_TASK = "skillfleet.run_job"
+RUN_TURN_TASK = "skillfleet.run_turn"
 UNREACHABLE = "The run queue (Redis) can't be reached, so the script was not started."
+JOB_UNREACHABLE = "The control queue (Redis) can't be reached, so the job run was not started."
 NO_SANDBOX = "No server can run sandboxed skills: Hyperlight needs an x86_64 server with KVM."
+
+log = structlog.get_logger(__name__)
 
 
 class CeleryDispatcher:
@@ -90,6 +97,35 @@ class CeleryDispatcher:
             abandon(self.sessions, run.id, UNREACHABLE)
             raise BackendUnavailable(UNREACHABLE) from e
         return RunStarted(run.id)
+
+
+def send_job_run(celery: Celery, job_run_id: str) -> None:
+    """Send a job run's task to the control worker; the message carries the id only."""
+    celery.send_task(RUN_JOB_TASK, args=[job_run_id], queue=naming.CONTROL)
+
+
+def carry_on_job_run(celery: Celery, job_run_id: str) -> None:
+    """Wake a job run whose call the owner just answered; the minute tick retries if Redis
+    can't take the message now."""
+    try:
+        send_job_run(celery, job_run_id)
+    except (redis.RedisError, kombu.exceptions.OperationalError) as e:
+        log.warning("job run not woken", job_run_id=job_run_id, error_type=type(e).__name__)
+
+
+def start_job_run(sessions: SessionFactory, celery: Celery, job_run_id: str) -> None:
+    """Send a queued run; if Redis can't take it, the run fails instead of staying queued."""
+    try:
+        send_job_run(celery, job_run_id)
+    except (redis.RedisError, kombu.exceptions.OperationalError) as e:
+        with transaction(sessions) as session:
+            jobstate.abandon(session, job_run_id, JOB_UNREACHABLE)
+        raise BackendUnavailable(JOB_UNREACHABLE) from e
+
+
+def send_turn(celery: Celery, turn_id: str) -> None:
+    """Send a turn's task to the control worker; the message carries the id only."""
+    celery.send_task(RUN_TURN_TASK, args=[turn_id], queue=naming.CONTROL)
 
 
 def _no_runner_message(execution: str, node: str | None) -> str:

@@ -1,4 +1,5 @@
-"""A run's live output: stdout/stderr chunks, status and exit events in one Redis Stream."""
+"""Live streams in Redis: a run's output, status and exit events; an agent turn's text, tool
+events and end. Both share one entry format, written here and read by the API."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import structlog
 
+from relay import naming
 from store.limits import (
     CHUNK_BYTES,
     FINISHED_STREAM_TTL_SECONDS,
@@ -20,11 +23,12 @@ from store.limits import (
     REDIS_RETRY_SECONDS,
     REDIS_SOCKET_TIMEOUT_SECONDS,
 )
-from workers import naming
 
 END_KINDS = ("exit",)
+TURN_END_KINDS = ("end",)
 ENTRY_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 MAX_ENTRY_PART = 2**64 - 1
+log = structlog.get_logger(__name__)
 # Clients whose reads outlast MAX_BLOCK_MS, one per client that asked for a blocking read.
 _blocking: weakref.WeakKeyDictionary[redis.Redis, redis.Redis] = weakref.WeakKeyDictionary()
 
@@ -102,6 +106,30 @@ class RunStream:
             pipe.xadd(self.key, {"kind": kind, "data": json.dumps(data)})
         self.pending.clear()
         return pipe
+
+
+class TurnStream:
+    """The writer side of a turn's stream (the same format as a run's)."""
+
+    def __init__(self, client: redis.Redis, turn_id: str) -> None:
+        self.client = client
+        self.key = naming.turn_stream(turn_id)
+
+    def add(self, kind: str, data: dict[str, Any]) -> None:
+        try:
+            self.client.xadd(self.key, {"kind": kind, "data": json.dumps(data, default=str)})
+        except redis.RedisError as e:  # the Turn row keeps the answer; the stream is a view
+            log.warning("turn event not published", kind=kind, error_type=type(e).__name__)
+
+    def end(self, status: str, error: tuple[str, str] | None) -> None:
+        data: dict[str, Any] = {"status": status}
+        if error is not None:
+            data["error"] = {"code": error[0], "message": error[1]}
+        self.add("end", data)
+        try:
+            self.client.expire(self.key, FINISHED_STREAM_TTL_SECONDS)
+        except redis.RedisError:
+            pass  # the key lingers without a TTL; a later turn's end can't help it either
 
 
 def parse_entry_id(text: str) -> tuple[int, int] | None:

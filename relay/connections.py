@@ -1,0 +1,18 @@
+"""The Redis client every skillfleet process uses for short commands."""
+
+from __future__ import annotations
+
+import redis
+
+from skillfleet.settings import Settings
+from store.limits import REDIS_CONNECT_TIMEOUT_SECONDS, REDIS_SOCKET_TIMEOUT_SECONDS
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    """A client that fails fast when Redis is away; blocking reads use streams.blocking_client."""
+    return redis.Redis.from_url(
+        settings.redis,
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
+        socket_timeout=REDIS_SOCKET_TIMEOUT_SECONDS,
+        health_check_interval=30,
+    )
