@@ -12,7 +12,11 @@ REDIS_URL (default redis://127.0.0.1:6379/14), then measures:
   with the CPU each spends per run (every process of the system, the scripts and the clients);
 - first-output latency: from the script printing a line (its own timestamp) to an SSE client
   receiving it;
-- spark (with --spark): a run against a bare `docker run` with the same flags and image.
+- spark (with --spark): a run against a bare `docker run --rm` with the same flags and image,
+  and against epicbox's per-run container (same image, user, read-only root, no network, memory
+  and pids limits; epicbox has no cap-drop or no-new-privileges) when epicbox is installed
+  (`pip install epicbox`; a bench tool only, never a dependency of the project). All three are
+  interleaved, SPARK_ROUNDS runs each. `--spark-only` skips the node measurements.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ PYTHON3 = shutil.which("python3", path=SCRIPT_PATH) or "python3"
 # A node name of this run's own, so no worker left from another run takes its tasks.
 NODE = f"bench-{os.getpid()}"
 ROUNDS = 60
+SPARK_ROUNDS = 30
 CONCURRENT_RUNS = 400
 CLIENTS = 16
 TRIVIAL = "print('ok')\n"
@@ -291,7 +296,48 @@ def bench_first_output(system: System) -> list[float]:
     return latencies
 
 
-def bench_spark(system: System, root: Path, image: str) -> tuple[float, float]:
+def epicbox_runner(image: str) -> tuple[Any, str | None]:
+    """A callable running the trivial script through epicbox, or None and why it can't."""
+    try:
+        import epicbox  # type: ignore[import-untyped]
+    except ImportError as e:
+        return None, f"epicbox is not installed ({e}); `pip install epicbox` to compare with it"
+    from urllib3.util.retry import Retry
+
+    class OldRetry(Retry):  # type: ignore[misc]
+        """epicbox 1.1.0 (2019) passes urllib3 1.x's `method_whitelist`; 2.x calls it this."""
+
+        def __init__(self, *args: Any, method_whitelist: Any = None, **kwargs: Any) -> None:
+            kwargs.setdefault("allowed_methods", method_whitelist)
+            super().__init__(*args, **kwargs)
+
+    epicbox.utils.Retry = OldRetry
+    epicbox.configure(
+        profiles=[
+            epicbox.Profile(
+                "bench", image, user="65534:65534", read_only=True, network_disabled=True
+            )
+        ]
+    )
+    files = [{"name": "ok.py", "content": TRIVIAL.encode()}]
+    limits = {"cputime": 30, "realtime": 60, "memory": 1024, "processes": 256}
+
+    def run() -> None:
+        # A read-only root takes its files through a volume: epicbox's working_directory().
+        with epicbox.working_directory() as workdir:
+            result = epicbox.run(
+                "bench", "python3 ok.py", files=files, limits=limits, workdir=workdir
+            )
+        assert (result["exit_code"], result["stdout"]) == (0, b"ok\n"), result
+
+    try:
+        run()
+    except Exception as e:  # noqa: BLE001 - report why, and go on without it
+        return None, f"epicbox can't run here: {type(e).__name__}: {e}"
+    return run, None
+
+
+def bench_spark(system: System, root: Path, image: str) -> dict[str, Any]:
     client = httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
     folder = root / "bare"
     folder.mkdir()
@@ -300,21 +346,29 @@ def bench_spark(system: System, root: Path, image: str) -> tuple[float, float]:
     (folder / "ok.py").chmod(0o644)
     bare = ["docker", "run", "--rm", *SPARK_FLAGS, "-v", f"{folder}:/skill:ro", "-w", "/skill",
             image, "python3", "ok.py"]  # fmt: skip
-    for _ in range(2):
+    epicbox_run, epicbox_missing = epicbox_runner(image)
+    for _ in range(3):
         system.run(client, "sparky", "scripts/ok.py", None)
         subprocess.run(bare, capture_output=True, check=True)
+        if epicbox_run is not None:
+            epicbox_run()
     ours: list[float] = []
     base: list[float] = []
-    for _ in range(10):
+    epic: list[float] = []
+    for _ in range(SPARK_ROUNDS):  # interleaved, so all see the same machine
         ours += timed(lambda: system.run(client, "sparky", "scripts/ok.py", None), 1)
         base += timed(lambda: subprocess.run(bare, capture_output=True, check=True), 1)
-    return median_ms(ours), median_ms(base)
+        if epicbox_run is not None:
+            epic += timed(epicbox_run, 1)
+    return {"ours": ours, "bare": base, "epicbox": epic, "epicbox_missing": epicbox_missing}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spark", action="store_true", help="also measure the Spark runner")
+    parser.add_argument("--spark-only", action="store_true", help="measure the Spark runner only")
     options = parser.parse_args()
+    options.spark = options.spark or options.spark_only
     image = os.environ.get("SKILLFLEET_RUNNER_IMAGE", "skillfleet/runner:latest")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -325,9 +379,16 @@ def main() -> None:
             system.install("stamped", "node", {"scripts/stamp.py": STAMPED})
             if options.spark:
                 system.install("sparky", "spark", {"scripts/ok.py": TRIVIAL})
-            node = bench_node(system, script)
-            first = bench_first_output(system)
+            node = None if options.spark_only else bench_node(system, script)
+            first = None if options.spark_only else bench_first_output(system)
             spark = bench_spark(system, root, image) if options.spark else None
+    if node is not None and first is not None:
+        report_node(node, first)
+    if spark is not None:
+        report_spark(spark)
+
+
+def report_node(node: dict[str, float], first: list[float]) -> None:
     print(f"Node run, trivial Python script ({ROUNDS} runs each, interleaved)")
     for label, key in (("skillfleet (REST -> Celery -> worker -> stream)", "full"),
                        ("floor (bare Celery task spawning the script)  ", "floor"),
@@ -341,10 +402,23 @@ def main() -> None:
     print(f"  ratio {node['throughput'] / node['floor_throughput']:.2f}x")
     print(f"First output to SSE client ({len(first)} runs): p50 {median_ms(first):.2f} ms, "
           f"p95 {p95_ms(first):.2f} ms")  # fmt: skip
-    if spark is not None:
-        ours, bare = spark
-        print(f"Spark run vs bare docker run (10 each): {ours:.0f} ms vs {bare:.0f} ms, "
-              f"ratio {ours / bare:.2f}x")  # fmt: skip
+
+
+def report_spark(spark: dict[str, Any]) -> None:
+    bare = median_ms(spark["bare"])
+    print(f"Spark run, trivial Python script ({SPARK_ROUNDS} runs each, interleaved)")
+    rows = [("skillfleet (REST -> Celery -> spark worker)", spark["ours"]),
+            ("docker run --rm, same flags and image      ", spark["bare"])]  # fmt: skip
+    if spark["epicbox"]:
+        rows.append(("epicbox.run, its per-run container        ", spark["epicbox"]))
+    for label, samples in rows:
+        print(f"  {label}  p50 {median_ms(samples):7.1f} ms  p95 {p95_ms(samples):7.1f} ms"
+              f"  ratio to docker run {median_ms(samples) / bare:.2f}x")  # fmt: skip
+    if spark["epicbox_missing"]:
+        print(f"  epicbox: not measured: {spark['epicbox_missing']}")
+    elif spark["epicbox"]:
+        ratio = median_ms(spark["ours"]) / median_ms(spark["epicbox"])
+        print(f"  skillfleet / epicbox {ratio:.2f}x")
 
 
 if __name__ == "__main__":
