@@ -194,6 +194,9 @@ def test_the_container_opt_in_runs_python_with_no_network(tmp_path, engine, redi
     assert runner.isolation == "container"
     assert outcome.status == "succeeded", outcome.stderr
     assert outcome.stdout == "hello\n['lo'] 65534\n"
+    runner.settle()  # the finished container is removed in the background
+    runner.volumes.keep = 0
+    runner.volumes.prune()  # and the skill's volume, kept for later runs, too
 
 
 def test_the_container_opt_in_never_asks_for_a_network(tmp_path):

@@ -28,6 +28,7 @@ from relay.streams import RunStream, read_events
 from store.hashing import content_hash
 from store.limits import COALESCE_BYTES
 from workers.runners.base import Job
+from workers.runners.skill_volumes import FILL_LABEL, SKILL_LABEL, VOLUME_PREFIX
 from workers.runners.spark import LABEL, TMPFS_OPTIONS, SparkRunner
 
 pytestmark = pytest.mark.docker
@@ -52,8 +53,14 @@ def engine() -> Iterator[docker.DockerClient]:
 
 @pytest.fixture
 def runner(engine: docker.DockerClient) -> Iterator[SparkRunner]:
-    yield SparkRunner(IMAGE, engine)
+    spark = SparkRunner(IMAGE, engine)
+    yield spark
+    spark.settle()  # finished containers are removed in the background
     assert labelled(engine) == [], "a run's container was left behind"
+    held = spark.volumes.held().values()
+    spark.volumes.keep = 0
+    spark.volumes.prune()
+    assert not set(held) & {v.name for v in engine.volumes.list()}, "a skill volume stayed"
 
 
 def labelled(engine: docker.DockerClient, run_id: str | None = None) -> list[Any]:
@@ -80,6 +87,30 @@ def job(
     """A job for the skill in `folder` under its real content hash, which the runner proves."""
     skill_hash = content_hash(folder) if folder is not None else "0" * 64
     return Job(str(uuid.uuid4()), "demo", skill_hash, script, dict(arguments), timeout, network)
+
+
+def skill_volumes(engine: docker.DockerClient, skill_hash: str) -> list[str]:
+    return [v.name for v in engine.volumes.list(filters={"label": f"{SKILL_LABEL}={skill_hash}"})]
+
+
+def plant_volume(engine: docker.DockerClient, name: str, labels: dict[str, str]) -> None:
+    """A volume named `name` whose scripts/ok.py prints `planted`, as an intruder makes it."""
+    engine.volumes.create(name, labels=labels)
+    engine.containers.run(
+        IMAGE,
+        ["bash", "-c", "mkdir -p /v/scripts && echo \"print('planted')\" > /v/scripts/ok.py"],
+        volumes={name: {"bind": "/v", "mode": "rw"}},
+        network_mode="none",
+        user="0",
+        remove=True,
+    )
+
+
+def run_ok(runner: SparkRunner, redis_client: redis.Redis, folder: Path) -> str:
+    the_job = job(folder, "scripts/ok.py")
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+    assert outcome.status == "succeeded", outcome.stderr
+    return outcome.stdout
 
 
 def never() -> bool:
@@ -189,6 +220,7 @@ def test_a_script_past_its_timeout_is_killed_and_its_container_is_gone(
     assert outcome.error == "The script ran past its 1 s limit."
     assert outcome.stdout == "started\n"
     assert time.monotonic() - started < 15
+    runner.settle()
     assert labelled(engine, the_job.run_id) == []
 
 
@@ -284,14 +316,34 @@ def test_the_run_container_has_exactly_the_hardening_flags(tmp_path, runner, eng
     assert host["NanoCpus"] == 2_000_000_000
     assert host["Privileged"] is False
     assert config["User"] == "65534:65534"
+    assert config["NetworkDisabled"] is True  # a new network namespace the engine leaves empty
     assert config["WorkingDir"] == "/skill"
     assert config["Labels"][LABEL] == the_job.run_id
     (mount,) = seen[0]["Mounts"]
     assert (mount["Destination"], mount["RW"]) == ("/skill", False)
     # A volume the engine filled, not a path of the worker's file system: the worker may run
-    # in a container of its own. It is gone with the run.
+    # in a container of its own. It is the skill's volume, kept for its hash's next run.
     assert mount["Type"] == "volume"
-    assert engine.volumes.list(filters={"label": f"{LABEL}={the_job.run_id}"}) == []
+    assert mount["Name"] == runner.volumes.held()[the_job.skill_hash]
+
+
+def test_a_run_without_network_has_only_loopback_and_no_route(tmp_path, runner, redis_client):
+    folder = skill(
+        tmp_path,
+        "net.py",
+        "import errno, os, socket\n"
+        "print(sorted(os.listdir('/sys/class/net')))\n"
+        "try:\n"
+        "    socket.create_connection(('192.0.2.1', 9), timeout=2)\n"  # TEST-NET-1
+        "except OSError as e:\n"
+        "    print(errno.errorcode.get(e.errno, e))\n",
+    )
+    the_job = job(folder, "scripts/net.py")
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert outcome.status == "succeeded", outcome.stderr
+    assert outcome.stdout.splitlines() == ["['lo']", "ENETUNREACH"]  # nothing was sent
 
 
 def test_only_a_bridge_run_gets_the_bridge_network(tmp_path, runner):
@@ -299,11 +351,13 @@ def test_only_a_bridge_run_gets_the_bridge_network(tmp_path, runner):
     closed = runner.container_options(job(None, "scripts/a.py"), tmp_path)
 
     assert (bridge["network_mode"], closed["network_mode"]) == ("bridge", "none")
+    assert (bridge["network_disabled"], closed["network_disabled"]) == (False, True)
     different = {k for k in bridge if bridge[k] != closed[k]}
-    assert different == {"network_mode", "labels", "environment"}  # labels/env carry the run id
+    # labels and the environment carry the run id
+    assert different == {"network_mode", "network_disabled", "labels", "environment"}
 
 
-def test_the_private_copy_of_the_skill_is_removed_after_the_run(
+def test_the_skill_reaches_the_container_without_a_copy_on_disk_and_the_cache_is_untouched(
     tmp_path, runner, redis_client, monkeypatch
 ):
     scratch = tmp_path / "scratch"
@@ -335,6 +389,7 @@ def test_a_skill_that_does_not_hash_to_the_run_s_hash_never_gets_a_container(
     assert labelled(engine, the_job.run_id) == []
     assert read_events(redis_client, the_job.run_id) == []  # nothing started, nothing said
     assert list(scratch.iterdir()) == []
+    assert skill_volumes(engine, the_job.skill_hash) == []  # no volume for the run's hash
 
 
 def test_a_script_without_an_interpreter_fails_before_any_container(
@@ -395,4 +450,132 @@ def test_the_container_is_removed_even_when_publishing_output_fails(
     with pytest.raises(redis.ResponseError):
         runner.run(the_job, folder, stream, never)
 
+    runner.settle()
+    assert labelled(engine, the_job.run_id) == []
+
+
+def test_a_second_run_of_the_same_hash_reuses_its_volume(tmp_path, runner, engine, redis_client):
+    folder = skill(tmp_path, "ok.py", "print('ok')\n")
+    skill_hash = content_hash(folder)
+
+    assert run_ok(runner, redis_client, folder) == "ok\n"
+    (first,) = skill_volumes(engine, skill_hash)
+    assert run_ok(runner, redis_client, folder) == "ok\n"
+
+    assert skill_volumes(engine, skill_hash) == [first]
+    assert runner.volumes.fills == 1
+    assert runner.volumes.held() == {skill_hash: first}
+
+
+def test_runs_of_one_hash_that_start_at_once_fill_one_volume(
+    tmp_path, runner, engine, redis_client
+):
+    folder = skill(tmp_path, "ok.py", "print('ok')\n")
+    outputs: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: outputs.append(run_ok(runner, redis_client, folder)))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert outputs == ["ok\n"] * 3
+    assert runner.volumes.fills == 1
+    assert len(skill_volumes(engine, content_hash(folder))) == 1
+
+
+def test_a_volume_planted_under_the_run_s_hash_is_never_used(
+    tmp_path, runner, engine, redis_client
+):
+    folder = skill(tmp_path, "ok.py", "print('ok')\n")
+    skill_hash = content_hash(folder)
+    planted = f"{VOLUME_PREFIX}{skill_hash[:16]}-planted"
+    plant_volume(engine, planted, {SKILL_LABEL: skill_hash, FILL_LABEL: "planted"})
+    try:
+        assert run_ok(runner, redis_client, folder) == "ok\n"
+        assert runner.volumes.held()[skill_hash] != planted
+    finally:
+        engine.volumes.get(planted).remove()
+
+
+@pytest.mark.parametrize("replaced", [True, False], ids=["replaced", "removed"])
+def test_a_volume_changed_behind_the_worker_is_never_used_and_the_hash_is_filled_again(
+    tmp_path, runner, engine, redis_client, replaced
+):
+    folder = skill(tmp_path, "ok.py", "print('ok')\n")
+    skill_hash = content_hash(folder)
+    assert run_ok(runner, redis_client, folder) == "ok\n"
+    runner.settle()
+    name = runner.volumes.held()[skill_hash]
+    engine.volumes.get(name).remove()
+    if replaced:  # the same name, other files; without the fill's id (which only we know)
+        plant_volume(engine, name, {SKILL_LABEL: skill_hash})
+    # else the engine makes an empty volume of that name when the next run mounts it
+
+    assert run_ok(runner, redis_client, folder) == "ok\n"
+
+    assert runner.volumes.fills == 2
+    assert runner.volumes.held()[skill_hash] != name
+    assert name not in {v.name for v in engine.volumes.list()}  # the impostor is gone
+
+
+def test_a_hash_pruned_past_the_kept_volumes_is_removed_and_filled_again(
+    tmp_path, engine, redis_client
+):
+    runner = SparkRunner(IMAGE, engine, keep_volumes=1)
+    first = skill(tmp_path / "a", "ok.py", "print('a')\n")
+    second = skill(tmp_path / "b", "ok.py", "print('b')\n")
+    try:
+        assert run_ok(runner, redis_client, first) == "a\n"
+        (kept,) = skill_volumes(engine, content_hash(first))
+        assert run_ok(runner, redis_client, second) == "b\n"
+
+        assert skill_volumes(engine, content_hash(first)) == []  # the least recently used
+        assert list(runner.volumes.held()) == [content_hash(second)]
+        assert run_ok(runner, redis_client, first) == "a\n"
+        assert runner.volumes.fills == 3
+        assert skill_volumes(engine, content_hash(first)) != [kept]
+        assert skill_volumes(engine, content_hash(second)) == []
+    finally:
+        runner.settle()
+        runner.volumes.keep = 0
+        runner.volumes.prune()
+    assert skill_volumes(engine, content_hash(first)) == []
+
+
+def test_start_removes_a_killed_fill_and_unused_skill_volumes_but_not_one_in_use(engine, runner):
+    unused, in_use = (f"{VOLUME_PREFIX}test-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    for name in (unused, in_use):
+        engine.volumes.create(name, labels={SKILL_LABEL: "0" * 64, FILL_LABEL: "x"})
+    loader = engine.containers.create(  # a fill whose worker was killed
+        IMAGE, ["true"], labels={LABEL: "fill-x"}, volumes={unused: {"bind": "/skill"}}
+    )
+    holder = engine.containers.run(  # another worker's run, not labelled so start spares it
+        IMAGE, ["sleep", "300"], detach=True, volumes={in_use: {"bind": "/skill", "mode": "ro"}}
+    )
+    try:
+        runner.start()
+
+        names = {v.name for v in engine.volumes.list()}
+        assert unused not in names and in_use in names
+        assert labelled(engine) == []
+        with pytest.raises(docker.errors.NotFound):
+            loader.reload()
+    finally:
+        holder.remove(force=True)
+        engine.volumes.get(in_use).remove()
+
+
+def test_a_finished_container_is_removed_after_the_outcome_is_known(
+    tmp_path, runner, engine, redis_client
+):
+    folder = skill(tmp_path, "ok.py", "print('ok')\n")
+    the_job = job(folder, "scripts/ok.py")
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+    runner.settle()
+
+    assert outcome.status == "succeeded"
     assert labelled(engine, the_job.run_id) == []

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
+import contextlib
 import os
 import queue
 import shutil
-import tarfile
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -17,8 +15,9 @@ from typing import Any
 import docker
 import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.models.containers import _create_container_args
 
-from relay.errors import RunnerUnavailable
+from relay.errors import PackageUnverified, RunnerUnavailable
 from relay.streams import RunStream
 from store.limits import COALESCE_SECONDS
 from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
@@ -30,7 +29,7 @@ from workers.runners.base import (
     outcome_of,
     script_environment,
 )
-from workers.verification import verify_folder
+from workers.runners.skill_volumes import KEEP_VOLUMES, SkillVolume, SkillVolumes
 
 LABEL = "skillfleet.run"
 SKILL_MOUNT = "/skill"
@@ -48,6 +47,9 @@ BUILD_HINT = (
     "build it with `bash workers/runner/build-offline.sh` "
     "or `docker build -t skillfleet/runner:latest workers/runner`"
 )
+# Connections kept to the engine: each running script holds one for its output, besides the
+# calls of the other runs and of the remover.
+ENGINE_CONNECTIONS = 32
 _ENGINE_ERRORS = (DockerException, requests.exceptions.RequestException)
 
 
@@ -71,18 +73,33 @@ def copy_skill(folder: Path, target: Path) -> None:
 
 
 class SparkRunner:
-    """Runs each script in its own container: read-only, no capabilities, user 65534."""
+    """Runs each script in its own container: read-only, no capabilities, user 65534.
+
+    The skill reaches the container through a volume per content hash (`SkillVolumes`), filled
+    and proven once and mounted read-only into every run of that hash. A finished container is
+    removed by a background thread, off the run's path; a worker's start removes whatever a
+    killed worker left (containers, loaders, unused skill volumes).
+    """
 
     isolation = "container"
 
-    def __init__(self, image: str, client: docker.DockerClient | None = None) -> None:
+    def __init__(
+        self,
+        image: str,
+        client: docker.DockerClient | None = None,
+        keep_volumes: int = KEEP_VOLUMES,
+    ) -> None:
         self.image = image
         self._client = client
+        self.volumes = SkillVolumes(lambda: self.client, image, SKILL_MOUNT, LABEL, keep_volumes)
+        self._removals: queue.Queue[str] = queue.Queue()
+        self._remover: threading.Thread | None = None
+        self._remover_lock = threading.Lock()
 
     @property
     def client(self) -> docker.DockerClient:
         if self._client is None:
-            self._client = docker.from_env()
+            self._client = docker.from_env(max_pool_size=ENGINE_CONNECTIONS)
         return self._client
 
     def network_for(self, job: Job) -> str:
@@ -94,8 +111,13 @@ class SparkRunner:
 
         `volume` holds the skill and is mounted read-only at /skill.
         """
+        network = self.network_for(job)
         return {
-            "network_mode": self.network_for(job),
+            "network_mode": network,
+            # Without a network the engine needn't set one up (`none` still makes a sandbox with
+            # loopback): the container gets a new, empty network namespace, and starts in less
+            # than half the time.
+            "network_disabled": network == "none",
             "read_only": True,
             "tmpfs": {"/tmp": TMPFS_OPTIONS},
             "cap_drop": ["ALL"],
@@ -113,7 +135,7 @@ class SparkRunner:
         }
 
     def start(self) -> None:
-        """Check the engine and the image; remove containers a crashed worker left behind.
+        """Check the engine and the image; remove what a crashed worker left behind.
 
         Raises RunnerUnavailable when the engine doesn't answer or the image is missing.
         """
@@ -132,76 +154,86 @@ class SparkRunner:
         try:
             for container in self.leftovers():
                 _remove(container)
+            # Per-run volumes of earlier versions, then the skill volumes no container holds.
             for volume in self.client.volumes.list(filters={"label": LABEL}):
                 volume.remove(force=True)
+            self.volumes.remove_unused()
         except _ENGINE_ERRORS as e:
             raise RunnerUnavailable(
                 f"Containers left by an earlier spark worker can't be removed: {e}"
             ) from e
 
     def leftovers(self) -> list[Any]:
-        """Every container labelled as a skillfleet run, running or not."""
+        """Every container labelled as a skillfleet run (or a volume's loader), running or not."""
         return list(self.client.containers.list(all=True, filters={"label": LABEL}))
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
-        """Run from a private copy of `folder`, proven to hash to the job's hash first.
+        """Run in a new container that mounts the skill's volume, proven for the job's hash.
 
-        The copy reaches the container through a volume the engine fills from an archive, never
-        through a path on this machine: this worker may itself run in a container, whose paths
-        the engine can't see. Raises PackageUnverified when the copy does not hash to the job's
-        hash: no container is made for it.
+        Raises PackageUnverified when `folder` does not hash to the job's hash, or when the
+        volume is replaced behind this worker's back twice in a row: no script starts then.
         """
         collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS)
-        with tempfile.TemporaryDirectory(prefix="skillfleet-run-") as scratch:
-            skill_copy = Path(scratch) / "skill"
-            try:
-                copy_skill(folder, skill_copy)
-                verify_folder(skill_copy, job.skill_hash, "The skill's copy for the container")
-                archive = skill_archive(skill_copy)
-                command = command_for(job.script)
-            except (OSError, ValueError) as e:
-                return _not_started(e)
         try:
-            volume = self._skill_volume(job, archive)
-        except (OSError, *_ENGINE_ERRORS) as e:
+            command = command_for(job.script)
+        except ValueError as e:
             return _not_started(e)
-        try:
-            try:
-                container = self.client.containers.create(
-                    self.image, command, **self.container_options(job, volume.name)
+        for _attempt in range(2):
+            with contextlib.ExitStack() as held:
+                try:
+                    volume = held.enter_context(self.volumes.use(job.skill_hash, folder))
+                    container = self._create(job, command, volume)
+                except (OSError, ValueError, *_ENGINE_ERRORS) as e:
+                    return _not_started(e)
+                try:
+                    proven = self.volumes.mounted(volume)
+                except _ENGINE_ERRORS as e:
+                    _remove(container)
+                    return _not_started(e)
+                if not proven:
+                    _remove(container)  # it holds the impostor; then the volume can go
+                    self.volumes.forget(volume)
+                    continue
+                try:
+                    return self._watch(container, job, collector, stream, cancelled)
+                finally:
+                    self._discard(container)
+        raise PackageUnverified(
+            "The skill's volume was replaced behind the worker's back twice; the run did not start."
+        )
+
+    def settle(self) -> None:
+        """Wait until every finished container handed to the remover is gone."""
+        self._removals.join()
+
+    def _create(self, job: Job, command: list[str], volume: SkillVolume) -> Any:
+        """The run's container, created with one engine call (the SDK's create also inspects)."""
+        options = self.container_options(job, volume.name)
+        arguments = dict(
+            options, image=self.image, command=command, version=self.client.api._version
+        )
+        created = self.client.api.create_container(**_create_container_args(arguments))
+        return self.client.containers.prepare_model({"Id": created["Id"]})
+
+    def _discard(self, container: Any) -> None:
+        """Remove `container` in the background: the run's outcome needn't wait for it."""
+        with self._remover_lock:
+            if self._remover is None or not self._remover.is_alive():
+                self._remover = threading.Thread(
+                    target=self._remove_finished, name="spark-remover", daemon=True
                 )
-            except _ENGINE_ERRORS as e:
-                return _not_started(e)
-            try:
-                return self._watch(container, job, collector, stream, cancelled)
-            finally:
-                _remove(container)
-        finally:
-            _remove_volume(volume)
+                self._remover.start()
+        self._removals.put(container.id)
 
-    def _skill_volume(self, job: Job, archive: bytes) -> Any:
-        """A new volume holding the skill, filled through a container that never starts.
-
-        Raises OSError or an engine error when it can't be filled (and then removes it).
-        """
-        volume = self.client.volumes.create(labels={LABEL: job.run_id})
-        try:
-            loader = self.client.containers.create(
-                self.image,
-                ["true"],
-                network_mode="none",
-                labels={LABEL: job.run_id},
-                volumes={volume.name: {"bind": SKILL_MOUNT, "mode": "rw"}},
-            )
+    def _remove_finished(self) -> None:
+        while True:
+            container = self._removals.get()
             try:
-                if not loader.put_archive(SKILL_MOUNT, archive):
-                    raise OSError("the engine refused the skill's archive")
+                self.client.api.remove_container(container, force=True)
+            except _ENGINE_ERRORS:
+                pass  # gone already, or the engine is away: the next start removes it
             finally:
-                _remove(loader)
-        except BaseException:
-            _remove_volume(volume)
-            raise
-        return volume
+                self._removals.task_done()
 
     def _watch(
         self,
@@ -211,8 +243,13 @@ class SparkRunner:
         stream: RunStream,
         cancelled: CancelCheck,
     ) -> Outcome:
-        """Attach before start so no output is missed; then supervise until it exits."""
-        frames = container.attach(stdout=True, stderr=True, stream=True, demux=True, logs=True)
+        """Attach before start so no output is missed; then supervise until it exits.
+
+        The engine attaches the output streams before it answers the attach, so everything the
+        script prints after `start` arrives on them. No log replay (`logs`): what the script
+        prints while the engine replays its log would arrive twice, once from each.
+        """
+        frames = container.attach(stdout=True, stderr=True, stream=True, demux=True, logs=False)
         try:
             reader = _Reader(frames)
             try:
@@ -230,22 +267,6 @@ class SparkRunner:
             return outcome_of(state, code, collector, job.timeout)
         finally:
             frames.close()
-
-
-def skill_archive(folder: Path) -> bytes:
-    """An uncompressed tar of `folder`'s contents owned by root: dirs 0755, files 0644."""
-
-    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = "root"
-        info.mode = 0o755 if info.isdir() else 0o644
-        return info
-
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for entry in sorted(folder.iterdir()):
-            tar.add(entry, arcname=entry.name, filter=normalise)
-    return buffer.getvalue()
 
 
 def _not_started(error: Exception) -> Outcome:
@@ -365,13 +386,6 @@ def _kill(container: Any) -> None:
         container.kill()
     except DockerException:  # already gone, or it exited between the check and the kill
         pass
-
-
-def _remove_volume(volume: Any) -> None:
-    try:
-        volume.remove(force=True)
-    except _ENGINE_ERRORS:
-        pass  # removed at the next worker start, with the other leftovers
 
 
 def _remove(container: Any) -> None:
