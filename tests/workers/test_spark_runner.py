@@ -579,3 +579,16 @@ def test_a_finished_container_is_removed_after_the_outcome_is_known(
 
     assert outcome.status == "succeeded"
     assert labelled(engine, the_job.run_id) == []
+
+
+def test_a_volume_past_the_kept_ones_goes_once_its_finished_container_is_removed(
+    tmp_path, engine, redis_client
+):
+    runner = SparkRunner(IMAGE, engine, keep_volumes=0)
+    folder = skill(tmp_path, "ok.py", "print('ok')\n")
+
+    assert run_ok(runner, redis_client, folder) == "ok\n"
+    runner.settle()
+
+    assert skill_volumes(engine, content_hash(folder)) == []
+    assert runner.volumes.held() == {}

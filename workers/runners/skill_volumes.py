@@ -144,16 +144,22 @@ class SkillVolumes:
         _remove_volume(self.client, volume.name)
 
     def prune(self) -> None:
-        """Remove the least recently used volumes beyond `keep` that no run of ours uses."""
+        """Remove the least recently used volumes beyond `keep` that no run of ours uses.
+
+        A volume a finished container still holds stays until a later prune (the runner prunes
+        again once it removed its finished containers).
+        """
         with self._lock:
             idle = sorted(
                 (v for v in self._volumes.values() if v.users == 0), key=lambda v: v.used_at
             )
             extra = idle[: max(0, len(self._volumes) - self.keep)]
-            for volume in extra:
-                del self._volumes[volume.skill_hash]
         for volume in extra:
-            _remove_volume(self.client, volume.name)
+            # A run that takes it meanwhile finds it gone or kept; `mounted` tells which.
+            if _remove_volume(self.client, volume.name):
+                with self._lock:
+                    if self._volumes.get(volume.skill_hash) is volume:
+                        del self._volumes[volume.skill_hash]
 
     def remove_unused(self) -> None:
         """Remove every skill volume no container holds (at start; the engine keeps the rest)."""
@@ -260,11 +266,15 @@ def archive_files(chunks: Iterable[bytes]) -> Files:
     return files
 
 
-def _remove_volume(client: docker.DockerClient, name: str) -> None:
+def _remove_volume(client: docker.DockerClient, name: str) -> bool:
+    """True once no volume has that name; False while a container holds it (or no engine)."""
     try:
         client.api.remove_volume(name)
+    except NotFound:
+        return True
     except _ENGINE_ERRORS:
-        pass  # in use by a container (the engine keeps it), or gone; a later start retries
+        return False  # the engine keeps a volume a container holds; a later prune or start
+    return True
 
 
 def _remove_container(client: docker.DockerClient, container: str) -> None:

@@ -232,6 +232,9 @@ class SparkRunner:
                 self.client.api.remove_container(container, force=True)
             except _ENGINE_ERRORS:
                 pass  # gone already, or the engine is away: the next start removes it
+            try:
+                if self._removals.qsize() == 0:
+                    self.volumes.prune()  # volumes that only finished containers held
             finally:
                 self._removals.task_done()
 
