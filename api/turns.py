@@ -16,7 +16,7 @@ from api.auth import owner_or_agent
 from api.runs import KEEPALIVE
 from api.schemas import sse_response
 from api.services import services
-from broker.calls import MAX_ID_CHARS, MODES
+from broker.calls import MODES
 from relay import naming, turnstate
 from relay.dispatch import send_turn
 from relay.errors import BackendUnavailable, NoModel, TurnFinished
@@ -24,7 +24,7 @@ from relay.streams import TURN_END_KINDS, Event, TurnStream, follow_stream, read
 from relay.turnstate import TurnStatus
 from store import modelsettings
 from store.db import transaction
-from store.limits import MAX_PROMPT_CHARS
+from store.limits import MAX_ID_CHARS, MAX_PROMPT_CHARS
 from store.models import Turn
 from store.secrets import Sealer
 

@@ -146,7 +146,7 @@ class System:
         self.floor = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "bench.celery_floor", "worker", "-Q",
              self.floor_queue, "--pool", "threads", "--concurrency", "8", "--without-gossip",
-             "--without-mingle", "--loglevel", "INFO"],
+             "--without-mingle"],
             env=self.env, stdout=log, stderr=log, cwd=ROOT,
         )  # fmt: skip
         self.processes.append(self.floor)

@@ -13,9 +13,7 @@ import structlog
 
 from broker.errors import ArgumentError
 from broker.metrics import ARGUMENTS_COERCED
-
-# Text arguments are parsed only up to this many bytes of UTF-8.
-MAX_ARGUMENT_TEXT = 32 * 1024
+from store.limits import MAX_ARGUMENT_TEXT
 
 ARRAY = 'HOST: arguments was an array; send an object with a "node" key.'
 NUMBER = "HOST: arguments was a number; send a JSON object."

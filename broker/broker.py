@@ -31,9 +31,10 @@ from broker.metrics import POLICY_DECISIONS
 from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
-from broker.turns import MAX_CALLS_PER_TURN, admit, turn_key
+from broker.turns import admit, turn_key
 from store.db import SessionFactory, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
+from store.limits import MAX_CALLS_PER_TURN, MAX_WAIT_SECONDS
 from store.models import Approval, Chat, Job, JobRun, ToolCall, utcnow
 from store.skills import SkillStore
 
@@ -41,7 +42,6 @@ log = structlog.get_logger(__name__)
 SERVICE_DOWN = ("service_unavailable", "A service the call needs could not be reached.")
 
 TURN_LIMIT_RULE = "turn-call-limit"
-MAX_WAIT_SECONDS = 60.0
 POLL_SECONDS = 0.1
 
 

@@ -7,12 +7,12 @@ from typing import Any
 
 from broker.callstate import OPEN_STATES
 from broker.errors import InvalidCall
+from store.limits import MAX_ID_CHARS
 from store.models import ToolCall
 
 __all__ = ["OPEN_STATES", "CallOutcome", "CallRequest"]
 
 MODES = ("execute", "plan")
-MAX_ID_CHARS = 200
 
 
 @dataclass(frozen=True)

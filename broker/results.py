@@ -7,14 +7,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from store.errors import SkillfleetError
+from store.limits import MAX_RESULT_DEPTH
 
 # The most a result may take, as compact UTF-8 JSON.
 RESULT_CAP = 48 * 1024
 REDACTED = "[redacted]"
 CUT_NOTE = "[skillfleet: the result was cut at 48 KB; ask for less, e.g. a narrower query.]"
 UNEXPECTED = ("tool_failed", "The tool failed unexpectedly.")
-# Deeper nesting is cut rather than walked: results come from scripts and may be cyclic.
-MAX_DEPTH = 64
 
 # Field names whose value is a secret, compared without case, "-" or "_"; a name ending in one
 # counts too (refresh_token, DB_PASSWORD).
@@ -127,7 +126,7 @@ def is_secret_field(name: str) -> bool:
 
 
 def _redact(value: object, depth: int) -> object:
-    if depth > MAX_DEPTH:
+    if depth > MAX_RESULT_DEPTH:
         return "[nested too deeply]"
     if value is None or isinstance(value, bool | int):
         return value

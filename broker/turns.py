@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 from store.db import SessionFactory, transaction
 from store.models import TurnCount, utcnow
 
-MAX_CALLS_PER_TURN = 50
 # Counts are kept this long after a turn's first call, then the expiry task drops them.
 TURN_COUNT_LIFE = timedelta(days=1)
 

@@ -16,6 +16,12 @@ def configure_logging(level: str, log_format: str = "json") -> None:
     """Send structlog's lines through the standard library at `level` and above."""
     number = logging.getLevelNamesMapping()[level.upper()]
     logging.basicConfig(level=number, format="%(message)s")
+    # Celery's two lines per task (received, succeeded) say what "run ended" says, at a cost on
+    # every run; failures still show. SKILLFLEET_LOG_LEVEL=DEBUG brings them back.
+    for name in ("celery.app.trace", "celery.worker.strategy"):
+        logging.getLogger(name).setLevel(
+            number if number <= logging.DEBUG else max(number, logging.WARNING)
+        )
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if log_format == "json"

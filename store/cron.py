@@ -13,9 +13,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterError, croniter
 
 from store.errors import CronInvalid, TimeZoneUnknown
+from store.limits import MAX_CRON_CHARS
 
 FIELDS = 5
-MAX_CRON_CHARS = 100  # the column's width
 
 
 def time_zone(name: object) -> ZoneInfo:

@@ -97,3 +97,14 @@ MAX_MODEL_NAME_CHARS = 200
 MAX_BASE_URL_CHARS = 500
 MAX_API_KEY_CHARS = 4096
 MAX_PUSH_KEY_CHARS = 200  # a subscription's p256dh and auth values
+
+# Tool calls.
+MAX_CALLS_PER_TURN = 50  # one agent turn; past it the broker refuses (rule turn-call-limit)
+MAX_WAIT_SECONDS = 60.0  # the longest `?wait=` a request may hold
+MAX_ID_CHARS = 200  # chat, turn and job run ids a caller sends
+MAX_ARGUMENT_TEXT = 32 * KIB  # text arguments are parsed only up to this many bytes of UTF-8
+# Deeper nesting is cut rather than walked: results come from scripts and may be cyclic.
+MAX_RESULT_DEPTH = 64
+MAX_PATH_CHARS = 1024  # a resource path read_skill_resource accepts
+MAX_LINT_WARNINGS = 50  # review warnings kept per skill
+MAX_CRON_CHARS = 100  # the column's width

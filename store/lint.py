@@ -10,11 +10,9 @@ import re
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
-from store.limits import LINT_MAX_BODY_LINES, LINT_MIN_DESCRIPTION_CHARS
+from store.limits import LINT_MAX_BODY_LINES, LINT_MIN_DESCRIPTION_CHARS, MAX_LINT_WARNINGS
 from store.schemas import SCRIPT_SUFFIXES, SCRIPTS_DIR
 from store.validation import SkillInfo
-
-MAX_WARNINGS = 50
 
 # Calls that reach the network from a script, by what a reader would search for.
 _NETWORK = re.compile(
@@ -71,7 +69,7 @@ def lint(files: Mapping[str, bytes], info: SkillInfo) -> list[str]:
             f"The description is under {LINT_MIN_DESCRIPTION_CHARS} characters; say what the "
             "skill does and when to use it, so the agent picks it at the right time."
         )
-    return warnings[:MAX_WARNINGS]
+    return warnings[:MAX_LINT_WARNINGS]
 
 
 def _is_script(path: str) -> bool:

@@ -7,9 +7,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import unquote
 
 from store.errors import InvalidResourcePath, ResourceNotFound, ResourceTooLarge
-from store.limits import MAX_RESOURCE_BYTES
-
-MAX_PATH_CHARS = 1024
+from store.limits import MAX_PATH_CHARS, MAX_RESOURCE_BYTES
 
 
 def check_relative_path(path: object) -> str:

@@ -92,7 +92,7 @@ class SkillStore:
         """What list_skills shows of each skill the owner sees: only those columns, by name."""
         query = select(
             Skill.name, Skill.description, Skill.enabled, Skill.author, Skill.execution,
-            Skill.tier, Skill.source_chats, Skill.owner_id,
+            Skill.tier, Skill.source_chats, Skill.rationale, Skill.owner_id,
         ).where(_visible_to(owner_id))  # fmt: skip
         if enabled_only:
             query = query.where(Skill.enabled.is_(True))

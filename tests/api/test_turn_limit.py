@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from flask import Flask
 
-from broker.turns import MAX_CALLS_PER_TURN, turn_key
+from broker.turns import turn_key
+from store.limits import MAX_CALLS_PER_TURN
 
 
 def fire(app: Flask, auth: dict[str, str], bodies: list[dict[str, object]]) -> Counter[str]:

@@ -8,8 +8,9 @@ import pytest
 import structlog
 from prometheus_client import REGISTRY
 
-from broker.arguments import MAX_ARGUMENT_TEXT, MISSING, Normalized, normalize
+from broker.arguments import MISSING, Normalized, normalize
 from broker.errors import ArgumentError
+from store.limits import MAX_ARGUMENT_TEXT
 
 ARRAY = 'HOST: arguments was an array; send an object with a "node" key.'
 NUMBER = "HOST: arguments was a number; send a JSON object."

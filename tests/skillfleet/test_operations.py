@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import stat
 import subprocess
@@ -239,6 +240,17 @@ def test_log_lines_are_json_with_the_bound_ids(capsys):
     (line,) = [entry for entry in lines if entry.get("event") == "run ended"]
     assert (line["run_id"], line["call_id"], line["status"]) == ("run-1", "call-1", "succeeded")
     assert line["level"] == "info" and "ts" in line
+
+
+def test_celery_per_task_lines_are_quiet_unless_debugging():
+    celery_lines = ("celery.app.trace", "celery.worker.strategy")
+    try:
+        configure_logging("info", "json")
+        assert {logging.getLogger(n).getEffectiveLevel() for n in celery_lines} == {logging.WARNING}
+        configure_logging("debug", "json")
+        assert {logging.getLogger(n).getEffectiveLevel() for n in celery_lines} == {logging.DEBUG}
+    finally:
+        configure_logging("info", "console")
 
 
 FLOWER_LINE = re.compile(r"^\s*Flower:\s+(http://127\.0\.0\.1:\d+) \(user (\S+), password (\S+)\)$")
