@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, func, or_, select
+from sqlalchemy import ColumnElement, Select, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from store.db import SessionFactory, transaction
@@ -90,9 +90,12 @@ class SkillStore:
 
     def listing(self, owner_id: int, *, enabled_only: bool = False) -> list[Any]:
         """What list_skills shows of each skill the owner sees: only those columns, by name."""
+        drafted = Skill.author == "assistant"  # only a draft shows its chats and reasons
         query = select(
             Skill.name, Skill.description, Skill.enabled, Skill.author, Skill.execution,
-            Skill.tier, Skill.source_chats, Skill.rationale, Skill.owner_id,
+            Skill.tier, Skill.owner_id,
+            case((drafted, Skill.source_chats)).label("source_chats"),
+            case((drafted, Skill.rationale)).label("rationale"),
         ).where(_visible_to(owner_id))  # fmt: skip
         if enabled_only:
             query = query.where(Skill.enabled.is_(True))
