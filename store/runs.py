@@ -74,13 +74,22 @@ def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
 
 
 def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
-    """End a queued run that could not be sent to its queue."""
+    """End a queued run that could not be sent to its queue, and its call with it: nothing
+    will ever pick the run up, so neither may stay open."""
     with transaction(sessions) as session:
-        session.execute(
+        run = session.scalars(
             update(Run)
             .where(Run.id == run_id, Run.status == QUEUED)
             .values(status=FAILED, error=message, finished_at=utcnow())
-        )
+            .returning(Run)
+            .execution_options(synchronize_session=False)
+        ).one_or_none()
+        if run is None:
+            return
+        feed.note_run(session, run)
+        if run.call_id is not None:
+            error = ("service_unavailable", message)
+            callstate.answer(session, run.call_id, CallStatus.FAILED, error=error)
 
 
 def claim(sessions: SessionFactory, run_id: str, worker: str) -> Run | None:
