@@ -77,6 +77,9 @@ def get_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]
         "body": body,
         "parameters_schema": schema,
         "lint_warnings": skill.lint_warnings or [],
+        # What the import bent to accept the skill, and the header keys it kept unread.
+        "warnings": list(skill.warnings or []),
+        "unknown_keys": info.unknown_keys,
         "files": files,
     }
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from factories import skill_folder, skill_md, skill_zip, store_snapshot, zip_bytes
+from toolcalls import tool
 
 from store.hashing import content_hash
 
@@ -95,6 +96,8 @@ def test_a_public_skill_imports_under_the_expected_name_with_its_warnings(
     assert response.json["hash"] == content_hash(FIXTURES / folder)
     detail = client.get(f"/api/skills/{name}", headers=auth).json
     assert detail["warnings"] == response.json["warnings"]
+    got = tool(client, auth, "get_skill", {"skill_name": name})["result"]
+    assert got["warnings"] == response.json["warnings"]
 
 
 def test_the_skill_shows_its_unknown_keys_as_written_and_its_allowed_tools(client, auth):
@@ -114,6 +117,8 @@ def test_the_skill_shows_its_unknown_keys_as_written_and_its_allowed_tools(clien
         "Bash(git add:*) Bash(git status:*) Bash(git diff --staged) Read"
     )
     assert detail["declared_name"] is None
+    got = tool(client, auth, "get_skill", {"skill_name": "commit-helper"})["result"]
+    assert got["unknown_keys"] == detail["unknown_keys"]
     # Nothing in the header becomes a setting: the defaults hold.
     assert (detail["tier"], detail["execution"]) == ("change", "node")
 
