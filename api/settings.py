@@ -17,9 +17,11 @@ from broker.tiers import Tier
 from store.db import transaction
 from store.errors import SkillNotFound
 from store.hashing import grant_key, shown_key
+from store.names import is_valid_name
 
 blp = Blueprint("settings", __name__, url_prefix="/api/settings", description="Owner settings")
-SKILL_KEY = re.compile(r"skill:([a-z0-9-]{1,64})@([0-9a-f]{8}|[0-9a-f]{64})")
+# The name part is checked by the one name rule (store/names.py), not by this pattern.
+SKILL_KEY = re.compile(r"skill:(.{1,64})@([0-9a-f]{8}|[0-9a-f]{64})")
 
 
 @blp.route("")
@@ -47,7 +49,7 @@ def _key(caller: int, entry: str) -> str:
     """The stored key of a setting; a skill key is bound to the full hash it names now."""
     if entry.startswith("skill:"):
         match = SKILL_KEY.fullmatch(entry)
-        if match is None:
+        if match is None or not is_valid_name(match.group(1)):
             raise ApiError(422, "invalid_setting", f"'{entry}' is not a skill:<name>@<hash8> key.")
         name, prefix = match.groups()
         try:

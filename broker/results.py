@@ -7,12 +7,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from store.errors import SkillfleetError
-from store.limits import MAX_RESULT_DEPTH
+from store.limits import MAX_RESULT_DEPTH, RESULT_CAP
 
-# The most a result may take, as compact UTF-8 JSON.
-RESULT_CAP = 48 * 1024
 REDACTED = "[redacted]"
-CUT_NOTE = "[skillfleet: the result was cut at 48 KB; ask for less, e.g. a narrower query.]"
+CUT_NOTE = (
+    f"[skillfleet: the result was cut at {RESULT_CAP // 1024} KB; "
+    "ask for less, e.g. a narrower query.]"
+)
 UNEXPECTED = ("tool_failed", "The tool failed unexpectedly.")
 
 # Field names whose value is a secret, compared without case, "-" or "_"; a name ending in one

@@ -16,6 +16,10 @@ MAX_RATIONALE_CHARS = 1000
 
 # Resources an agent reads through read_skill_resource.
 MAX_RESOURCE_BYTES = 256 * KIB
+# The most a tool result may take, as compact UTF-8 JSON; past it the result is cut with a note.
+RESULT_CAP = 48 * KIB
+# A package a node fetches: a skill holds at most MAX_SKILL_BYTES before compression.
+MAX_PACKAGE_BYTES = 8 * MIB
 
 # Header fields (Agent Skills specification).
 MAX_NAME_CHARS = 64
@@ -75,7 +79,7 @@ COALESCE_SECONDS = 0.002
 STATUS_DELAY_SECONDS = 0.05
 # Output published to a run's stream is capped; past it one note says so.
 MAX_STREAM_BYTES = 8 * MIB
-# What the Run row keeps of each output stream; the tool result is capped again at 48 KB.
+# What the Run row keeps of each output stream; the tool result is capped again at RESULT_CAP.
 KEPT_OUTPUT_CHARS = 64 * KIB
 # Finished streams stay replayable this long; the Run row keeps the capped output for good.
 FINISHED_STREAM_TTL_SECONDS = 3600

@@ -21,6 +21,7 @@ import structlog
 from relay.errors import PackageRefused, PackageUnverified, RunError
 from store.errors import ArchiveUnsafe, ManifestInvalid
 from store.hashing import content_hash
+from store.limits import MAX_PACKAGE_BYTES
 from store.packages import extract_package
 from store.packagestore import valid_key
 from store.signing import verify_manifest
@@ -34,8 +35,6 @@ TEMP_PREFIX = ".tmp-"
 TRASH_PREFIX = ".trash-"
 # A temporary folder this old belongs to a process that died mid-install.
 STALE_TEMP_SECONDS = 3600.0
-# No honest package is larger: a skill holds at most 5 MiB before compression.
-MAX_PACKAGE_BYTES = 8 * 1024 * 1024
 KEPT_REFUSALS = 20
 HTTP_TIMEOUT = 30.0
 

@@ -246,10 +246,18 @@ def test_a_change_skill_asks_unless_the_owner_allowed_it_in_settings(client, aut
 
 
 def test_settings_refuse_tools_that_are_not_change_tools(client, auth):
-    for entry in ("list_skills", "edit_skill", "no_such_tool", "skill:Bad@zz"):
+    malformed = (
+        "skill:Bad@zz",
+        "skill:a--b@12345678",
+        "skill:../x@12345678",
+        "skill:x\x00@1234abcd",
+    )
+    for entry in ("list_skills", "edit_skill", "no_such_tool", *malformed):
         response = client.put("/api/settings", headers=auth, json={"auto_tools": [entry]})
         assert response.status_code == 422, entry
         assert response.json["code"] == "invalid_setting"
+        if entry.startswith("skill:"):  # refused by the one name rule, before any lookup
+            assert "is not a skill:<name>@<hash8> key" in response.json["message"], entry
 
 
 def test_a_read_skill_runs_without_asking(client, auth):

@@ -6,8 +6,9 @@ import json
 import pytest
 
 from broker.errors import ArgumentError, BrokerError, UnknownTool
-from broker.results import RESULT_CAP, UNEXPECTED, shape_result, tool_failure
+from broker.results import UNEXPECTED, shape_result, tool_failure
 from store.errors import SkillNotFound
+from store.limits import RESULT_CAP
 
 REDACTED = "[redacted]"
 
