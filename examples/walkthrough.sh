@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The README's walk-through as one script. Start `skillfleet up`, export the two variables it
-# prints (SKILLFLEET_URL, SKILLFLEET_TOKEN), then run: bash examples/walkthrough.sh
+# The README's walk-through as one script. Start `skillfleet up`, export the three variables it
+# prints (SKILLFLEET_URL, SKILLFLEET_TOKEN, SKILLFLEET_AGENT_TOKEN), then run:
+# bash examples/walkthrough.sh
 # tests/skillfleet/test_walkthrough.py runs it against a real `skillfleet up`, and checks that
 # every `$ ` line of the README's walk-through is a line of this script.
 set -euo pipefail
 : "${SKILLFLEET_URL:?export SKILLFLEET_URL as skillfleet up prints it}"
 : "${SKILLFLEET_TOKEN:?export SKILLFLEET_TOKEN as skillfleet up prints it}"
+: "${SKILLFLEET_AGENT_TOKEN:?export SKILLFLEET_AGENT_TOKEN as skillfleet up prints it}"
 cd "$(dirname "$0")/.."
 
-# Tool calls are what an agent makes; they use AGENT. Approvals and skills are the owner's.
-OWNER="Authorization: Bearer $SKILLFLEET_TOKEN"
-AGENT="$OWNER"
+# Tool calls are what an agent makes; they use the agent token. Approvals and skills are the
+# owner's: the CLI uses SKILLFLEET_TOKEN.
+AGENT="Authorization: Bearer $SKILLFLEET_AGENT_TOKEN"
 JSON="Content-Type: application/json"
 SCRATCH=$(mktemp -d)
 CHAT="ops-$(date +%s)"  # a new chat each time: "approve for this chat" must not carry over
@@ -49,6 +51,7 @@ PURGE='{"arguments": {"skill_name": "purge-tmp", "script": "scripts/purge.py", "
 WAITING=$(curl -sS -X POST "$SKILLFLEET_URL/api/tools/run_skill_script" -H "$AGENT" -H "$JSON" -d "$PURGE")
 echo "$WAITING"
 skillfleet approvals list
+curl -sS -X POST "$SKILLFLEET_URL/api/approvals/$(echo "$WAITING" | field approval_id)" -H "$AGENT" -H "$JSON" -d '{"decision": "approve"}'; echo
 skillfleet approvals approve "$(echo "$WAITING" | field approval_id)"
 curl -sS "$SKILLFLEET_URL/api/calls/$(echo "$WAITING" | field call_id)?wait=30" -H "$AGENT"; echo
 ls "$SCRATCH"

@@ -385,4 +385,6 @@ def _announce(
     click.echo(f"  agent token: {agent}")
     click.echo("  The owner token is yours: console, approvals, the CLI. Give agents the agent")
     click.echo("  token: it calls tools and reads calls and runs, but can't answer approvals.")
-    click.echo(f"  export SKILLFLEET_URL={url} SKILLFLEET_TOKEN={owner}")
+    click.echo(
+        f"  export SKILLFLEET_URL={url} SKILLFLEET_TOKEN={owner} SKILLFLEET_AGENT_TOKEN={agent}"
+    )

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "walkthrough.sh"
 BIN = Path(sys.executable).parent
-TOKEN_LINE = re.compile(r"owner token: (\S+)")
+TOKEN_LINE = re.compile(r"owner token: (\S+)\n\s*agent token: (\S+)\n")
 CLEARED = (
     "DATABASE_URL",
     "REDIS_URL",
@@ -63,8 +63,12 @@ def test_the_walkthrough_runs_as_written_against_skillfleet_up(tmp_path: Path) -
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
-        token = _wait_for_token(banner, up)
-        env.update(SKILLFLEET_URL=f"http://127.0.0.1:{port}", SKILLFLEET_TOKEN=token)
+        owner, agent = _wait_for_tokens(banner, up)
+        env.update(
+            SKILLFLEET_URL=f"http://127.0.0.1:{port}",
+            SKILLFLEET_TOKEN=owner,
+            SKILLFLEET_AGENT_TOKEN=agent,
+        )
         walk = subprocess.run(
             ["bash", str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, timeout=240,
@@ -78,6 +82,7 @@ def test_the_walkthrough_runs_as_written_against_skillfleet_up(tmp_path: Path) -
             "tick 5 of 5\n[run ",
             "cancelled, exit code -9]",
             '"status":"pending_approval"',
+            '"code":"owner_only"',  # the agent's token can't approve its own call
             ": approved\n",
             "purged 1 files older than 7 days",
             "rule: plan-mode-changes-nothing",
@@ -91,11 +96,13 @@ def test_the_walkthrough_runs_as_written_against_skillfleet_up(tmp_path: Path) -
         up.wait(timeout=30)
 
 
-def _wait_for_token(banner: Path, up: subprocess.Popen[bytes], limit: float = 90) -> str:
+def _wait_for_tokens(
+    banner: Path, up: subprocess.Popen[bytes], limit: float = 90
+) -> tuple[str, str]:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline and up.poll() is None:
         found = TOKEN_LINE.search(banner.read_text())
         if found:
-            return found.group(1)
+            return found.group(1), found.group(2)
         time.sleep(0.2)
     pytest.fail(f"`skillfleet up` printed no token:\n{banner.read_text()}")
