@@ -118,6 +118,12 @@ def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_p
                     "/api/tools/run_skill_script", params={"wait": 30}, json=body(node)
                 )
                 assert after.status_code == 200 and after.json()["status"] == "done", after.text
+                # The refused call is not a tool failure, and nothing is left open.
+                calls = client.get("/api/calls").json()
+                assert [c["error_code"] for c in calls if c["status"] != "done"] in (
+                    [],
+                    ["service_unavailable"],
+                ), calls
         lines = marker.read_text().split()
         assert len(lines) == len(set(lines)) == 2
 
