@@ -8,6 +8,7 @@ import re
 import stat
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -216,6 +217,29 @@ def test_flower_answers_401_without_credentials_and_lists_a_worker_with_them(tmp
     assert any(name.startswith("control-") for name in workers)
     command = (tmp_path / "flower.log").read_text(errors="replace")
     assert "flower-test-password" not in command
+
+
+@pytest.mark.parametrize("module", ["workers.app", "relay.app"])
+def test_celery_inspect_ping_answers_for_a_running_worker(tmp_path, module):
+    env = clean_env(REDIS_URL=REDIS_URL, SKILLFLEET_DATA_DIR=str(tmp_path / "var"))
+    log = open(tmp_path / "control.log", "wb")  # noqa: SIM115 - closed below
+    control = subprocess.Popen([SKILLFLEET, "worker", "control"], env=env, stdout=log, stderr=log)
+    celery = str(Path(SKILLFLEET).with_name("celery"))
+
+    def pong() -> str | None:
+        answer = subprocess.run(
+            [celery, "-A", module, "inspect", "ping", "--timeout", "5"], env=env,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        return answer.stdout if re.search(r"control-\S+: OK\s+pong", answer.stdout) else None
+
+    try:
+        output = wait_until(pong, 90, f"`celery -A {module} inspect ping` to answer", every=1)
+    finally:
+        control.terminate()
+        control.wait(timeout=20)
+        log.close()
+    assert "1 node online" in output or "nodes online" in output, output
 
 
 def _status(url: str) -> int:
