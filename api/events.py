@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator
 
-from flask import Response, request, stream_with_context
+from flask import Response
 from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
-from api.errors import ApiError
 from api.schemas import sse_response
 from api.services import services
-from relay import feed
+from api.sse import KEEPALIVE, event_stream, frame, resume_after
+from relay import feed, naming
 from relay.streams import Event
 
 blp = Blueprint("events", __name__, url_prefix="/api/events", description="Owner event feed")
 
-KEEPALIVE = ": keep-alive\n\n"
-STREAM_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 FEED_DOC = (
     "One `event:` per change, its `id:` the Redis Stream entry id and its `data:` JSON. "
     "Kinds: approval.created, approval.answered, call.finished, run.state, job_run.state. "
     "Reconnect with the Last-Event-ID header (or ?last_event_id=) to replay what you missed; "
-    "without one the stream starts with the next change."
+    "without one the stream starts with the next change. An id that is not an entry id answers "
+    "400 invalid_event_id; one past the newest entry replays the feed from its start."
 )
 
 
@@ -40,18 +37,10 @@ FEED_EXAMPLE = (
 def owner_events() -> Response:
     """Your changes as they happen (approvals, calls, runs, job runs), as Server-Sent Events"""
     caller = owner_or_agent()
-    after = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "$"
-    if after != "$" and not STREAM_ID.fullmatch(after):
-        raise ApiError(400, "invalid_event_id", f"'{after}' is not an event id of this stream.")
     client = services().redis
+    after = resume_after(client, naming.owner_events(caller), "feed") or "$"
     client.ping()  # a feed that can never deliver answers 503 now, not an empty stream
-    response = Response(
-        stream_with_context(_frames(feed.follow(client, caller, after))),
-        mimetype="text/event-stream",
-    )
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
-    return response
+    return event_stream(_frames(feed.follow(client, caller, after)))
 
 
 def _frames(events: Iterator[Event | None]) -> Iterator[str]:
@@ -61,4 +50,4 @@ def _frames(events: Iterator[Event | None]) -> Iterator[str]:
         if event is None:
             yield KEEPALIVE
         else:
-            yield f"id: {event.id}\nevent: {event.kind}\ndata: {json.dumps(event.data)}\n\n"
+            yield frame(event)

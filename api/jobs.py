@@ -9,8 +9,10 @@ from typing import Any
 
 from flask.views import MethodView
 from flask_smorest import Blueprint
+from flask_smorest.pagination import PaginationParameters
 
 from api.auth import owner_only, owner_or_agent
+from api.paging import list_page, paginate
 from api.schemas import JobBodySchema, JobRunSchema, JobRunStartedSchema, JobSchema
 from api.services import services
 from broker.jobs import Jobs, JobSpec, grants_of
@@ -55,9 +57,11 @@ def _shown(job: Job) -> dict[str, Any]:
 @blp.route("")
 class JobList(MethodView):
     @blp.response(200, JobSchema(many=True))
-    def get(self) -> list[dict[str, Any]]:
-        """List your jobs"""
-        return [_shown(job) for job in _jobs().list_jobs(owner_or_agent())]
+    @paginate(blp)
+    def get(self, pagination_parameters: PaginationParameters) -> list[dict[str, Any]]:
+        """List your jobs, by name"""
+        jobs = _jobs().list_jobs(owner_or_agent())
+        return [_shown(job) for job in list_page(jobs, pagination_parameters)]
 
     @blp.arguments(JobBodySchema)
     @blp.response(201, JobSchema)
@@ -96,6 +100,7 @@ def run_job(job_id: str) -> dict[str, str]:
 
 @blp.route("/<job_id>/runs")
 @blp.response(200, JobRunSchema(many=True))
+@paginate(blp, in_memory=True)
 def list_runs(job_id: str) -> list[JobRun]:
     """The job's runs, newest first (the newest 50 are kept)"""
     return _jobs().runs(owner_or_agent(), job_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from flask_smorest import Blueprint, Page
@@ -18,7 +19,8 @@ def paginate(blp: Blueprint, in_memory: bool = False) -> Any:
     """flask-smorest's pagination with skillfleet's sizes.
 
     `in_memory`: the view returns the whole (short) list and it is sliced here; otherwise the
-    view gets `pagination_parameters` and pages in SQL with `sql_page`.
+    view gets `pagination_parameters` and pages in SQL with `sql_page` (or cuts a list with
+    `list_page` before the costly part of showing each item).
     """
     return blp.paginate(
         Page if in_memory else None, page_size=DEFAULT_PAGE_SIZE, max_page_size=MAX_PAGE_SIZE
@@ -36,3 +38,10 @@ def sql_page(
         return []  # past the end (and no offset too large for the database is ever sent)
     page = statement.offset(pagination.first_item).limit(pagination.page_size)
     return list(session.scalars(page))
+
+
+def list_page(items: Sequence[Row], pagination: PaginationParameters) -> list[Row]:
+    """One page of a short list already in memory, cut before each item is shown (which may cost
+    a query per item); the total goes into the X-Pagination header."""
+    pagination.item_count = len(items)
+    return list(items[pagination.first_item : pagination.first_item + pagination.page_size])

@@ -9,6 +9,7 @@ from flask import Response
 from flask_smorest import Blueprint
 
 from api.auth import owner_only, owner_or_agent
+from api.paging import paginate
 from api.services import services
 from relay import push
 from relay.events import start_listening
@@ -55,6 +56,7 @@ def push_key() -> dict[str, str]:
 
 @blp.route("/subscriptions")
 @blp.response(200, SubscriptionSchema(many=True))
+@paginate(blp, in_memory=True)
 def list_subscriptions() -> list[PushSubscription]:
     """List the owner's push subscriptions"""
     with services().sessions() as session:

@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import redis
-from flask import Response, request, stream_with_context
+from flask import Response
 from flask_smorest import Blueprint
 from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 
 from api.auth import owner_or_agent
-from api.errors import ApiError
 from api.metrics import SSE_STREAMS_OPEN
 from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
+from api.sse import FROM_START, KEEPALIVE, event_stream, frame, resume_after
+from relay import naming
 from relay.streams import (
     Event,
     collected_output,
     follow,
-    last_entry_id,
-    parse_entry_id,
     read_events,
 )
 from store.db import SessionFactory
@@ -34,8 +32,6 @@ from store.runs import END_STATES, get_run, request_cancel
 
 blp = Blueprint("runs", __name__, url_prefix="/api/runs", description="Script runs")
 
-# A comment line keeps idle connections (and proxies) from timing out.
-KEEPALIVE = ": keep-alive\n\n"
 RUN_EXAMPLE = 'id: 1733011200000-0\nevent: stdout\ndata: {"text": "line 0\\n"}\n\n'
 
 
@@ -69,38 +65,12 @@ def run_events(run_id: str) -> Response:
     sessions = services().sessions
     run = get_run(sessions, run_id, owner_or_agent())
     client = services().redis
-    after = _resume_after(client, run_id)
-    if run.status in END_STATES and not read_events(client, run_id, "0-0"):
+    after = resume_after(client, naming.run_stream(run_id), "run") or FROM_START
+    if run.status in END_STATES and not read_events(client, run_id, FROM_START):
         events: Iterator[str] = iter(_from_row(run))  # the stream expired; the row remains
     else:
         events = _from_stream(sessions, client, run, after)
-    response = Response(stream_with_context(events), mimetype="text/event-stream")
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
-    return response
-
-
-def _resume_after(client: redis.Redis, run_id: str) -> str:
-    """The entry id to replay after: Last-Event-ID when it is one of this stream's ids.
-
-    An id past the newest entry (a stream lost with a Redis restart, or an id made up) replays
-    the stream from its start rather than waiting for entries that will never come.
-    """
-    raw = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
-    if not raw:
-        return "0-0"
-    wanted = parse_entry_id(raw)
-    if wanted is None:
-        raise ApiError(
-            400,
-            "invalid_event_id",
-            "Last-Event-ID must be the id of an event of this run, "
-            "like 1700000000000-0, as sent in the event's `id:` line.",
-        )
-    newest = last_entry_id(client, run_id)
-    if newest is None or wanted > (parse_entry_id(newest) or (0, 0)):
-        return "0-0"
-    return f"{wanted[0]}-{wanted[1]}"
+    return event_stream(events)
 
 
 def _from_stream(
@@ -130,7 +100,7 @@ def _events_until_end(
                 if event is not None:
                     after = event.id
                     last_sent = time.monotonic()
-                    yield _sse(event)
+                    yield frame(event)
                     continue
                 ended = _ended(sessions, run.id)
                 if ended is not None:
@@ -142,7 +112,7 @@ def _events_until_end(
         except (redis.ConnectionError, redis.TimeoutError):
             ended = _ended(sessions, run.id)
             if ended is not None:
-                yield _sse(_exit_of(ended))
+                yield frame(_exit_of(ended))
                 return
             if time.monotonic() - last_sent >= SSE_KEEPALIVE_SECONDS:
                 last_sent = time.monotonic()
@@ -158,10 +128,10 @@ def _ended(sessions: SessionFactory, run_id: str) -> Run | None:
 def _finish_from_row(client: redis.Redis, run: Run, after: str) -> Iterator[str]:
     """What the stream still holds after `after`, then the row's end if the stream lacks it."""
     for event in read_events(client, run.id, after):
-        yield _sse(event)
+        yield frame(event)
         if event.kind == "exit":
             return
-    yield _sse(_exit_of(run))
+    yield frame(_exit_of(run))
 
 
 def _exit_of(run: Run) -> Event:
@@ -169,17 +139,13 @@ def _exit_of(run: Run) -> Event:
     return Event("0-3", "exit", end)
 
 
-def _sse(event: Event) -> str:
-    return f"id: {event.id}\nevent: {event.kind}\ndata: {json.dumps(event.data)}\n\n"
-
-
 def _from_row(run: Run) -> list[str]:
     """Events rebuilt from the Run row, for a run whose stream expired after an hour."""
     frames = []
     for index, (kind, text) in enumerate((("stdout", run.stdout), ("stderr", run.stderr)), 1):
         if text:
-            frames.append(_sse(Event(f"0-{index}", kind, {"text": text})))
-    frames.append(_sse(_exit_of(run)))
+            frames.append(frame(Event(f"0-{index}", kind, {"text": text})))
+    frames.append(frame(_exit_of(run)))
     return frames
 
 

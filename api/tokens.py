@@ -10,6 +10,7 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from api.auth import bump_token_generation, owner_only
+from api.paging import paginate
 from api.schemas import NewTokenSchema, TokenCreateSchema, TokenSchema
 from api.services import services
 from store.db import transaction
@@ -24,6 +25,7 @@ blp = Blueprint("tokens", __name__, url_prefix="/api/tokens", description="API t
 @blp.route("")
 class Tokens(MethodView):
     @blp.response(200, TokenSchema(many=True))
+    @paginate(blp, in_memory=True)
     def get(self) -> list[ApiToken]:
         """List your owner and agent tokens (never the tokens themselves)"""
         caller = owner_only()

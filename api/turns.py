@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import kombu.exceptions
 import marshmallow as ma
 import redis
-from flask import Response, request, stream_with_context
+from flask import Response
 from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
-from api.runs import KEEPALIVE
 from api.schemas import sse_response
 from api.services import services
+from api.sse import FROM_START, KEEPALIVE, event_stream, frame, resume_after
 from broker.calls import MODES
 from relay import naming, turnstate
 from relay.dispatch import send_turn
@@ -114,35 +113,28 @@ def stop_turn(turn_id: str) -> Turn:
 def turn_events(turn_id: str) -> Response:
     """Text and tool events as Server-Sent Events; reconnect with Last-Event-ID to replay"""
     turn = turnstate.get(services().sessions, turn_id, owner_or_agent())
-    after = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "0-0"
     client = services().redis
     key = naming.turn_stream(turn_id)
-    if turn.status not in turnstate.OPEN_STATES and not read_stream(client, key, "0-0"):
+    after = resume_after(client, key, "turn") or FROM_START
+    if turn.status not in turnstate.OPEN_STATES and not read_stream(client, key, FROM_START):
         events: Iterator[str] = iter(_from_row(turn))  # the stream expired; the row remains
     else:
         events = _from_stream(client, key, after)
-    response = Response(stream_with_context(events), mimetype="text/event-stream")
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
-    return response
+    return event_stream(events)
 
 
 def _from_stream(client: Any, key: str, after: str) -> Iterator[str]:
     for event in follow_stream(client, key, TURN_END_KINDS, after):
-        yield KEEPALIVE if event is None else _sse(event)
-
-
-def _sse(event: Event) -> str:
-    return f"id: {event.id}\nevent: {event.kind}\ndata: {json.dumps(event.data)}\n\n"
+        yield KEEPALIVE if event is None else frame(event)
 
 
 def _from_row(turn: Turn) -> list[str]:
     """Events rebuilt from the Turn row, for a turn whose stream expired after an hour."""
     frames = []
     if turn.text:
-        frames.append(_sse(Event("0-1", "text", {"text": turn.text})))
+        frames.append(frame(Event("0-1", "text", {"text": turn.text})))
     end: dict[str, Any] = {"status": turn.status}
     if turn.error_code:
         end["error"] = {"code": turn.error_code, "message": turn.error_message or ""}
-    frames.append(_sse(Event("0-2", "end", end)))
+    frames.append(frame(Event("0-2", "end", end)))
     return frames

@@ -9,6 +9,7 @@ from flask import Response
 from flask_smorest import Blueprint
 
 from api.auth import owner_only
+from api.paging import paginate
 from api.services import services
 from relay.events import WEBHOOK_KINDS, start_listening
 from store import notifications
@@ -38,6 +39,7 @@ class NewWebhookSchema(WebhookSchema):
 
 @blp.route("")
 @blp.response(200, WebhookSchema(many=True))
+@paginate(blp, in_memory=True)
 def list_webhooks() -> list[Webhook]:
     """List the owner's webhooks (never their secrets)"""
     with services().sessions() as session:

@@ -107,7 +107,9 @@ class Jobs:
             return _owned(session, owner_id, job_id)
 
     def list_jobs(self, owner_id: int) -> list[Job]:
-        query = select(Job).where(Job.owner_id == owner_id).order_by(Job.name, Job.created_at)
+        query = (
+            select(Job).where(Job.owner_id == owner_id).order_by(Job.name, Job.created_at, Job.id)
+        )
         with self.sessions() as session:
             return list(session.scalars(query))
 

@@ -143,9 +143,9 @@ def parse_entry_id(text: str) -> tuple[int, int] | None:
     return ms, seq
 
 
-def last_entry_id(client: redis.Redis, run_id: str) -> str | None:
-    """The id of the newest entry of a run's stream, None when the stream is empty or gone."""
-    newest: Any = client.xrevrange(naming.run_stream(run_id), count=1)
+def last_entry_id(client: redis.Redis, key: str) -> str | None:
+    """The id of the newest entry of the stream `key`, None when it is empty or gone."""
+    newest: Any = client.xrevrange(key, count=1)
     return _text(newest[0][0]) if newest else None
 
 

@@ -96,7 +96,7 @@ def drop_subscription(session: Session, subscription_id: str) -> None:
 
 def subscriptions(session: Session, owner_id: int) -> list[PushSubscription]:
     query = select(PushSubscription).where(PushSubscription.owner_id == owner_id)
-    return list(session.scalars(query.order_by(PushSubscription.created_at)))
+    return list(session.scalars(query.order_by(PushSubscription.created_at, PushSubscription.id)))
 
 
 def add_webhook(
@@ -137,7 +137,7 @@ def remove_webhook(session: Session, owner_id: int, webhook_id: str) -> None:
 
 def webhooks(session: Session, owner_id: int) -> list[Webhook]:
     query = select(Webhook).where(Webhook.owner_id == owner_id)
-    return list(session.scalars(query.order_by(Webhook.created_at)))
+    return list(session.scalars(query.order_by(Webhook.created_at, Webhook.id)))
 
 
 def is_listening(session: Session, owner_id: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -230,11 +231,25 @@ def test_a_job_run_announces_each_state_it_moves_to(client, auth, services, redi
     assert kinds.count("job_run.state") == 3
 
 
-@pytest.mark.parametrize("last_id", ["'; DROP", "---", "1-2-3", "12-"])
+@pytest.mark.parametrize(
+    "last_id", ["'; DROP", "---", "1-2-3", "12-", "12", "99999999999999999999999-0"]
+)
 def test_a_bad_last_event_id_is_refused(client, auth, last_id):
     response = client.get("/api/events", headers={**auth, "Last-Event-ID": last_id})
     assert response.status_code == 400
     assert response.json["code"] == "invalid_event_id"
+
+
+def test_an_event_id_from_the_future_replays_the_feed_from_its_start(client, auth):
+    install(client, auth, "wiper", WIPE)
+    asked = run(client, auth)
+    future = f"{int(time.time() * 1000) + 10**9}-0"
+
+    events = read_feed(client, auth, 1, last_id=future)
+
+    assert [(e["kind"], e["approval_id"]) for e in events] == [
+        ("approval.created", asked["approval_id"])
+    ]
 
 
 def test_calls_still_work_when_the_event_feed_cannot_be_reached(tmp_path: Path, database_url: str):

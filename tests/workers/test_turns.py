@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from fleet import wait_until
@@ -284,6 +285,24 @@ def test_a_job_prompt_step_without_a_model_fails_with_no_model(client, auth, ser
     assert jobruns.execute(job_context, started["job_run_id"]) == "failed"
     [run] = client.get(f"/api/jobs/{job['id']}/runs", headers=auth).json
     assert run["error_code"] == "no_model" and run["error_message"] == jobruns.NO_MODEL
+
+
+def test_a_garbage_last_event_id_is_refused_and_a_future_one_replays_the_turn_from_the_start(
+    client, auth, context
+):
+    with model_standin([text("All good.")]) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "How are things?")
+        assert turns.execute(context, turn_id) == "succeeded"
+    path = f"/api/turns/{turn_id}/events"
+    for garbage in ("garbage", "1-2-3", "99999999999999999999999-0", "-1-0", "12"):
+        refused = client.get(path, headers={**auth, "Last-Event-ID": garbage})
+        assert refused.status_code == 400, (garbage, refused.json)
+        assert refused.json["code"] == "invalid_event_id"
+        assert "Last-Event-ID" in refused.json["message"]
+    future = f"{int(time.time() * 1000) + 10**9}-0"
+    assert sse(client, auth, turn_id, last_id=future) == sse(client, auth, turn_id)
+    assert sse(client, auth, turn_id)[-1][1:] == ("end", {"status": "succeeded"})
 
 
 def test_a_finished_turn_whose_stream_expired_replays_from_its_row(client, auth, services, context):
