@@ -318,6 +318,56 @@ def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
     )
 
 
+@pytest.mark.parametrize(
+    ("status", "title"),
+    [("failed", "A script run failed"), ("timed_out", "A script run timed out")],
+)
+def test_a_run_that_ends_failed_or_timed_out_is_pushed_and_reaches_a_webhook(
+    client, auth, services, context, status, title
+):
+    import uuid
+
+    from store import runs
+    from store.db import transaction
+    from store.models import Run
+
+    run_id = str(uuid.uuid4())
+    with transaction(services.sessions) as session:
+        session.add(
+            Run(
+                id=run_id, owner_id=owner_id_of(services), skill_name="ticker", skill_hash="0" * 64,
+                script="scripts/tick.py", arguments={}, execution="node", queue="node.web01",
+                node="web01", status=runs.RUNNING, worker="node@web01:1:1", timeout_seconds=60,
+            )
+        )  # fmt: skip
+    device = browser()
+    with receiver() as service:
+        subscription = {"endpoint": f"{service.url}/push/device", "keys": device.keys()}
+        added = client.post("/api/push/subscriptions", headers=auth, json=subscription)
+        assert added.status_code == 201, added.json
+        hook = {"url": f"{service.url}/hook", "events": [f"run.{status}"]}
+        assert client.post("/api/webhooks", headers=auth, json=hook).status_code == 201
+        # What a worker does when its script ends (workers/execute.py): record, then announce.
+        ended = runs.Outcome(status, 1 if status == "failed" else None, "", "boom")
+        assert runs.finish(services.sessions, run_id, ended)
+        runs.announce(services.sessions, services.redis, run_id)
+        notify.pump(context)
+    got = {path: (headers, body) for path, headers, body in service.got}
+    assert sorted(got) == ["/hook", "/push/device"]
+    headers, body = got["/hook"]
+    event = json.loads(body)
+    assert event["kind"] == f"run.{status}" == headers["skillfleet-event"]
+    assert event["data"]["run_id"] == run_id and event["data"]["status"] == status
+    _headers, payload = got["/push/device"]
+    message = json.loads(
+        http_ece.decrypt(
+            payload, private_key=device.private_key, auth_secret=device.auth, version="aes128gcm"
+        )
+    )
+    assert message["kind"] == f"run.{status}" and message["run_id"] == run_id
+    assert message["title"] == title
+
+
 def test_beat_and_the_control_worker_push_a_waiting_approval_within_seconds(tmp_path, database_url):
     from fleet import fleet, wait_until
 
