@@ -3,10 +3,11 @@
 Open when the API listens on loopback only (or SKILLFLEET_METRICS_PUBLIC=1); otherwise it needs
 the metrics token or an owner's token.
 
-Two sources: the fleet's state read from the database and Redis at scrape time
-(api/collector.py), and the API processes' own counters. Under gunicorn these are Prometheus
-multiprocess metrics (PROMETHEUS_MULTIPROC_DIR, set by skillfleet/serving.py), summed over every
-worker process; in a single process they are the default registry.
+Two sources: the fleet's state and the fleet counters (policy decisions, deliveries: see
+relay/counters.py) read from the database and Redis at scrape time (api/collector.py), and the
+API processes' own metrics (open SSE streams, argument repairs). Under gunicorn these are
+Prometheus multiprocess metrics (PROMETHEUS_MULTIPROC_DIR, set by skillfleet/serving.py), summed
+over every worker process; in a single process they are the default registry.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
-    Counter,
     Gauge,
     generate_latest,
 )
@@ -34,11 +34,6 @@ SSE_STREAMS_OPEN = Gauge(
     "skillfleet_sse_streams_open",
     "Run event streams (SSE) open now.",
     multiprocess_mode="livesum",
-)
-DELIVERIES = Counter(
-    "skillfleet_deliveries",
-    "Push and webhook deliveries by kind (push, webhook) and outcome (delivered, failed).",
-    ["kind", "outcome"],
 )
 
 
