@@ -11,6 +11,7 @@ from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
 from api.errors import ApiError
+from api.metrics import counted_stream
 from api.schemas import sse_response
 from api.services import services
 from relay import feed
@@ -46,7 +47,7 @@ def owner_events() -> Response:
     client = services().redis
     client.ping()  # a feed that can never deliver answers 503 now, not an empty stream
     response = Response(
-        stream_with_context(_frames(feed.follow(client, caller, after))),
+        stream_with_context(counted_stream("feed", _frames(feed.follow(client, caller, after)))),
         mimetype="text/event-stream",
     )
     response.headers["Cache-Control"] = "no-cache"

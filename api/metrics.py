@@ -12,6 +12,8 @@ over every worker process; in a single process they are the default registry.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from flask import Response
 from flask_smorest import Blueprint
 from prometheus_client import (
@@ -32,9 +34,21 @@ blp = Blueprint("metrics", __name__, description="Prometheus metrics")
 
 SSE_STREAMS_OPEN = Gauge(
     "skillfleet_sse_streams_open",
-    "Run event streams (SSE) open now.",
+    "Server-Sent Events streams open now, by stream (run, turn, feed: the owner's /api/events).",
+    ["stream"],
     multiprocess_mode="livesum",
 )
+
+
+def counted_stream(stream: str, frames: Iterator[str]) -> Iterator[str]:
+    """`frames`, counted in skillfleet_sse_streams_open from the first frame until the stream
+    ends or its client goes away."""
+    gauge = SSE_STREAMS_OPEN.labels(stream)
+    gauge.inc()
+    try:
+        yield from frames
+    finally:
+        gauge.dec()
 
 
 @blp.route("/metrics")

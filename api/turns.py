@@ -13,6 +13,7 @@ from flask import Response, request, stream_with_context
 from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
+from api.metrics import counted_stream
 from api.runs import KEEPALIVE
 from api.schemas import sse_response
 from api.services import services
@@ -120,7 +121,7 @@ def turn_events(turn_id: str) -> Response:
     if turn.status not in turnstate.OPEN_STATES and not read_stream(client, key, "0-0"):
         events: Iterator[str] = iter(_from_row(turn))  # the stream expired; the row remains
     else:
-        events = _from_stream(client, key, after)
+        events = counted_stream("turn", _from_stream(client, key, after))
     response = Response(stream_with_context(events), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"

@@ -268,6 +268,44 @@ def test_an_open_event_stream_counts_until_its_client_goes_away(client, auth, se
     assert (during - before, after - before) == (1, 0)
 
 
+@pytest.mark.parametrize("stream", ["feed", "turn"])
+def test_the_owner_feed_and_a_turn_s_events_count_as_open_streams_until_the_client_goes_away(
+    client, auth, services, stream
+):
+    from factories import owner_id_of
+
+    from relay import naming
+    from relay.streams import TurnStream
+    from relay.turnstate import TurnStatus
+    from store.models import Turn
+
+    turn_id = "00000000-0000-0000-0000-000000turn01"
+    with transaction(services.sessions) as session:
+        session.add(
+            Turn(
+                id=turn_id, owner_id=owner_id_of(services), prompt="hello",
+                status=TurnStatus.RUNNING, started_at=utcnow(),
+            )
+        )  # fmt: skip
+    services.redis.delete(naming.turn_stream(turn_id))
+    TurnStream(services.redis, turn_id).add("text", {"text": "Hel"})
+    path = {"feed": "/api/events", "turn": f"/api/turns/{turn_id}/events"}[stream]
+
+    def open_streams() -> float:
+        text = client.get("/metrics").get_data(as_text=True)
+        return sample(text, "skillfleet_sse_streams_open", stream=stream)
+
+    before = open_streams()
+    response = client.get(path, headers=auth, buffered=False)
+    first = next(response.response)
+    during = open_streams()
+    response.close()
+    after = open_streams()
+
+    assert first.startswith(b"retry:") if stream == "feed" else b"event: text" in first
+    assert (during - before, after - before) == (1, 0)
+
+
 # -- counted in another process -------------------------------------------------------------
 
 # What the control worker does with a job run's message (workers/tasks.py `run_job`): the job
