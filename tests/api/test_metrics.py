@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -355,3 +357,41 @@ def test_a_policy_decision_made_on_a_control_worker_shows_in_the_api_s_metrics(
     decided = sample(after, "skillfleet_policy_decisions_total", action="allow")
     assert decided == sample(before, "skillfleet_policy_decisions_total", action="allow") + 1
     assert sample(after, "skillfleet_tool_calls_total", tool="list_skills", status="done") == 1
+
+
+# -- the Grafana dashboard -----------------------------------------------------------------
+
+
+def test_the_grafana_dashboard_queries_metrics_and_labels_that_metrics_has(client, auth, services):
+    from relay.counters import DELIVERIES
+    from store.models import Run
+    from store.runs import SUCCEEDED
+
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    # Samples for the metrics that carry labels the dashboard groups by.
+    assert client.post("/api/tools/list_skills", headers=auth, json={"arguments": {}}).status_code
+    DELIVERIES.add(services.redis, "webhook", "delivered")
+    with transaction(services.sessions) as session:
+        session.add(
+            Run(
+                id="00000000-0000-0000-0000-00000000run2", skill_name="demo", skill_hash="0" * 64,
+                script="scripts/a.py", arguments={}, execution="spark", queue="spark",
+                status=SUCCEEDED, timeout_seconds=300, started_at=utcnow(), finished_at=utcnow(),
+            )
+        )  # fmt: skip
+    stream = client.get("/api/events", headers=auth, buffered=False)
+    next(stream.response)
+
+    text = client.get("/metrics").get_data(as_text=True)
+    stream.close()
+
+    for query in queries:
+        for name in re.findall(r"skillfleet_\w+", query):
+            family = re.sub(r"_(bucket|count|sum)$", "", name)
+            assert f"# TYPE {family} " in text, query
+        for grouped, name in re.findall(r"by \(([\w, ]+)\) \(\w*\(?(skillfleet_\w+)", query):
+            samples = [line for line in text.splitlines() if line.startswith(name + "{")]
+            for label in grouped.split(", "):
+                if label != "le":
+                    assert samples and all(f'{label}="' in line for line in samples), query
