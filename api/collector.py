@@ -1,9 +1,10 @@
 """Fleet metrics read from the database and Redis at scrape time.
 
 Counts that several processes on several machines change (calls, runs, approvals, queues,
-heartbeats) are read from where they are kept, so every API process gives the same totals on
-every scrape. Counters of the API process itself (policy decisions, open SSE streams) are
-Prometheus multiprocess metrics: see api/metrics.py.
+heartbeats, and the fleet counters of relay/counters.py: policy decisions, deliveries) are read
+from where they are kept, so every API process gives the same totals on every scrape. Metrics of
+the API processes themselves (open SSE streams) are Prometheus multiprocess metrics: see
+api/metrics.py.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from relay import naming
+from relay import counters, naming
 from store.db import SessionFactory
 from store.models import Approval, Node, Run, ToolCall
 from store.runs import END_STATES
@@ -90,6 +91,7 @@ class FleetCollector(Collector):
             beats: list[Any] = list(
                 self.client.zrange(naming.all_workers(), 0, -1, withscores=True)
             )
+            counted = counters.read(self.client)
         except redis.RedisError:
             return  # Redis is away: the database's metrics still answer
         depth = GaugeMetricFamily(
@@ -100,6 +102,13 @@ class FleetCollector(Collector):
             depth.add_metric([queue], float(sum(lengths[index * steps : (index + 1) * steps])))
         yield depth
         yield _heartbeat_ages(beats)
+        for counter, counts in counted:
+            yield _counter(
+                counter.name,
+                counter.documentation,
+                list(counter.labels),
+                ((*values, count) for values, count in sorted(counts.items())),
+            )
 
 
 def _counter(

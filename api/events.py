@@ -8,6 +8,7 @@ from flask import Response
 from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
+from api.metrics import counted_stream
 from api.schemas import sse_response
 from api.services import services
 from api.sse import KEEPALIVE, event_stream, frame, resume_after
@@ -40,7 +41,7 @@ def owner_events() -> Response:
     client = services().redis
     after = resume_after(client, naming.owner_events(caller), "feed") or "$"
     client.ping()  # a feed that can never deliver answers 503 now, not an empty stream
-    return event_stream(_frames(feed.follow(client, caller, after)))
+    return event_stream(counted_stream("feed", _frames(feed.follow(client, caller, after))))
 
 
 def _frames(events: Iterator[Event | None]) -> Iterator[str]:

@@ -3,13 +3,16 @@
 Open when the API listens on loopback only (or SKILLFLEET_METRICS_PUBLIC=1); otherwise it needs
 the metrics token or an owner's token.
 
-Two sources: the fleet's state read from the database and Redis at scrape time
-(api/collector.py), and the API processes' own counters. Under gunicorn these are Prometheus
-multiprocess metrics (PROMETHEUS_MULTIPROC_DIR, set by skillfleet/serving.py), summed over every
-worker process; in a single process they are the default registry.
+Two sources: the fleet's state and the fleet counters (policy decisions, deliveries: see
+relay/counters.py) read from the database and Redis at scrape time (api/collector.py), and the
+API processes' own metrics (open SSE streams, argument repairs). Under gunicorn these are
+Prometheus multiprocess metrics (PROMETHEUS_MULTIPROC_DIR, set by skillfleet/serving.py), summed
+over every worker process; in a single process they are the default registry.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 from flask import Response
 from flask_smorest import Blueprint
@@ -17,7 +20,6 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
-    Counter,
     Gauge,
     generate_latest,
 )
@@ -32,14 +34,21 @@ blp = Blueprint("metrics", __name__, description="Prometheus metrics")
 
 SSE_STREAMS_OPEN = Gauge(
     "skillfleet_sse_streams_open",
-    "Run event streams (SSE) open now.",
+    "Server-Sent Events streams open now, by stream (run, turn, feed: the owner's /api/events).",
+    ["stream"],
     multiprocess_mode="livesum",
 )
-DELIVERIES = Counter(
-    "skillfleet_deliveries",
-    "Push and webhook deliveries by kind (push, webhook) and outcome (delivered, failed).",
-    ["kind", "outcome"],
-)
+
+
+def counted_stream(stream: str, frames: Iterator[str]) -> Iterator[str]:
+    """`frames`, counted in skillfleet_sse_streams_open from the first frame until the stream
+    ends or its client goes away."""
+    gauge = SSE_STREAMS_OPEN.labels(stream)
+    gauge.inc()
+    try:
+        yield from frames
+    finally:
+        gauge.dec()
 
 
 @blp.route("/metrics")

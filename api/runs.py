@@ -13,7 +13,7 @@ from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 
 from api.auth import owner_or_agent
-from api.metrics import SSE_STREAMS_OPEN
+from api.metrics import counted_stream
 from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
@@ -69,19 +69,8 @@ def run_events(run_id: str) -> Response:
     if run.status in END_STATES and not read_events(client, run_id, FROM_START):
         events: Iterator[str] = iter(_from_row(run))  # the stream expired; the row remains
     else:
-        events = _from_stream(sessions, client, run, after)
+        events = counted_stream("run", _events_until_end(sessions, client, run, after))
     return event_stream(events)
-
-
-def _from_stream(
-    sessions: SessionFactory, client: redis.Redis, run: Run, after: str
-) -> Iterator[str]:
-    """Stream events until the exit event; counted in skillfleet_sse_streams_open meanwhile."""
-    SSE_STREAMS_OPEN.inc()
-    try:
-        yield from _events_until_end(sessions, client, run, after)
-    finally:  # the client went away or the run ended
-        SSE_STREAMS_OPEN.dec()
 
 
 def _events_until_end(

@@ -12,6 +12,7 @@ from flask import Response
 from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
+from api.metrics import counted_stream
 from api.schemas import sse_response
 from api.services import services
 from api.sse import FROM_START, KEEPALIVE, event_stream, frame, resume_after
@@ -119,7 +120,7 @@ def turn_events(turn_id: str) -> Response:
     if turn.status not in turnstate.OPEN_STATES and not read_stream(client, key, FROM_START):
         events: Iterator[str] = iter(_from_row(turn))  # the stream expired; the row remains
     else:
-        events = _from_stream(client, key, after)
+        events = counted_stream("turn", _from_stream(client, key, after))
     return event_stream(events)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import redis
 import structlog
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -27,11 +28,11 @@ from broker.errors import (
 )
 from broker.grants import CHAT, JOB, add_grant, grants_for
 from broker.jobs import skill_allowed
-from broker.metrics import POLICY_DECISIONS
 from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
 from broker.turns import admit, turn_key
+from relay.counters import POLICY_DECISIONS
 from store.db import SessionFactory, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
 from store.limits import MAX_CALLS_PER_TURN, MAX_WAIT_SECONDS
@@ -58,6 +59,8 @@ class Broker:
     run_waiter: Callable[[str, float], object] | None = None
     # Adds an event to the owner's feed (relay/events.py): owner id, kind, data.
     publish: Callable[[int, str, dict[str, Any]], object] | None = None
+    # Where policy decisions are counted for /metrics (relay/counters.py); None counts nothing.
+    counters: redis.Redis | None = None
 
     # -- a call -------------------------------------------------------------------
 
@@ -99,7 +102,7 @@ class Broker:
             # The limit holds even under an operator's policy that forgot the rule.
             decision = Decision("deny", TURN_LIMIT_RULE)
         call.rule = decision.rule
-        POLICY_DECISIONS.labels(decision.rule or "default", decision.action).inc()
+        POLICY_DECISIONS.add(self.counters, decision.rule or "default", decision.action)
         if decision.action == "deny":
             return self._refuse(call, decision, number)
         if decision.action == "require_approval":

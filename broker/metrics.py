@@ -1,5 +1,5 @@
 """Prometheus metrics of the broker, registered on the default registry (multiprocess under
-gunicorn: see skillfleet/serving.py)."""
+gunicorn: see skillfleet/serving.py). Policy decisions are fleet counters (relay/counters.py)."""
 
 from prometheus_client import Counter
 
@@ -8,10 +8,4 @@ ARGUMENTS_COERCED = Counter(
     "Script calls whose arguments were repaired: kind=string (JSON text parsed), "
     "kind=node (a top-level node moved inside).",
     ["kind"],
-)
-
-POLICY_DECISIONS = Counter(
-    "skillfleet_policy_decisions",
-    "Policy decisions by the rule that gave them (default: the default action) and action.",
-    ["rule", "action"],
 )

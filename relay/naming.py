@@ -105,3 +105,8 @@ NOTIFY_GROUP = "notifications"
 def webhook_retries() -> str:
     """Sorted set of webhook deliveries to try again, scored by when (epoch seconds)."""
     return f"{PREFIX}:webhooks:retries"
+
+
+def counter(name: str) -> str:
+    """A counter every process adds to (relay/counters.py): a hash of label values to counts."""
+    return f"{PREFIX}:counter:{name}"

@@ -18,6 +18,7 @@ import redis
 import structlog
 
 from relay import events, naming, push
+from relay.counters import DELIVERIES
 from relay.events import PUSH_TITLES, WEBHOOK_KINDS, ensure_group
 from store import notifications
 from store.db import SessionFactory, transaction
@@ -31,6 +32,9 @@ log = structlog.get_logger(__name__)
 NOTIFY_TASK = "skillfleet.notify"
 CONSUMER = "control"
 READ_COUNT = 100
+# Outcomes of a delivery attempt, as counted in skillfleet_deliveries_total.
+DELIVERED = "delivered"
+FAILED = "failed"
 
 
 @dataclass
@@ -95,6 +99,7 @@ def _push(context: NotifyContext, owner_id: int, event: events.OwnerEvent, title
         if not push.endpoint_allowed(target.endpoint, context.push_services):
             continue  # the allow-list shrank since it was saved
         status = webpush.send(target, payload, context.vapid, context.contact)
+        DELIVERIES.add(context.redis, "push", DELIVERED if 200 <= status < 300 else FAILED)
         if status in webpush.GONE:
             with transaction(context.sessions) as session:
                 notifications.drop_subscription(session, subscription_id)
@@ -108,8 +113,11 @@ def _deliver(
         secret = context.sealer.unseal(hook.secret)
     except ConfigError:
         log.warning("webhook secret unreadable", webhook_id=hook.id)
+        DELIVERIES.add(context.redis, "webhook", FAILED)
         return
-    if webhooks.deliver(hook.url, secret, event.id, event.kind, event.data):
+    delivered = webhooks.deliver(hook.url, secret, event.id, event.kind, event.data)
+    DELIVERIES.add(context.redis, "webhook", DELIVERED if delivered else FAILED)
+    if delivered:
         return
     delay = webhooks.retry_delay(attempt)
     if delay is None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from store.models import utcnow
 from store.tokens import create_node_token
 
 SKILLFLEET = str(Path(sys.executable).parent / "skillfleet")
+ROOT = Path(__file__).resolve().parents[2]
 
 METRICS_TOKEN = "scrape-me-0123456789"
 
@@ -210,6 +213,8 @@ def test_every_gunicorn_worker_answers_with_the_same_totals(settings, tmp_path):
     try:
         wait_until(lambda: answers(url + "/api/health"), 60, "the API to answer")
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
+            # Policy decisions are kept in Redis, which outlives the test's database.
+            before = sample(http.get("/metrics").text, "skillfleet_policy_decisions_total")
             calls = 12
             for _ in range(calls):
                 # A new connection each time, so different worker processes answer.
@@ -225,7 +230,7 @@ def test_every_gunicorn_worker_answers_with_the_same_totals(settings, tmp_path):
         api.wait(timeout=20)
     decided = {sample(text, "skillfleet_policy_decisions_total") for text in scrapes}
     called = {sample(text, "skillfleet_tool_calls_total", tool="list_skills") for text in scrapes}
-    assert decided == {calls} and called == {calls}
+    assert decided == {before + calls} and called == {calls}
 
 
 def answers(url: str) -> bool:
@@ -263,3 +268,130 @@ def test_an_open_event_stream_counts_until_its_client_goes_away(client, auth, se
 
     assert b"event: status" in first
     assert (during - before, after - before) == (1, 0)
+
+
+@pytest.mark.parametrize("stream", ["feed", "turn"])
+def test_the_owner_feed_and_a_turn_s_events_count_as_open_streams_until_the_client_goes_away(
+    client, auth, services, stream
+):
+    from factories import owner_id_of
+
+    from relay import naming
+    from relay.streams import TurnStream
+    from relay.turnstate import TurnStatus
+    from store.models import Turn
+
+    turn_id = "00000000-0000-0000-0000-000000turn01"
+    with transaction(services.sessions) as session:
+        session.add(
+            Turn(
+                id=turn_id, owner_id=owner_id_of(services), prompt="hello",
+                status=TurnStatus.RUNNING, started_at=utcnow(),
+            )
+        )  # fmt: skip
+    services.redis.delete(naming.turn_stream(turn_id))
+    TurnStream(services.redis, turn_id).add("text", {"text": "Hel"})
+    path = {"feed": "/api/events", "turn": f"/api/turns/{turn_id}/events"}[stream]
+
+    def open_streams() -> float:
+        text = client.get("/metrics").get_data(as_text=True)
+        return sample(text, "skillfleet_sse_streams_open", stream=stream)
+
+    before = open_streams()
+    response = client.get(path, headers=auth, buffered=False)
+    first = next(response.response)
+    during = open_streams()
+    response.close()
+    after = open_streams()
+
+    assert first.startswith(b"retry:") if stream == "feed" else b"event: text" in first
+    assert (during - before, after - before) == (1, 0)
+
+
+# -- counted in another process -------------------------------------------------------------
+
+# What the control worker does with a job run's message (workers/tasks.py `run_job`): the job
+# context built as `skillfleet worker control` builds it, then the run's steps.
+CONTROL_WORKER_STEP = """
+import sys
+from types import SimpleNamespace
+
+from relay.heartbeat import Instance
+from skillfleet.settings import Settings
+from workers import jobruns
+from workers.context import job_context
+
+app = SimpleNamespace(
+    skillfleet_settings=Settings.from_env(), skillfleet_instance=Instance("control", "control")
+)
+print(jobruns.execute(job_context(app), sys.argv[1]))
+"""
+
+
+def test_a_policy_decision_made_on_a_control_worker_shows_in_the_api_s_metrics(
+    client, auth, settings
+):
+    job = {
+        "name": "inventory", "cron": "0 3 * * *", "time_zone": "UTC",
+        "steps": [{"tool": "list_skills"}], "grants": {"tools": [], "skills": []}, "skills": [],
+    }  # fmt: skip
+    created = client.post("/api/jobs", headers=auth, json=job)
+    assert created.status_code == 201, created.json
+    started = client.post(f"/api/jobs/{created.json['id']}/run", headers=auth)
+    assert started.status_code == 202, started.json
+    before = client.get("/metrics").get_data(as_text=True)
+
+    env = clean_env(
+        DATABASE_URL=settings.database,
+        REDIS_URL=REDIS_URL,
+        SKILLFLEET_DATA_DIR=str(settings.data_dir),
+    )
+    worker = subprocess.run(
+        [sys.executable, "-c", CONTROL_WORKER_STEP, started.json["job_run_id"]],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    after = client.get("/metrics").get_data(as_text=True)
+
+    assert worker.returncode == 0, worker.stderr
+    assert worker.stdout.splitlines()[-1] == "succeeded"
+    decided = sample(after, "skillfleet_policy_decisions_total", action="allow")
+    assert decided == sample(before, "skillfleet_policy_decisions_total", action="allow") + 1
+    assert sample(after, "skillfleet_tool_calls_total", tool="list_skills", status="done") == 1
+
+
+# -- the Grafana dashboard -----------------------------------------------------------------
+
+
+def test_the_grafana_dashboard_queries_metrics_and_labels_that_metrics_has(client, auth, services):
+    from relay.counters import DELIVERIES
+    from store.models import Run
+    from store.runs import SUCCEEDED
+
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    # Samples for the metrics that carry labels the dashboard groups by.
+    assert client.post("/api/tools/list_skills", headers=auth, json={"arguments": {}}).status_code
+    DELIVERIES.add(services.redis, "webhook", "delivered")
+    with transaction(services.sessions) as session:
+        session.add(
+            Run(
+                id="00000000-0000-0000-0000-00000000run2", skill_name="demo", skill_hash="0" * 64,
+                script="scripts/a.py", arguments={}, execution="spark", queue="spark",
+                status=SUCCEEDED, timeout_seconds=300, started_at=utcnow(), finished_at=utcnow(),
+            )
+        )  # fmt: skip
+    stream = client.get("/api/events", headers=auth, buffered=False)
+    next(stream.response)
+
+    text = client.get("/metrics").get_data(as_text=True)
+    stream.close()
+
+    for query in queries:
+        for name in re.findall(r"skillfleet_\w+", query):
+            family = re.sub(r"_(bucket|count|sum)$", "", name)
+            assert f"# TYPE {family} " in text, query
+        for grouped, name in re.findall(r"by \(([\w, ]+)\) \(\w*\(?(skillfleet_\w+)", query):
+            samples = [line for line in text.splitlines() if line.startswith(name + "{")]
+            for label in grouped.split(", "):
+                if label != "le":
+                    assert samples and all(f'{label}="' in line for line in samples), query

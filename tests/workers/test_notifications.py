@@ -247,6 +247,45 @@ def test_a_webhook_delivery_is_signed_and_a_failed_one_is_retried(client, auth, 
     assert webhooks.signature("whsec_wrong", int(stamp), body) != headers["skillfleet-signature"]
 
 
+def deliveries(metrics: str) -> dict[tuple[str, str], float]:
+    """skillfleet_deliveries_total in the text of the API's /metrics, by (channel, outcome)."""
+    found = {}
+    for line in metrics.splitlines():
+        match = re.fullmatch(
+            r'skillfleet_deliveries_total\{channel="(\w+)",outcome="(\w+)"\} (\S+)', line
+        )
+        if match:
+            found[(match[1], match[2])] = float(match[3])
+    return found
+
+
+def test_deliveries_show_in_the_api_s_metrics_by_channel_and_outcome(client, auth, context, wiper):
+    before = deliveries(client.get("/metrics").get_data(as_text=True))
+    with receiver({"/hook": [500, 204], "/push/dead": [410]}) as server:
+        hook = {"url": f"{server.url}/hook", "events": ["approval.waiting"]}
+        assert client.post("/api/webhooks", headers=auth, json=hook).status_code == 201
+        for name in ("alive", "dead"):
+            body = {"endpoint": f"{server.url}/push/{name}", "keys": browser().keys()}
+            assert (
+                client.post("/api/push/subscriptions", headers=auth, json=body).status_code == 201
+            )
+        wait_for_approval(client, auth)
+        notify.pump(context)  # two pushes (one gone), and a webhook answered 500
+        [retry] = context.redis.zrange(naming.webhook_retries(), 0, -1)
+        context.redis.zadd(naming.webhook_retries(), {retry: 0})
+        notify.pump(context)  # the retry is delivered
+    after = deliveries(client.get("/metrics").get_data(as_text=True))
+
+    added = {key: after[key] - before.get(key, 0) for key in after}
+    assert added == {
+        ("push", "delivered"): 1,
+        ("push", "failed"): 1,
+        ("webhook", "delivered"): 1,
+        ("webhook", "failed"): 1,
+    }
+    assert len(server.got) == 4
+
+
 def test_webhooks_refuse_unknown_events_and_bad_urls_and_are_owner_only(client, auth, agent_auth):
     bad_event = client.post(
         "/api/webhooks", headers=auth, json={"url": "http://127.0.0.1:9/h", "events": ["nope"]}
@@ -383,11 +422,18 @@ def test_beat_and_the_control_worker_push_a_waiting_approval_within_seconds(tmp_
         running.start("beat", "beat")
         running.import_skill("wiper", WIPE, {"scripts/wipe.sh": "echo wiping\n"})
         with running.http() as client:
+
+            def pushed() -> float:
+                return deliveries(client.get("/metrics").text).get(("push", "delivered"), 0)
+
+            before = pushed()
             body = {"endpoint": f"{service.url}/push/fleet", "keys": device.keys()}
             assert client.post("/api/push/subscriptions", json=body).status_code == 201
             call = client.post("/api/tools/run_skill_script", json=WIPE_CALL).json()
             assert call["status"] == "pending_approval", call
             wait_until(lambda: service.got, 30, "beat's notify task to push the approval")
+            # Counted by the control worker, another process: the API's /metrics shows it.
+            wait_until(lambda: pushed() == before + 1, 30, "/metrics to count the push")
     [(_path, _headers, payload)] = service.got
     message = json.loads(
         http_ece.decrypt(
