@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import IN_CI, REDIS_URL
 from fleet import Fleet, fleet
+from github_standin import serve
 
 from relay import naming
 from skillfleet.settings import Settings
@@ -66,21 +67,26 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Fleet]:
-    """The API (which serves the console) and one node worker, on SQLite and the test Redis."""
+    """The API (which serves the console) and one node worker, on SQLite and the test Redis.
+
+    GitHub imports go to the local stand-in for GitHub's API (tests/github_standin.py).
+    """
     root = tmp_path_factory.mktemp("console")
     database = root / "skillfleet.db"
     shutil.copy(sqlite_template, database)
-    settings = Settings(
-        data_dir=root / "var",
-        database_url=f"sqlite:///{database}",
-        redis_url=REDIS_URL,
-        run_timeout=60,
-    )
-    with fleet(settings) as started:
-        started.start_node(NODE)
-        started.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICKER})
-        started.import_skill("changer", CHANGE_NODE, {"scripts/tick.py": TICKER})
-        yield started
+    with serve() as github:
+        settings = Settings(
+            data_dir=root / "var",
+            database_url=f"sqlite:///{database}",
+            redis_url=REDIS_URL,
+            run_timeout=60,
+            github_api_url=github.base_url,
+        )
+        with fleet(settings) as started:
+            started.start_node(NODE)
+            started.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICKER})
+            started.import_skill("changer", CHANGE_NODE, {"scripts/tick.py": TICKER})
+            yield started
 
 
 @pytest.fixture
@@ -126,6 +132,23 @@ def call_tool(
         response = client.post(f"/api/tools/{tool}", json={"arguments": arguments, "chat_id": chat})
     assert response.status_code == 200, response.text
     return dict(response.json())
+
+
+def import_owned(console: Fleet, name: str) -> dict[str, Any]:
+    """A read skill of the owner's own, imported as a zip."""
+    return console.import_skill(name, READ_NODE, {"scripts/tick.py": TICKER})
+
+
+def propose_edit(console: Fleet, skill: str, text: str) -> dict[str, Any]:
+    """An agent's edit_skill call replacing the skill's script; it waits for the owner."""
+    edit = {
+        "skill_name": skill,
+        "changes": {"files": {"scripts/tick.py": text}},
+        "rationale": "Print less.",
+    }
+    asked = call_tool(console, "edit_skill", edit)
+    assert asked["status"] == "pending_approval", asked
+    return asked
 
 
 def with_control_worker(console: Fleet) -> None:

@@ -11,10 +11,13 @@ from browsing import (  # fixtures and helpers
     APPROVAL_SECONDS,
     NODE,
     READ_NODE,
+    TICKER,
     browser,
     call_script,
     console,
+    import_owned,
     page,
+    propose_edit,
     run_frames,
     signed_in,
 )
@@ -168,3 +171,110 @@ def test_a_skill_zip_is_imported_through_the_page_and_a_bad_one_shows_the_api_me
     page.get_by_role("link", name="← Skills").click()
     page.click(f"tr[data-skill='{name}'] button")  # Disable, sending the hash shown
     page.locator(f"tr[data-skill='{name}']", has_text="disabled").wait_for()
+
+
+def test_a_skill_is_imported_from_a_github_folder_through_the_page(
+    page: Any, console: Fleet
+) -> None:
+    signed_in(page, console)
+    page.goto(f"{console.url}/#/skills")
+    page.wait_for_selector("main[data-ready=skills] #skills table")
+
+    # A folder holding a symlink: refused, with the API's message, and nothing imported.
+    unsafe = "https://github.com/octo/skills/tree/main/skills/linked"
+    page.fill("#github-url", unsafe)
+    page.get_by_role("button", name="Import from GitHub").click()
+    banner = page.wait_for_selector("#error:not([hidden])")
+    with console.http() as client:
+        refused = client.post("/api/skills", json={"github": unsafe})
+        assert refused.status_code == 422, refused.text
+        assert client.get("/api/skills/linked").status_code == 404
+    assert refused.json()["message"] in banner.inner_text()
+    assert "(archive_unsafe)" in banner.inner_text()
+
+    url = "https://github.com/octo/skills/tree/main/skills/demo"
+    page.fill("#github-url", url)
+    page.get_by_role("button", name="Import from GitHub").click()
+    row = page.wait_for_selector("tr[data-skill='demo']")
+    assert "github" in row.inner_text()
+    with console.http() as client:
+        skill = client.get("/api/skills/demo").json()
+        script = client.get("/api/skills/demo/files/scripts/run.py").text
+    assert skill["source"] == "github" and skill["origin"] == url
+    assert script == "print('hi')\n"  # the stand-in's file
+    assert f"Imported demo@{skill['hash'][:8]} (4 files" in page.inner_text(".notice")
+
+
+def card_diff(card: Any) -> list[str]:
+    return [line.inner_text().removesuffix("\n") for line in card.query_selector_all(".diff .line")]
+
+
+def test_an_edit_approval_card_shows_the_diff_and_approving_it_applies_the_edit(
+    page: Any, console: Fleet
+) -> None:
+    skill = f"tidy-{uuid.uuid4().hex[:4]}"
+    before = import_owned(console, skill)
+    signed_in(page, console)
+    asked = propose_edit(console, skill, "print('ok')\n")  # an agent's edit_skill call
+
+    card = page.wait_for_selector(f"article[data-approval-id='{asked['approval_id']}']")
+    with console.http() as client:
+        shown = client.get(f"/api/approvals/{asked['approval_id']}").json()
+    assert "edit_skill" in card.inner_text()
+    lines = card_diff(card)
+    assert lines == shown["diff"].split("\n")
+    assert "--- a/scripts/tick.py" in lines and "+++ b/scripts/tick.py" in lines
+    assert "+print('ok')" in lines
+    assert [f"-{line}" for line in TICKER.splitlines()] == [
+        line for line in lines if line.startswith("-") and not line.startswith("---")
+    ]
+    added = [span.inner_text() for span in card.query_selector_all(".diff .line.add")]
+    removed = [span.inner_text() for span in card.query_selector_all(".diff .line.del")]
+    assert added == ["+print('ok')\n"] and "-import json, os, sys, time\n" in removed
+    buttons = [b.inner_text() for b in card.query_selector_all("button")]
+    assert buttons == ["Approve once", "Deny"]  # an edit is never granted for the chat
+
+    card.query_selector("button:text('Approve once')").click()
+    page.wait_for_selector(f"article[data-approval-id='{asked['approval_id']}']", state="detached")
+    with console.http() as client:
+        after = client.get(f"/api/skills/{skill}").json()
+        script = client.get(f"/api/skills/{skill}/files/scripts/tick.py").text
+        call = client.get(f"/api/calls/{asked['call_id']}").json()
+    assert after["hash"] != before["hash"]
+    assert script == "print('ok')\n"
+    assert call["status"] == "done"
+
+
+def test_a_destructive_card_offers_no_approval_for_the_chat_and_a_change_card_does(
+    page: Any, console: Fleet
+) -> None:
+    wiper = f"wiper-{uuid.uuid4().hex[:4]}"
+    destructive = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
+    console.import_skill(wiper, destructive, {"scripts/tick.py": TICKER})
+    signed_in(page, console)
+    dangerous = call_script(console, wiper, count=1)
+    changing = call_script(console, "changer", count=1)
+    assert dangerous["status"] == changing["status"] == "pending_approval"
+
+    cards = {
+        asked["approval_id"]: page.wait_for_selector(
+            f"article[data-approval-id='{asked['approval_id']}']"
+        )
+        for asked in (dangerous, changing)
+    }
+    danger_card, change_card = cards[dangerous["approval_id"]], cards[changing["approval_id"]]
+    assert "destructive" in danger_card.query_selector(".tier").inner_text()
+    assert "change" in change_card.query_selector(".tier").inner_text()
+    buttons = [b.inner_text() for b in danger_card.query_selector_all("button")]
+    assert buttons == ["Approve once", "Deny"]
+    buttons = [b.inner_text() for b in change_card.query_selector_all("button")]
+    assert buttons == ["Approve once", "Approve for this chat", "Deny"]
+
+    for asked in (dangerous, changing):
+        card = page.locator(f"article[data-approval-id='{asked['approval_id']}']")
+        card.get_by_role("button", name="Deny").click()
+        card.wait_for(state="detached")
+    with console.http() as client:
+        for asked in (dangerous, changing):
+            approval = client.get(f"/api/approvals/{asked['approval_id']}").json()
+            assert approval["status"] == "denied"

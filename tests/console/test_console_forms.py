@@ -1,8 +1,9 @@
-"""The console's forms in a real browser against a real fleet: Jobs and Review.
+"""The console's forms in a real browser against a real fleet: Jobs, Review and Tokens.
 
 A job is created through the page's form (with its cron preview), run now and followed to a
-history entry; on Review an agent's draft is enabled and its edit plans answered by clicking.
-Whatever the API refuses is shown with the API's own message.
+history entry; on Review an agent's draft is enabled and its edit plans answered by clicking;
+on Tokens an agent token is made, used against the API and revoked. Whatever the API refuses is
+shown with the API's own message.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import pytest
 from browsing import (  # fixtures and helpers
     PHONE,
-    READ_NODE,
-    TICKER,
     browser,
     call_tool,
     console,
+    import_owned,
     page,
+    propose_edit,
     signed_in,
     ticker_job,
     with_control_worker,
@@ -168,21 +170,6 @@ def test_running_a_job_that_is_still_running_shows_the_apis_refusal(
     assert failed.get_attribute("data-job-run-id") == waiting["id"]
 
 
-def import_owned(console: Fleet, name: str) -> dict[str, Any]:
-    return console.import_skill(name, READ_NODE, {"scripts/tick.py": TICKER})
-
-
-def propose_edit(console: Fleet, skill: str, text: str) -> dict[str, Any]:
-    edit = {
-        "skill_name": skill,
-        "changes": {"files": {"scripts/tick.py": text}},
-        "rationale": "Print less.",
-    }
-    asked = call_tool(console, "edit_skill", edit)
-    assert asked["status"] == "pending_approval", asked
-    return asked
-
-
 def test_review_shows_drafts_and_edit_plans_with_their_diffs_and_acts_on_them(
     page: Any, console: Fleet
 ) -> None:
@@ -282,6 +269,44 @@ def test_an_edit_plan_is_denied_from_review_and_a_new_one_appears_live(
             "the denied edit",
         )
         assert "print('no')" not in client.get(f"/api/skills/{skill}/files/scripts/tick.py").text
+
+
+def test_an_agent_token_made_on_the_tokens_page_calls_tools_and_is_refused_once_revoked(
+    page: Any, console: Fleet
+) -> None:
+    label = f"laptop agent {uuid.uuid4().hex[:4]}"
+    open_page(page, console, "tokens")
+    page.fill("#token-label", label)
+    page.get_by_role("button", name="Create agent token").click()
+    token = page.wait_for_selector("#new-token .secret").inner_text()
+    assert "shown only once" in page.inner_text("#new-token")
+    row = page.locator("#tokens tbody tr", has_text=label)
+    row.wait_for()
+    assert "agent" in row.inner_text()
+
+    # An agent token: it may call tools, not act as the owner.
+    agent = httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {token}"})
+    with agent:
+        assert agent.get("/api/tools").status_code == 200
+        refused = agent.get("/api/tokens")
+        assert refused.status_code == 403 and refused.json()["code"] == "owner_only"
+        with console.http() as client:
+            listed = [t for t in client.get("/api/tokens").json() if t["label"] == label]
+        assert [t["role"] for t in listed] == ["agent"]
+        assert token not in json.dumps(listed)
+
+        # Shown once: the page loaded again lists the token but not its secret.
+        page.reload()
+        page.wait_for_selector("main[data-ready=tokens]")
+        row.wait_for()
+        assert token not in page.content()
+
+        row.get_by_role("button", name="Revoke").click()
+        row.wait_for(state="detached")
+        gone = agent.get("/api/tools")  # the very next request
+        assert gone.status_code == 401 and gone.json()["code"] == "unauthorized"
+    with console.http() as client:
+        assert label not in [t["label"] for t in client.get("/api/tokens").json()]
 
 
 def test_the_jobs_and_review_forms_fit_a_phones_width(browser: Any, console: Fleet) -> None:
