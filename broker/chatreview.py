@@ -15,11 +15,20 @@ from sqlalchemy.orm import Session
 from broker.context import ToolContext
 from broker.errors import ChatNotFound, InvalidCall
 from broker.registry import Tool
-from broker.results import shape_result
+from broker.results import json_size, shape_result
 from broker.tiers import Tier
-from store.limits import MAX_LISTED_CHATS, MAX_REVIEWED_CHATS, MAX_TRANSCRIPT_CALLS
+from store.limits import (
+    MAX_LISTED_CHATS,
+    MAX_REVIEWED_CHATS,
+    MAX_TRANSCRIPT_CALLS,
+    RESULT_CAP,
+)
 from store.models import Chat, ChatReview, ToolCall, utcnow
 from store.names import is_valid_name
+
+# What read_chat_transcript cuts, when it must, to fit the whole transcript in RESULT_CAP.
+CUT_PARTS = ("arguments", "result")
+TRANSCRIPT_CUT = f"[skillfleet: cut to fit the transcript in {RESULT_CAP // 1024} KB.]"
 
 
 def issues(chat: Chat) -> int:
@@ -63,7 +72,7 @@ def list_chats(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any
 
 
 def read_chat_transcript(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
-    """One chat's calls in order: tool, arguments, status, error and result (each ≤ 48 KB)."""
+    """One chat's calls in order: tool, arguments, status, error and result, all in 48 KB."""
     chat_id = arguments.get("chat_id")
     if not isinstance(chat_id, str) or not chat_id:
         raise InvalidCall("HOST: chat_id must name a chat, as list_chats gives it.")
@@ -87,9 +96,36 @@ def read_chat_transcript(context: ToolContext, arguments: dict[str, Any]) -> dic
         if call.error_code:
             entry["error"] = {"code": call.error_code, "message": call.error_message or ""}
         if call.result is not None:
-            entry["result"] = shape_result(call.result)
+            entry["result"] = call.result
         entries.append(entry)
-    return {"chat_id": chat_id, "issues": issues(chat), "calls": entries, "count": len(entries)}
+    transcript = {
+        "chat_id": chat_id,
+        "issues": issues(chat),
+        "calls": entries,
+        "count": len(entries),
+    }
+    _fit_transcript(transcript, entries)
+    return transcript
+
+
+def _fit_transcript(transcript: dict[str, Any], entries: list[dict[str, Any]]) -> None:
+    """Redact each call's arguments and result, and cut them so the whole transcript fits
+    RESULT_CAP: a transcript over it would reach the model as one cut text, its calls lost.
+
+    The small ones stay whole; the larger ones share what is left equally.
+    """
+    parts: list[tuple[dict[str, Any], str, Any]] = []
+    for entry in entries:
+        for key in CUT_PARTS:
+            if key in entry:
+                parts.append((entry, key, entry[key]))
+                entry[key] = None  # measured without them, the transcript leaves them the rest
+    left = RESULT_CAP - json_size(transcript) + len(parts) * json_size(None)
+    parts.sort(key=lambda part: json_size(part[2]))
+    for index, (entry, key, value) in enumerate(parts):
+        share = max(0, left) // (len(parts) - index)
+        entry[key] = shape_result(value, cap=share, note=TRANSCRIPT_CUT)
+        left -= json_size(entry[key])
 
 
 def mark_chats_reviewed(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:

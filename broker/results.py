@@ -75,27 +75,27 @@ def _might_hold_secret(text: str) -> bool:
     return any(marker in lowered for marker in _MARKERS)
 
 
-def shape_result(value: object) -> object:
-    """The result as JSON-ready data, credentials redacted, cut to RESULT_CAP with a note."""
-    clean = _clean_json(value)
+def shape_result(value: object, cap: int = RESULT_CAP, note: str = CUT_NOTE) -> object:
+    """The result as JSON-ready data, credentials redacted, cut to `cap` bytes with `note`."""
+    clean = _clean_json(value, cap)
     if clean is not None:
         return value  # plain JSON, small enough, and nothing in it looks like a secret
     shaped = _redact(value, 0)
-    if _size(shaped) <= RESULT_CAP:
+    if json_size(shaped) <= cap:
         return shaped
     if isinstance(shaped, str):
-        return _fit(lambda n: f"{shaped[:n]}\n{CUT_NOTE}", len(shaped))
+        return _fit(lambda n: f"{shaped[:n]}\n{note}", len(shaped), cap)
     text = json.dumps(shaped, ensure_ascii=False, separators=(",", ":"))
-    return _fit(lambda n: {"truncated": True, "note": CUT_NOTE, "text": text[:n]}, len(text))
+    return _fit(lambda n: {"truncated": True, "note": note, "text": text[:n]}, len(text), cap)
 
 
-def _clean_json(value: object) -> str | None:
+def _clean_json(value: object, cap: int) -> str | None:
     """The compact JSON of `value` when it needs no redaction and no cut, else None."""
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
         return None
-    if len(text) > RESULT_CAP // 4 and len(text.encode("utf-8", "surrogatepass")) > RESULT_CAP:
+    if len(text) > cap // 4 and len(text.encode("utf-8", "surrogatepass")) > cap:
         return None
     return None if _might_hold_secret(text) else text
 
@@ -150,18 +150,19 @@ def _redact_field(name: str, value: object, depth: int) -> object:
     return _redact(value, depth + 1)
 
 
-def _size(value: object) -> int:
+def json_size(value: object) -> int:
+    """The bytes of `value` as compact UTF-8 JSON, the measure every cap here uses."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _fit(build: Callable[[int], Any], length: int) -> Any:
-    """build(n) for the largest n whose result fits RESULT_CAP (binary search)."""
-    # Every character takes at least one byte, so no more than RESULT_CAP of them can fit.
-    low, high = 0, min(length, RESULT_CAP)
+def _fit(build: Callable[[int], Any], length: int, cap: int) -> Any:
+    """build(n) for the largest n whose result fits `cap` (binary search)."""
+    # Every character takes at least one byte, so no more than `cap` of them can fit.
+    low, high = 0, min(length, cap)
     while low < high:
         middle = (low + high + 1) // 2
-        if _size(build(middle)) <= RESULT_CAP:
+        if json_size(build(middle)) <= cap:
             low = middle
         else:
             high = middle - 1

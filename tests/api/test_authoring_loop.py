@@ -4,10 +4,16 @@ drafts a skill, the owner enables it by hash, and every later change is a diff t
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
+from typing import Any
 
+from factories import skill_folder, skill_zip
 from toolcalls import draft_arguments, tool
 
+from api import create_app
+from api.services import Services
 from store.hashing import file_digest
 
 CHECK = (
@@ -150,11 +156,52 @@ def test_the_assistant_replaces_its_own_draft_until_the_owner_edits_it(client, a
     assert files == ["SKILL.md", "references/extra.md"]
 
 
-def test_a_draft_may_not_take_the_name_of_an_imported_or_built_in_skill(client, auth):
-    for name in ("skill-authoring",):
+def upload(client, auth, name: str) -> dict[str, Any]:
+    body = {"file": (io.BytesIO(skill_zip(name)), f"{name}.zip")}
+    response = client.post(
+        "/api/skills", headers=auth, data=body, content_type="multipart/form-data"
+    )
+    assert response.status_code == 201, response.json
+    return dict(response.json)
+
+
+def test_a_draft_may_not_take_the_name_of_an_imported_or_built_in_skill(client, auth, services):
+    imported = upload(client, auth, "ledger")
+    folder = skill_folder(services, "ledger")
+    before = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*.*")}
+    for name in ("skill-authoring", "ledger"):
         denied = tool(client, auth, "draft_skill", draft_arguments(name))
-        assert denied["status"] == "denied"
+        assert denied["status"] == "denied", name
         assert "drafts-never-touch-reviewed-skills" in denied["error"]["message"]
+    ledger = client.get("/api/skills/ledger", headers=auth).json
+    assert ledger["hash"] == imported["hash"] and ledger["enabled"] is True
+    assert ledger["author"] != "assistant" and ledger["source_chats"] is None
+    assert {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*.*")} == before
+    assert client.get("/api/review", headers=auth).json["drafts"] == []
+
+
+ALLOW_EVERY_DRAFT = "default_action: allow\nrules: []\n"
+
+
+def test_under_a_policy_that_allows_every_draft_the_store_still_refuses_one_over_a_reviewed_skill(
+    settings, tmp_path, auth, services
+):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(ALLOW_EVERY_DRAFT)
+    lenient = Services.build(dataclasses.replace(settings, policy_file=policy))
+    try:
+        client = create_app(services=lenient).test_client()
+        imported = upload(client, auth, "ledger")
+        for name, code in (("ledger", "skill_locked"), ("skill-authoring", "skill_builtin")):
+            refused = tool(client, auth, "draft_skill", draft_arguments(name))
+            assert refused["status"] == "failed", (name, refused)
+            assert refused["error"]["code"] == code, name
+            assert refused["error"]["message"].startswith("HOST: "), name
+        ledger = client.get("/api/skills/ledger", headers=auth).json
+        assert ledger["hash"] == imported["hash"] and ledger["enabled"] is True
+        assert client.get("/api/review", headers=auth).json["drafts"] == []
+    finally:
+        lenient.engine.dispose()
 
 
 def test_an_invalid_draft_is_refused_with_every_problem_and_nothing_is_saved(client, auth):

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-from factories import owner_id_of
-from sqlalchemy import func, select
+import dataclasses
+import io
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from factories import owner_id_of, skill_files, zip_bytes
+from sqlalchemy import func, select, update
 from toolcalls import draft_arguments, tool
 
+from api import create_app
+from api.services import Services
+from broker import callstate
+from broker.callstate import CallStatus
+from broker.chatreview import TRANSCRIPT_CUT
+from broker.results import CUT_NOTE, json_size
+from relay import heartbeat, naming
+from skillfleet.settings import Settings
+from store import runs
 from store.db import transaction
-from store.limits import MAX_REVIEWED_CHATS
-from store.models import Chat, ChatReview
+from store.limits import MAX_RESOURCE_BYTES, MAX_REVIEWED_CHATS, RESULT_CAP
+from store.models import Approval, Chat, ChatReview, utcnow
 
 
 def test_list_chats_counts_each_chats_declined_and_failed_calls(client, auth, other_auth):
@@ -61,3 +79,119 @@ def test_at_most_2000_reviewed_chats_are_kept_per_owner_and_the_oldest_drop(clie
         count = session.scalar(select(func.count()).select_from(ChatReview))
     assert count == MAX_REVIEWED_CHATS
     assert names[0] not in reviewed and names[1] in reviewed and names[-1] in reviewed
+
+
+@dataclasses.dataclass
+class Live:
+    """The API with real dispatch (not dry run) and one node whose worker the test plays."""
+
+    client: Any
+    services: Services
+    node: str
+
+
+@pytest.fixture
+def live(settings: Settings, redis_client: redis.Redis, auth) -> Iterator[Live]:
+    built = Services.build(dataclasses.replace(settings, dry_run=False))
+    node = f"t-{uuid.uuid4().hex[:8]}"
+    queue = naming.node_queue(node)
+    instance = heartbeat.Instance(role="node", queue=queue, name=node)
+    heartbeat.beat(redis_client, instance)
+    try:
+        yield Live(create_app(services=built).test_client(), built, node)
+    finally:
+        heartbeat.stop(redis_client, instance)
+        # The run messages nobody consumed and the queue's bindings: keys named after this
+        # test's own queue.
+        redis_client.delete(queue, *redis_client.scan_iter(match=f"*.{queue}"))
+        built.engine.dispose()
+
+
+def install(client, auth, name: str, tier: str, extra: dict[str, bytes] | None = None) -> None:
+    files = skill_files(name, metadata={"skillfleet.tier": tier, "skillfleet.execution": "node"})
+    files.update(extra or {})
+    body = {"file": (io.BytesIO(zip_bytes(files, top=name)), f"{name}.zip")}
+    response = client.post(
+        "/api/skills", headers=auth, data=body, content_type="multipart/form-data"
+    )
+    assert response.status_code == 201, response.json
+
+
+def start_run(live: Live, auth, name: str, chat: str) -> dict[str, Any]:
+    arguments = {"skill_name": name, "script": "scripts/hello.py", "arguments": {"node": live.node}}
+    return tool(live.client, auth, "run_skill_script", arguments, chat=chat)
+
+
+def test_list_chats_counts_expired_approvals_and_timed_out_runs(live: Live, auth):
+    client, services = live.client, live.services
+    install(client, auth, "wiper", "destructive")
+    install(client, auth, "reader", "read")
+    # An approval nobody answered in time: the call expires.
+    asked = start_run(live, auth, "wiper", "slow-owner")
+    assert asked["status"] == "pending_approval", asked
+    with transaction(services.sessions) as session:
+        session.execute(
+            update(Approval)
+            .where(Approval.id == asked["approval_id"])
+            .values(expires_at=utcnow() - timedelta(seconds=1))
+        )
+    assert client.get(f"/api/calls/{asked['call_id']}", headers=auth).json["status"] == "expired"
+    # A run past its time limit, ended as the node worker ends it (claim, then finish).
+    started = start_run(live, auth, "reader", "slow-script")
+    assert started["status"] == "running", started
+    assert runs.claim(services.sessions, started["run_id"], "node-worker") is not None
+    ended = runs.Outcome(runs.TIMED_OUT, None, "line 0\n", "", "The script ran past its limit.")
+    assert runs.finish(services.sessions, started["run_id"], ended)
+    call = client.get(f"/api/calls/{started['call_id']}", headers=auth).json
+    assert (call["status"], call["error_code"]) == ("failed", "timed_out")
+    tool(client, auth, "list_skills", {}, chat="fine")
+
+    chats = tool(client, auth, "list_chats", {}, chat="review")["result"]["chats"]
+    counts = {
+        c["chat_id"]: (c["declined"], c["expired"], c["failed"], c["timed_out"], c["issues"])
+        for c in chats
+    }
+    assert counts["slow-owner"] == (0, 1, 0, 0, 1)
+    assert counts["slow-script"] == (0, 0, 0, 1, 1)
+    assert counts["fine"] == (0, 0, 0, 0, 0)
+    unreviewed = tool(client, auth, "list_chats", {"only_unreviewed": True})["result"]["chats"]
+    assert {"slow-owner", "slow-script"} <= {c["chat_id"] for c in unreviewed}
+    assert client.get("/api/review", headers=auth).json["chats_with_issues"] == 2
+
+
+def test_a_transcript_of_large_results_keeps_every_call_and_fits_the_result_cap(live: Live, auth):
+    client, services = live.client, live.services
+    big = ("x" * 99 + "\n").encode() * (MAX_RESOURCE_BYTES // 100)
+    install(client, auth, "bulky", "read", {"references/big.md": big})
+    read = {"skill_name": "bulky", "path": "references/big.md"}
+    for _ in range(2):  # each result is stored cut at the result cap
+        stored = tool(client, auth, "read_skill_resource", read, chat="big")["result"]
+        assert json_size(stored) <= RESULT_CAP and stored["note"] == CUT_NOTE
+    # A call whose stored result is larger than the cap, as a row written before results were
+    # capped holds: answered through the call's state module.
+    started = start_run(live, auth, "bulky", "big")
+    huge = {"stdout": "y" * (2 * RESULT_CAP), "exit_code": 0}
+    with transaction(services.sessions) as session:
+        assert callstate.answer(session, started["call_id"], CallStatus.DONE, result=huge)
+    tool(client, auth, "load_skill", {"skill_name": "nope"}, chat="big")
+
+    envelope = tool(client, auth, "read_chat_transcript", {"chat_id": "big"}, chat="review")
+    assert envelope["status"] == "done", envelope
+    transcript = envelope["result"]
+    assert json_size(transcript) <= RESULT_CAP
+    calls = transcript["calls"]
+    assert transcript["count"] == 4 and [(c["tool"], c["status"]) for c in calls] == [
+        ("read_skill_resource", "done"),
+        ("read_skill_resource", "done"),
+        ("run_skill_script", "done"),
+        ("load_skill", "failed"),
+    ]
+    # Small arguments and errors stay whole; each large result is cut, saying so.
+    assert calls[0]["arguments"] == read and calls[3]["arguments"] == {"skill_name": "nope"}
+    assert calls[3]["error"]["code"] == "skill_not_found"
+    for entry in calls[:3]:
+        assert entry["result"]["truncated"] is True
+        assert entry["result"]["note"] == TRANSCRIPT_CUT
+    assert calls[2]["result"]["text"].startswith('{"stdout":"yyy')
+    # Each share is about a third of the cap, not one call's whole 48 KB.
+    assert all(json_size(c["result"]) > RESULT_CAP // 4 for c in calls[:3])

@@ -17,6 +17,7 @@ from factories import skill_folder, skill_md, skill_zip, store_snapshot, zip_byt
 from toolcalls import tool
 
 from store.hashing import content_hash
+from store.limits import MAX_SKILLS
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "public-skills"
 
@@ -286,6 +287,55 @@ def test_a_name_cannot_be_given_to_a_repository_zip(client, auth, services):
     assert response.status_code == 400
     assert response.json["code"] == "name_not_applicable"
     assert store_snapshot(services.settings.skills_dir, services.sessions) == before
+
+
+def many_skills(names: list[str], body: str = "") -> bytes:
+    """A repository's zip holding one small skill folder per name."""
+    files = {"README.md": b"# Skills\n"}
+    for name in names:
+        files[f"skills/{name}/SKILL.md"] = (skill_md(name) + body).encode()
+    return zip_bytes(files, top="many-main")
+
+
+def test_a_repository_zip_fills_the_store_to_its_limit_and_refuses_each_skill_past_it(
+    client, auth, other_auth, services
+):
+    skills_dir = services.settings.skills_dir
+    names = [f"skill-{i:03d}" for i in range(MAX_SKILLS + 2)]
+    # One short of the limit, then a zip that takes the store to exactly it: all imported.
+    first = post_zip(client, auth, many_skills(names[: MAX_SKILLS - 1]))
+    assert first.status_code == 200, first.json["refused"][:1]
+    exactly = post_zip(client, auth, many_skills(names[MAX_SKILLS - 1 : MAX_SKILLS]))
+    assert exactly.status_code == 200, exactly.json
+    assert [item["name"] for item in exactly.json["imported"]] == [names[MAX_SKILLS - 1]]
+    full = store_snapshot(skills_dir, services.sessions)
+    # One over: each new skill is refused on its own, with why; a replaced one still imports.
+    over = post_zip(
+        client,
+        auth,
+        many_skills([names[0], *names[MAX_SKILLS:]], body="Second version.\n"),
+        "?replace=true",
+    )
+    assert over.status_code == 207, over.json
+    assert [item["name"] for item in over.json["imported"]] == [names[0]]
+    refused = {item["folder"]: item for item in over.json["refused"]}
+    assert set(refused) == {f"many-main/skills/{name}" for name in names[MAX_SKILLS:]}
+    for item in refused.values():
+        assert item["code"] == "store_full"
+        assert item["message"] == f"You already have {MAX_SKILLS} skills, the store's limit."
+    owned = [s for s in client.get("/api/skills", headers=auth).json if s["source"] != "builtin"]
+    assert len(owned) == MAX_SKILLS
+    assert {s["name"] for s in owned} == set(names[:MAX_SKILLS])
+    # Nothing half-written: the refused have no folder, and only the replaced skill changed.
+    paths, rows = store_snapshot(skills_dir, services.sessions)
+    assert paths == full[0]
+    assert not [p for p in paths if any(p.endswith(f"/{name}") for name in names[MAX_SKILLS:])]
+    changed = {row[0] for row in set(rows) ^ set(full[1])}
+    assert changed == {names[0]}
+    assert list((skills_dir / ".staging").iterdir()) == []
+    # The limit is each owner's: another owner imports the same zip's new skills.
+    theirs = post_zip(client, other_auth, many_skills(names[MAX_SKILLS:]))
+    assert theirs.status_code == 200, theirs.json
 
 
 def test_the_openapi_document_describes_both_import_answers(client):

@@ -8,9 +8,17 @@ from pathlib import Path
 import pytest
 from factories import skill_files, skill_folder, skill_zip, zip_bytes
 from flask.testing import FlaskClient
+from toolcalls import draft_arguments
 
 from api.services import Services
 from store.packagestore import PackageStore
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    """Every file under a skill's folder with its bytes."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
 
 
 def upload(client: FlaskClient, auth: dict[str, str], data: bytes, query: str = ""):
@@ -37,38 +45,96 @@ def test_another_owners_skill_is_not_found_on_every_route(
     client, auth, other_auth, services: Services, alices
 ):
     folder = skill_folder(services, "ledger")
-    before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    before = files_of(folder)
     listed = [s["name"] for s in client.get("/api/skills", headers=other_auth).json]
     assert "ledger" not in listed and "skill-authoring" in listed
+    known = alices["hash"]  # even knowing Alice's hash gets Bob nowhere
+    guide = "/api/skills/ledger/files/references/guide.md"
     attempts = [
         client.get("/api/skills/ledger", headers=other_auth),
         client.get("/api/skills/ledger/files/SKILL.md", headers=other_auth),
+        client.put(guide, headers=other_auth, json={"content": "# Bob's\n"}),
+        client.put(guide, headers=other_auth, json={"content": "# Bob's\n", "hash": known}),
+        client.put("/api/skills/ledger/files/new.md", headers=other_auth, json={"content": "x"}),
+        client.delete(guide, headers=other_auth),
+        client.delete(f"{guide}?hash={known}", headers=other_auth),
         client.put("/api/skills/ledger/enabled", headers=other_auth, json={"enabled": False}),
+        client.put(
+            "/api/skills/ledger/enabled", headers=other_auth, json={"enabled": False, "hash": known}
+        ),
         client.post("/api/skills/ledger/duplicate", headers=other_auth, json={"name": "mine"}),
         client.delete("/api/skills/ledger", headers=other_auth),
     ]
     for response in attempts:
         assert response.status_code == 404, (response.request.path, response.json)
         assert response.json["code"] == "skill_not_found"
-    # Nothing changed for Alice.
+    # Nothing changed for Alice, and Bob got no copy.
     mine = client.get("/api/skills/ledger", headers=auth).json
     assert mine["enabled"] is True and mine["hash"] == alices["hash"]
-    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == before
+    assert files_of(folder) == before
+    assert client.get("/api/skills/mine", headers=other_auth).status_code == 404
+    assert client.get("/api/skills/mine", headers=auth).status_code == 404
 
 
-def test_another_owners_skill_is_not_found_by_any_tool(client, auth, other_auth, alices):
+def test_another_owners_skill_is_not_found_by_any_tool(
+    client, auth, other_auth, services: Services, alices
+):
+    folder = skill_folder(services, "ledger")
+    before = files_of(folder)
+    edit = {
+        "skill_name": "ledger",
+        "changes": {"files": {"references/guide.md": "# Bob's\n"}},
+        "rationale": "Bob wants his own guide.",
+    }
     calls = [
         ("load_skill", {"skill_name": "ledger"}),
         ("read_skill_resource", {"skill_name": "ledger", "path": "SKILL.md"}),
         ("run_skill_script", {"skill_name": "ledger", "script": "scripts/hello.py"}),
+        ("get_skill", {"skill_name": "ledger"}),
+        ("get_skill", {"skill_name": "ledger", "path": "references/guide.md"}),
+        ("edit_skill", edit),
+        ("edit_skill", {**edit, "changes": {"files": {"references/guide.md": None}}}),
     ]
     for name, arguments in calls:
         envelope = tool(client, other_auth, name, arguments)
         assert envelope["status"] == "failed", name
         assert envelope["error"]["code"] == "skill_not_found", name
-    catalog = tool(client, other_auth, "list_skills", {})["result"]["skills"]
-    assert "ledger" not in [s["name"] for s in catalog]
+    catalog = tool(client, other_auth, "list_skills", {"include_disabled": True})["result"]
+    assert "ledger" not in [s["name"] for s in catalog["skills"]]
     assert client.get("/api/approvals", headers=other_auth).json == []
+    assert client.get("/api/approvals", headers=auth).json == []
+    mine = client.get("/api/skills/ledger", headers=auth).json
+    assert mine["enabled"] is True and mine["hash"] == alices["hash"]
+    assert files_of(folder) == before
+
+
+def test_a_draft_over_another_owners_name_is_the_drafters_own_and_leaves_theirs_alone(
+    client, auth, other_auth, services: Services, alices
+):
+    folder = skill_folder(services, "ledger")
+    before = files_of(folder)
+    drafted = tool(client, other_auth, "draft_skill", draft_arguments("ledger"))
+    assert drafted["status"] == "done", drafted
+    bobs = drafted["result"]
+    assert bobs["replaced"] is False and bobs["enabled"] is False
+    assert bobs["hash"] != alices["hash"]
+    # Bob sees his own draft; Alice still sees her imported, enabled skill, unchanged.
+    seen_by_bob = client.get("/api/skills/ledger", headers=other_auth).json
+    assert seen_by_bob["hash"] == bobs["hash"] and seen_by_bob["author"] == "assistant"
+    mine = client.get("/api/skills/ledger", headers=auth).json
+    assert mine["hash"] == alices["hash"] and mine["enabled"] is True
+    assert mine["author"] != "assistant"
+    assert files_of(folder) == before
+    assert skill_folder(services, "ledger", owner="bob") != folder
+    assert [d["name"] for d in client.get("/api/review", headers=other_auth).json["drafts"]] == [
+        "ledger"
+    ]
+    assert client.get("/api/review", headers=auth).json["drafts"] == []
+    # Bob's second draft replaces his own, still never Alice's.
+    again = tool(client, other_auth, "draft_skill", draft_arguments("ledger", body="Take two."))
+    assert again["status"] == "done" and again["result"]["replaced"] is True
+    assert client.get("/api/skills/ledger", headers=auth).json["hash"] == alices["hash"]
+    assert files_of(folder) == before
 
 
 def test_replacing_with_the_same_name_makes_a_second_owner_their_own_skill(
