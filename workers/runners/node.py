@@ -54,8 +54,11 @@ class NodeRunner:
 
     isolation = "process"
 
+    def __init__(self, coalesce_seconds: float = COALESCE_SECONDS) -> None:
+        self.coalesce_seconds = coalesce_seconds  # the output window of one stream entry
+
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
-        collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS)
+        collector = OutputCollector(stream, coalesce_seconds=self.coalesce_seconds)
         command, preexec = _launch(command_for(job.script))
         try:
             process = subprocess.Popen(
