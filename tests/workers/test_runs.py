@@ -101,6 +101,18 @@ def test_a_node_run_returns_exit_code_and_output_with_wait(running: Fleet, node:
     assert run["worker"].startswith(f"{node}@")
 
 
+def test_log_lines_carry_the_ids_and_never_the_arguments(running: Fleet, node: str, capfd):
+    marker = f"do-not-log-{uuid.uuid4().hex}"
+    with running.http() as client:
+        envelope = call_run(client, node, wait=30, label=marker)
+        assert envelope["status"] == "done", envelope
+    api_output = "".join(capfd.readouterr())  # the API serves in this process
+    worker_log = running.log_text(node)
+    assert "package built" in api_output  # what the API logged is here
+    assert envelope["run_id"] in worker_log  # the worker logged the run, by its id
+    assert marker not in api_output and marker not in worker_log
+
+
 def test_a_failing_script_fails_the_call_with_its_output(running: Fleet, node: str):
     with running.http() as client:
         envelope = call_run(client, node, wait=30, code=4, count=1)
