@@ -15,6 +15,7 @@ from broker.context import ToolContext
 from broker.errors import ChatNotFound, InvalidCall
 from store.drafts import Draft, save_draft
 from store.errors import SkillInvalid, SkillTooLarge
+from store.frontmatter import read_loose
 from store.hashing import file_digest
 from store.limits import (
     MAX_DRAFT_FILES,
@@ -23,7 +24,6 @@ from store.limits import (
     MAX_SOURCE_CHATS,
 )
 from store.models import Chat, Skill
-from store.skillmd import read_skill_md
 from store.validation import format_problems
 
 DRAFT_FIELDS = (
@@ -55,7 +55,7 @@ def get_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]
             "content": data.decode("utf-8", "replace"),
         }
     folder = context.store.folder(skill)
-    header, body = read_skill_md((folder / "SKILL.md").read_bytes())
+    loose = read_loose((folder / "SKILL.md").read_bytes())
     info = context.store.info(skill)
     schema: Any = info.parameters_schema
     if schema is None and info.script_schemas:
@@ -73,8 +73,8 @@ def get_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]
         "hash": skill.hash,
         "locked": is_locked(skill),
         "source": skill.source,
-        "header": header,
-        "body": body,
+        "header": loose.header,
+        "body": loose.body,
         "parameters_schema": schema,
         "lint_warnings": skill.lint_warnings or [],
         # What the import bent to accept the skill, and the header keys it kept unread.

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import SkillInvalid
+from store.frontmatter import read_loose
 from store.limits import MAX_COMPATIBILITY_CHARS, MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from store.schemas import SCHEMA_KEY
-from store.skillmd import read_skill_md
 from store.validation import (
     ALIAS_PREFIX,
     PREFIX,
@@ -66,12 +66,13 @@ def read_skill_dir(root: Path, folder_name: str | None, name: str | None = None)
 
     def read(data: bytes, problems: list[str]) -> SkillInfo | None:
         try:
-            header, body = read_skill_md(data)
+            loose = read_loose(data)
         except SkillInvalid as e:
             problems.extend(format_problems(e))
             return None
-        relaxed = relax_header(header, body, folder_name, name)
-        info = check_header(relaxed.header, body, relaxed.name, problems)
+        relaxed = relax_header(loose.header, loose.body, folder_name, name)
+        relaxed.warnings[:0] = loose.warnings
+        info = check_header(relaxed.header, loose.body, relaxed.name, problems)
         problems.extend(relaxed.problems)
         return _with_notes(info, relaxed)
 

@@ -11,7 +11,7 @@ from store.errors import SkillInvalid
 from store.limits import MAX_YAML_DEPTH
 
 FENCE = "---"
-_BOM = "\ufeff"
+BOM = "\ufeff"
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
 
 
@@ -32,15 +32,15 @@ def split_front_matter(text: str) -> tuple[str, str]:
     exactly `---` (trailing whitespace allowed). Line endings become `\\n`; leading blank
     lines of the body are dropped.
     """
-    lines = _normalise_newlines(text.removeprefix(_BOM)).split("\n")
-    if lines[0].rstrip() != FENCE:
+    lines = _normalise_newlines(text.removeprefix(BOM)).split("\n")
+    if not has_front_matter(text):
         problem = "SKILL.md has no front matter: it must start with a line '---'."
         raise SkillInvalid("SKILL.md can't be read.", errors=[problem])
     for index in range(1, len(lines)):
         if lines[index].rstrip() == FENCE:
             yaml_text = "\n".join(lines[1:index])
             body = "\n".join(lines[index + 1 :])
-            return yaml_text, _strip_leading_blank_lines(body)
+            return yaml_text, strip_leading_blank_lines(body)
     problem = "SKILL.md's front matter is never closed: add a line '---' after the header."
     raise SkillInvalid("SKILL.md can't be read.", errors=[problem])
 
@@ -48,6 +48,16 @@ def split_front_matter(text: str) -> tuple[str, str]:
 def parse_skill_md(text: str) -> tuple[dict[str, Any], str]:
     """Parse SKILL.md text into its header mapping and its body, with `yaml.safe_load`."""
     yaml_text, body = split_front_matter(text)
+    return load_header(yaml_text), body
+
+
+def has_front_matter(text: str) -> bool:
+    """Whether SKILL.md text starts with a front matter fence."""
+    return _normalise_newlines(text.removeprefix(BOM)).split("\n")[0].rstrip() == FENCE
+
+
+def load_header(yaml_text: str) -> dict[str, Any]:
+    """The header mapping of the front matter's YAML text; SkillInvalid says why not."""
     try:
         header = yaml.load(yaml_text, Loader=BoundedSafeLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
@@ -61,7 +71,7 @@ def parse_skill_md(text: str) -> tuple[dict[str, Any], str]:
             f"The front matter must be a mapping of keys to values, not a {_yaml_kind(header)}."
         )
         raise SkillInvalid("SKILL.md can't be read.", errors=[problem])
-    return header, body
+    return header
 
 
 class BoundedSafeLoader(yaml.SafeLoader):
@@ -95,7 +105,8 @@ def _normalise_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _strip_leading_blank_lines(body: str) -> str:
+def strip_leading_blank_lines(body: str) -> str:
+    """`body` without the blank lines it starts with."""
     return _LEADING_BLANK_LINES.sub("", body)
 
 

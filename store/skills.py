@@ -26,6 +26,7 @@ from store.errors import (
     SkillNotFound,
     StoreFull,
 )
+from store.frontmatter import read_loose
 from store.hashing import content_hash, regular_files
 from store.leniency import read_header, read_skill_dir
 from store.limits import MAX_SKILLS
@@ -35,7 +36,6 @@ from store.names import is_valid_name
 from store.paths import inside
 from store.resources import read_resource
 from store.schemas import scripts_of
-from store.skillmd import read_skill_md
 from store.validation import SkillInfo, name_problems
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
@@ -368,8 +368,8 @@ def _shown(name: object) -> str:
 
 @functools.lru_cache(maxsize=512)
 def _header_info(folder: str, name: str, skill_hash: str) -> SkillInfo:
-    header, body = read_skill_md((Path(folder) / "SKILL.md").read_bytes())
-    return read_header(header, body, name)
+    loose = read_loose((Path(folder) / "SKILL.md").read_bytes())
+    return read_header(loose.header, loose.body, name)
 
 
 @functools.lru_cache(maxsize=512)

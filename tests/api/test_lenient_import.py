@@ -56,6 +56,23 @@ EXPECTED = {
         "weather-report",
         ['The metadata values of "version", "tags" are not text'],
     ),
+    "meeting-notes": (
+        "meeting-notes",
+        [
+            "SKILL.md has no front matter (a header between '---' lines); it is read as a "
+            "header with no keys.",
+            'The header has no name; the skill is installed as "meeting-notes"',
+            "The header has no description; the first paragraph of SKILL.md is used",
+        ],
+    ),
+    "release-notes": (
+        "release-notes",
+        [
+            "The front matter is not valid YAML: mapping values are not allowed here (line 3 "
+            'of SKILL.md); the values of "description", "argument-hint" are read as plain '
+            "text, as written."
+        ],
+    ),
 }
 
 
@@ -343,3 +360,31 @@ def test_the_openapi_document_describes_both_import_answers(client):
     responses = spec["paths"]["/api/skills"]["post"]["responses"]
     assert {"200", "201", "207"} <= set(responses)
     assert "BundleImport" in spec["components"]["schemas"]
+
+
+def test_a_header_with_unquoted_colons_keeps_its_values_as_written(client, auth):
+    files = folder_files(FIXTURES / "release-notes")
+    assert post_zip(client, auth, zip_bytes(files, top="release-notes")).status_code == 201
+
+    detail = client.get("/api/skills/release-notes", headers=auth).json
+    assert detail["description"] == (
+        "Drafts release notes from merged pull requests. Use when: the user asks for a "
+        'changelog or "notes for v2".'
+    )
+    assert detail["unknown_keys"] == {"argument-hint": "@CHANGELOG.md"}
+    got = tool(client, auth, "get_skill", {"skill_name": "release-notes"})["result"]
+    assert got["header"]["description"] == detail["description"]
+
+
+def test_a_skill_md_without_front_matter_is_described_by_its_first_paragraph(client, auth):
+    files = folder_files(FIXTURES / "meeting-notes")
+    assert post_zip(client, auth, zip_bytes(files, top="meeting-notes")).status_code == 201
+
+    listed = tool(client, auth, "list_skills", {})["result"]["skills"]
+    descriptions = {skill["name"]: skill["description"] for skill in listed}
+    assert descriptions["meeting-notes"] == (
+        "Turns a raw meeting transcript into short notes with decisions, owners and due dates."
+    )
+    got = tool(client, auth, "get_skill", {"skill_name": "meeting-notes"})["result"]
+    assert got["header"] == {}
+    assert got["body"].startswith("# Meeting Notes\n")

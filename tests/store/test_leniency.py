@@ -142,3 +142,58 @@ def test_allowed_tools_that_are_neither_text_nor_a_list_are_ignored_with_a_warni
 def test_yaml_values_are_kept_in_a_form_json_can_carry() -> None:
     value = {"when": datetime.date(2025, 1, 2), 3: {1, 2}, "x": float("nan"), "b": b"\x00"}
     assert json_safe(value) == {"when": "2025-01-02", "3": [1, 2], "x": "nan", "b": "AA=="}
+
+
+def test_unquoted_colons_are_read_as_text_and_refused_by_the_strict_check(
+    tmp_path: Path,
+) -> None:
+    md = "---\nname: notes\ndescription: Writes notes. Use when: asked.\n---\nBody.\n"
+    root = write_skill(tmp_path, "notes", {"SKILL.md": md.encode()})
+
+    info = read_skill_dir(root, "notes")
+
+    assert info.description == "Writes notes. Use when: asked."
+    read_as_text = 'the value of "description" is read as plain text, as written.'
+    assert info.warnings[0].endswith(read_as_text)
+    with pytest.raises(SkillInvalid) as caught:
+        validate_skill_dir(root)
+    assert caught.value.errors[0].startswith("The front matter is not valid YAML")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "name: notes\ndescription: [Writes notes: when asked\n",  # a flow list left open
+        "name: notes\ndescription: Writes notes\n  - stray: item\n",  # a broken structure
+        "name: notes\nmetadata:\n  skillfleet.tier: read: write\n",  # nested: never quoted
+    ],
+)
+def test_yaml_broken_in_other_ways_stays_refused(tmp_path: Path, header: str) -> None:
+    md = f"---\n{header}---\nBody.\n"
+    root = write_skill(tmp_path, "notes", {"SKILL.md": md.encode()})
+
+    with pytest.raises(SkillInvalid) as caught:
+        read_skill_dir(root, "notes")
+    assert caught.value.errors[0].startswith("The front matter is not valid YAML")
+
+
+def test_markdown_without_front_matter_reads_as_a_header_with_no_keys(tmp_path: Path) -> None:
+    md = "# Notes\n\nWrites short notes from a transcript.\n"
+    root = write_skill(tmp_path, "notes", {"SKILL.md": md.encode()})
+
+    info = read_skill_dir(root, "notes")
+
+    assert (info.name, info.description) == ("notes", "Writes short notes from a transcript.")
+    assert info.warnings[0].startswith("SKILL.md has no front matter")
+    assert info.unknown_keys == {}
+    with pytest.raises(SkillInvalid):
+        validate_skill_dir(root)
+
+
+def test_a_front_matter_after_blank_lines_is_not_read_as_markdown(tmp_path: Path) -> None:
+    md = "\n---\nname: notes\ndescription: Writes notes.\n---\nBody.\n"
+    root = write_skill(tmp_path, "notes", {"SKILL.md": md.encode()})
+
+    with pytest.raises(SkillInvalid) as caught:
+        read_skill_dir(root, "notes")
+    assert caught.value.errors == ["SKILL.md has no front matter: it must start with a line '---'."]
