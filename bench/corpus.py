@@ -192,7 +192,7 @@ def report(outcomes: list[Outcome], skipped: dict[str, int], top: int) -> str:
         codes = ", ".join(f"{code} {n}" for code, n in sorted(s["refused"].items())) or "-"
         lines.append(
             f"| {name} | {s['found']} | {s['within']} | {s['over']} | {s['imported']} "
-            f"| {s['with_warnings']} | {s['imported_within']} ({s['share_within']:.0%}) "
+            f"| {s['with_warnings']} | {s['imported_within']} ({s['share_within']:.1%}) "
             f"| {codes} |"
         )
     links = sum(skipped.values())
