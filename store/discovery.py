@@ -1,4 +1,10 @@
-"""Read-only skills found on disk: the built-ins and the operator's configured paths."""
+"""Read-only skills found on disk: the built-ins and the operator's configured paths.
+
+The built-ins are checked strictly. A configured path holds skills people already have (a
+team's folder, an agent's skills folder), so it is read as an import reads a skill: lenient
+with warnings on the header, strict on what keeps the system safe (sizes, links, scripts that
+parse, a name safe as a folder and a grant key).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from store.errors import ConfigError, SkillInvalid, SkillTooLarge
-from store.skillmd import parse_skill_md
+from store.frontmatter import read_loose
+from store.leniency import read_skill_dir, relax_header
 from store.validation import SkillInfo, validate_skill_dir
 
 SKIPPED_DIRS = {".git", "node_modules", "__pycache__"}
@@ -50,12 +57,12 @@ def builtin_folders(root: Path) -> list[Path]:
 
 
 def _name_of(folder: Path) -> str:
+    """The name the skill is served under, as an import of the folder would name it."""
     try:
-        header, _body = parse_skill_md((folder / "SKILL.md").read_text(encoding="utf-8"))
-    except (SkillInvalid, SkillTooLarge, UnicodeDecodeError) as e:
+        loose = read_loose((folder / "SKILL.md").read_bytes())
+    except (SkillInvalid, SkillTooLarge) as e:
         raise ConfigError(f"Skill path {folder} is not a valid skill: {_reason(e)}") from e
-    name = header.get("name")
-    return name if isinstance(name, str) else folder.name
+    return relax_header(loose.header, loose.body, folder.name, None).name or folder.name
 
 
 def _reason(error: Exception) -> str:
@@ -67,13 +74,17 @@ def _reason(error: Exception) -> str:
 def read_only_skills(
     builtin_root: Path, paths: Sequence[Path]
 ) -> list[tuple[str, Path, SkillInfo]]:
-    """Validate the built-ins and the configured skills; any problem names its folder."""
+    """Validate the built-ins (strictly) and the configured skills (as an import does); any
+    refusal names its folder."""
     found = [("builtin", folder) for folder in builtin_folders(builtin_root)]
     found += [("path", folder) for folder in discover(paths)]
     checked: dict[str, tuple[str, Path, SkillInfo]] = {}
     for source, folder in found:
         try:
-            info = validate_skill_dir(folder)
+            if source == "builtin":
+                info = validate_skill_dir(folder)
+            else:
+                info = read_skill_dir(folder, folder.name)
         except (SkillInvalid, SkillTooLarge) as e:
             raise ConfigError(f"Skill path {folder} is not a valid skill: {_reason(e)}") from e
         if info.name in checked:

@@ -45,12 +45,42 @@ def test_a_duplicate_name_across_paths_stops_start_up_naming_both(tmp_path: Path
 
 def test_an_invalid_skill_stops_start_up_naming_path_and_problem(tmp_path: Path):
     files = skill_files("bad-one")
-    files["SKILL.md"] = skill_md("bad-one", colour="blue").encode()
+    files["scripts/broken.py"] = b"def broken(:\n"
     folder = write_skill(tmp_path, "bad-one", files)
     with pytest.raises(ConfigError) as caught:
         read_only_skills(BUILTIN_DIR, [folder])
     assert str(folder) in caught.value.message
-    assert "colour" in caught.value.message
+    assert "scripts/broken.py" in caught.value.message
+
+
+def test_a_configured_skill_written_for_another_agent_is_read_as_an_import_reads_it(
+    tmp_path: Path,
+):
+    # Claude Code's keys, a display-style name and a folder of another name: kept with warnings.
+    files = skill_files("review")
+    claude_code = {"argument-hint": "[file]", "model": "x"}
+    files["SKILL.md"] = skill_md("Code Review", **claude_code).encode()
+    folder = write_skill(tmp_path, "code-review-skill", files)
+    [(source, found, info)] = [s for s in read_only_skills(BUILTIN_DIR, [folder]) if s[0] == "path"]
+    assert (source, found, info.name) == ("path", folder, "code-review")
+    assert any('"argument-hint", "model"' in warning for warning in info.warnings), info.warnings
+    assert any('"Code Review" is not a valid skill name' in w for w in info.warnings)
+
+
+def test_a_configured_skill_without_front_matter_is_served_under_its_folder_name(tmp_path: Path):
+    folder = write_skill(tmp_path, "plain-notes", {"SKILL.md": b"# Notes\n\nKeep notes.\n"})
+    [info] = [i for source, _f, i in read_only_skills(BUILTIN_DIR, [folder]) if source == "path"]
+    assert info.name == "plain-notes" and info.description == "Keep notes."
+    assert any("no front matter" in warning for warning in info.warnings)
+
+
+def test_the_built_in_skills_are_still_read_strictly(tmp_path: Path):
+    shelf = tmp_path / "builtin"
+    files = skill_files("strict-one")
+    files["SKILL.md"] = skill_md("strict-one", colour="blue").encode()
+    write_skill(shelf, "strict-one", files)
+    with pytest.raises(ConfigError, match="colour"):
+        read_only_skills(shelf, [])
 
 
 def test_a_name_clashing_with_a_builtin_stops_start_up(tmp_path: Path):
