@@ -29,13 +29,15 @@ from store.archive import SKILL_FILE, size_text
 from store.drafts import encoded, skill_md_text, with_schema
 from store.edits import apply_changes, copy_of, install_edit
 from store.errors import SkillBuiltin, SkillChanged, SkillInvalid, SkillTooLarge
+from store.frontmatter import read_loose
 from store.hashing import regular_files
+from store.leniency import read_skill_dir
 from store.limits import MAX_DIFF_BYTES, MAX_DIFF_FILE_BYTES, MAX_EDIT_PLANS, MAX_EDITABLE_BYTES
 from store.lint import lint
 from store.models import Approval, EditPlan, Skill, ToolCall, utcnow
-from store.skillmd import read_skill_md, split_front_matter
+from store.skillmd import decode_skill_md, has_front_matter, split_front_matter
 from store.skills import SkillStore
-from store.validation import format_problems, validate_skill_dir
+from store.validation import format_problems
 
 EDIT_PLAN_LIFE = timedelta(hours=2)
 PENDING = "pending"
@@ -72,7 +74,7 @@ def plan_edit(store: SkillStore, skill: Skill, edit: EditArguments) -> EditDraft
             )
     with store.staging() as stage:
         root = copy_of(store, skill, stage)
-        files = _resolved(root, skill.name, edit)
+        files = _resolved(root, skill, edit)
         old = {path: _read(root / path) for path in files}
         files = {path: text for path, text in files.items() if _changes(old[path], text)}
         if not files:
@@ -80,7 +82,8 @@ def plan_edit(store: SkillStore, skill: Skill, edit: EditArguments) -> EditDraft
         diff = _diff(old, files)
         try:
             apply_changes(root, files)
-            info = validate_skill_dir(root, expected_name=skill.name)
+            # Read as its install will read it: a skill imported with warnings stays editable.
+            info = read_skill_dir(root, skill.name, skill.name)
         except (SkillInvalid, SkillTooLarge) as e:
             problems = " ".join(format_problems(e))
             raise type(e)(f"HOST: the edited skill would be refused: {problems}", e.errors) from e
@@ -88,7 +91,7 @@ def plan_edit(store: SkillStore, skill: Skill, edit: EditArguments) -> EditDraft
     return EditDraft(skill.name, skill.hash, files, diff, warnings, edit.rationale)
 
 
-def _resolved(root: Path, name: str, edit: EditArguments) -> dict[str, str | None]:
+def _resolved(root: Path, skill: Skill, edit: EditArguments) -> dict[str, str | None]:
     """The file changes, with description, body and parameters_schema folded into SKILL.md."""
     files = dict(edit.files)
     if edit.description is None and edit.body is None and not edit.schema_given:
@@ -99,18 +102,24 @@ def _resolved(root: Path, name: str, edit: EditArguments) -> dict[str, str | Non
             "parameters_schema, not both."
         )
     data = (root / SKILL_FILE).read_bytes()
-    header, body = read_skill_md(data)
+    loose = read_loose(data)  # as the import read it: no front matter, unquoted colons
+    header, body = loose.header, loose.body
     new_body = body if edit.body is None else edit.body
-    if edit.description is None and not edit.schema_given:
-        front, _old = split_front_matter(data.decode("utf-8-sig"))
+    text = decode_skill_md(data)
+    if edit.description is None and not edit.schema_given and has_front_matter(text):
+        front, _old = split_front_matter(text)
         files[SKILL_FILE] = f"---\n{front}\n---\n\n{new_body.strip()}\n"  # header kept verbatim
         return files
     metadata = header.get("metadata")
     metadata = dict(metadata) if isinstance(metadata, dict) else {}
     if edit.schema_given:
         metadata = with_schema(metadata, edit.parameters_schema)
-    description = edit.description if edit.description is not None else header.get("description")
-    files[SKILL_FILE] = skill_md_text(name, str(description), new_body, metadata, header=header)
+    description = edit.description
+    if description is None:  # a header without one had it derived at import
+        description = header.get("description") or skill.description
+    files[SKILL_FILE] = skill_md_text(
+        skill.name, str(description), new_body, metadata, header=header
+    )
     return files
 
 

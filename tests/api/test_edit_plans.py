@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from factories import skill_files, zip_bytes
@@ -282,3 +283,43 @@ def test_owners_edit_files_up_to_256_kib_and_delete_them(client, auth, report):
     broken = client.delete("/api/skills/disk-report/files/SKILL.md", headers=auth)
     assert broken.status_code == 422 and broken.json["code"] == "skill_invalid"
     assert client.get("/api/skills/disk-report", headers=auth).json["hash"] == report["hash"]
+
+
+PUBLIC = Path(__file__).parent.parent / "fixtures" / "public-skills"
+
+
+def import_public(client, auth, folder: str) -> dict:
+    """A public skill that imports only with warnings (see test_lenient_import.py)."""
+    root = PUBLIC / folder
+    files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    data = {"file": (io.BytesIO(zip_bytes(files, top=folder)), "s.zip")}
+    response = client.post("/api/skills", headers=auth, data=data)
+    assert response.status_code == 201 and response.json["warnings"], response.json
+    return response.json
+
+
+@pytest.mark.parametrize(
+    ("folder", "changes"),
+    [
+        # Claude Code's header keys and an allowed-tools list: the edit leaves the header alone.
+        ("commit-helper", {"files": {"references/extra.md": "# Extra\n\nMore steps.\n"}}),
+        # No front matter at all: a new body keeps the description the import derived.
+        ("meeting-notes", {"body": "# Meeting Notes\n\nList decisions, owners and dates.\n"}),
+    ],
+)
+def test_a_skill_imported_with_warnings_can_be_edited(client, auth, folder, changes):
+    name = import_public(client, auth, folder)["name"]
+    imported = client.get(f"/api/skills/{name}", headers=auth).json
+    arguments = {"skill_name": name, "changes": changes, "rationale": "Clearer steps."}
+    asked = tool(client, auth, "edit_skill", arguments)
+    assert asked["status"] == "pending_approval", asked
+    assert answer(client, auth, asked["approval_id"]).status_code == 200
+    detail = client.get(f"/api/skills/{name}", headers=auth).json
+    assert detail["hash"] != imported["hash"]
+    assert detail["description"] == imported["description"]
+    if "files" in changes:
+        extra = client.get(f"/api/skills/{name}/files/references/extra.md", headers=auth)
+        assert extra.data == b"# Extra\n\nMore steps.\n"
+    else:
+        skill_md = client.get(f"/api/skills/{name}/files/SKILL.md", headers=auth).data.decode()
+        assert "List decisions, owners and dates." in skill_md
