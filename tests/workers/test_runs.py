@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import time
 import uuid
@@ -10,11 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+import structlog
 from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
 
 from relay.dispatch import EXECUTE_TASK, NO_SANDBOX
 from relay.streams import read_events
+from skillfleet.logs import configure_logging
 from skillfleet.settings import Settings
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
@@ -101,12 +104,19 @@ def test_a_node_run_returns_exit_code_and_output_with_wait(running: Fleet, node:
     assert run["worker"].startswith(f"{node}@")
 
 
-def test_log_lines_carry_the_ids_and_never_the_arguments(running: Fleet, node: str, capfd):
+def test_log_lines_carry_the_ids_and_never_the_arguments(running: Fleet, node: str):
+    # The API serves in this process: its lines go to a buffer of our own, at the level it runs.
+    configure_logging("info", "json")
+    api_lines = io.StringIO()
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(api_lines))
     marker = f"do-not-log-{uuid.uuid4().hex}"
-    with running.http() as client:
-        envelope = call_run(client, node, wait=30, label=marker)
-        assert envelope["status"] == "done", envelope
-    api_output = "".join(capfd.readouterr())  # the API serves in this process
+    try:
+        with running.http() as client:
+            envelope = call_run(client, node, wait=30, label=marker)
+            assert envelope["status"] == "done", envelope
+    finally:
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory())
+    api_output = api_lines.getvalue()
     worker_log = running.log_text(node)
     assert "package built" in api_output  # what the API logged is here
     assert envelope["run_id"] in worker_log  # the worker logged the run, by its id
