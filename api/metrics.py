@@ -38,6 +38,9 @@ SSE_STREAMS_OPEN = Gauge(
     ["stream"],
     multiprocess_mode="livesum",
 )
+SSE_STREAM_KINDS = ("run", "turn", "feed")
+for _kind in SSE_STREAM_KINDS:  # shown at 0 before the first stream opens, in every process
+    SSE_STREAMS_OPEN.labels(_kind)
 
 
 def counted_stream(stream: str, frames: Iterator[str]) -> Iterator[str]:

@@ -231,6 +231,9 @@ def test_every_gunicorn_worker_answers_with_the_same_totals(settings, tmp_path):
     decided = {sample(text, "skillfleet_policy_decisions_total") for text in scrapes}
     called = {sample(text, "skillfleet_tool_calls_total", tool="list_skills") for text in scrapes}
     assert decided == {before + calls} and called == {calls}
+    for stream in ("run", "turn", "feed"):  # a gauge no stream has touched yet still shows
+        shown = f'skillfleet_sse_streams_open{{stream="{stream}"}} 0.0'
+        assert all(shown in text.splitlines() for text in scrapes), stream
 
 
 def answers(url: str) -> bool:
