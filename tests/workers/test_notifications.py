@@ -323,9 +323,8 @@ def test_a_draft_waiting_for_review_is_pushed(client, auth, context):
     assert message["skill_hash"] == drafted["result"]["hash"]
 
 
-def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
-    client, auth, services, context
-):
+def running_run(services, node: str) -> str:
+    """A run row in `running` on `node`, as a worker's claim leaves it; its id."""
     import uuid
 
     from store import runs
@@ -337,10 +336,20 @@ def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
         session.add(
             Run(
                 id=run_id, owner_id=owner_id_of(services), skill_name="ticker", skill_hash="0" * 64,
-                script="scripts/tick.py", arguments={}, execution="node", queue="node.gone",
-                node="gone", status=runs.RUNNING, worker="node@gone:1:1", timeout_seconds=60,
+                script="scripts/tick.py", arguments={}, execution="node", queue=f"node.{node}",
+                node=node, status=runs.RUNNING, worker=f"node@{node}:1:1", timeout_seconds=60,
             )
         )  # fmt: skip
+    return run_id
+
+
+def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
+    client, auth, services, context
+):
+
+    from store import runs
+
+    run_id = running_run(services, "gone")
     with receiver() as hook_server:
         created = client.post(
             "/api/webhooks", headers=auth, json={"url": f"{hook_server.url}/h", "events": ["*"]}
@@ -364,21 +373,10 @@ def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
 def test_a_run_that_ends_failed_or_timed_out_is_pushed_and_reaches_a_webhook(
     client, auth, services, context, status, title
 ):
-    import uuid
 
     from store import runs
-    from store.db import transaction
-    from store.models import Run
 
-    run_id = str(uuid.uuid4())
-    with transaction(services.sessions) as session:
-        session.add(
-            Run(
-                id=run_id, owner_id=owner_id_of(services), skill_name="ticker", skill_hash="0" * 64,
-                script="scripts/tick.py", arguments={}, execution="node", queue="node.web01",
-                node="web01", status=runs.RUNNING, worker="node@web01:1:1", timeout_seconds=60,
-            )
-        )  # fmt: skip
+    run_id = running_run(services, "web01")
     device = browser()
     with receiver() as service:
         subscription = {"endpoint": f"{service.url}/push/device", "keys": device.keys()}
