@@ -11,11 +11,21 @@ from sqlalchemy.orm import Session, sessionmaker
 
 SessionFactory = sessionmaker[Session]
 
+# Connections a process keeps open: one per thread that may hold one at once (an API process
+# serves 16 requests at a time, a node worker runs 8 scripts). A smaller pool closes and reopens
+# a connection for every request past its size, which costs more than the query it serves.
+POOL_SIZE = 16
 
-def make_engine(url: str, **options: Any) -> Engine:
+
+def make_engine(url: str, pool_size: int = POOL_SIZE, **options: Any) -> Engine:
     """An engine with the settings each backend needs for concurrent API and worker processes."""
+    in_memory = url in ("sqlite://", "sqlite:///:memory:")
+    if "poolclass" not in options and not in_memory:
+        options.update(pool_size=pool_size, max_overflow=POOL_SIZE)
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(
+            url, connect_args={"timeout": 30, "check_same_thread": False}, **options
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True, **options)
