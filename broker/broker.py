@@ -102,12 +102,14 @@ class Broker:
             # The limit holds even under an operator's policy that forgot the rule.
             decision = Decision("deny", TURN_LIMIT_RULE)
         call.rule = decision.rule
-        POLICY_DECISIONS.add(self.counters, decision.rule or "default", decision.action)
-        if decision.action == "deny":
-            return self._refuse(call, decision, number)
-        if decision.action == "require_approval":
-            return self._ask(call, plan, decision)
-        return self._run(call, chat, plan, new=True)
+        try:
+            if decision.action == "deny":
+                return self._refuse(call, decision, number)
+            if decision.action == "require_approval":
+                return self._ask(call, plan, decision)
+            return self._run(call, chat, plan, new=True)
+        finally:  # counted after the answer: a run's script is already on its way
+            POLICY_DECISIONS.add(self.counters, decision.rule or "default", decision.action)
 
     def _decide(
         self,

@@ -30,7 +30,10 @@ log = structlog.get_logger(__name__)
 # What a session holds until it commits: (owner id, kind, data or a snapshot to take then).
 _NOTED = "skillfleet.owner_events"
 _READY = "skillfleet.owner_events.ready"
+# A list the committed events go to instead of Redis, for a caller that sends them itself.
+_HELD = "skillfleet.owner_events.held"
 Snapshot = Callable[[], dict[str, Any]]
+OwnerEvent = tuple[int, str, dict[str, Any]]
 
 
 def publish(client: redis.Redis, owner_id: int, kind: str, data: dict[str, Any]) -> str | None:
@@ -48,16 +51,12 @@ def publish(client: redis.Redis, owner_id: int, kind: str, data: dict[str, Any])
     return entry.decode() if isinstance(entry, bytes) else str(entry)
 
 
-def publish_all(client: redis.Redis, events: list[tuple[int, str, dict[str, Any]]]) -> None:
+def publish_all(client: redis.Redis, events: list[OwnerEvent]) -> None:
     """Append several (owner id, kind, data) events in one round trip; best effort like publish."""
+    if not events:
+        return
     pipe = client.pipeline(transaction=False)
-    for owner_id, kind, data in events:
-        pipe.xadd(
-            naming.owner_events(owner_id),
-            {"kind": kind, "data": json.dumps(data, default=str)},
-            maxlen=MAX_OWNER_EVENTS,
-            approximate=True,
-        )
+    add_to(pipe, events)
     try:
         pipe.execute()
     except redis.RedisError as e:
@@ -66,6 +65,29 @@ def publish_all(client: redis.Redis, events: list[tuple[int, str, dict[str, Any]
             kinds=[kind for _owner, kind, _data in events],
             error=str(e),
         )
+
+
+def add_to(pipe: Any, events: list[OwnerEvent]) -> None:
+    """Queue the events on a caller's pipeline, to travel in its round trip."""
+    for owner_id, kind, data in events:
+        pipe.xadd(
+            naming.owner_events(owner_id),
+            {"kind": kind, "data": json.dumps(data, default=str)},
+            maxlen=MAX_OWNER_EVENTS,
+            approximate=True,
+        )
+
+
+def hold(session: Session, into: list[OwnerEvent] | None = None) -> list[OwnerEvent]:
+    """The list (`into`, or a new one) this session's events go to when it commits, instead of
+    to Redis.
+
+    For a caller with more urgent work after the commit (a run to send, a script to start): it
+    publishes them itself afterwards, with `publish_all` or in a pipeline of its own (`add_to`).
+    A rollback adds nothing to the list.
+    """
+    held: list[OwnerEvent] = session.info.setdefault(_HELD, [] if into is None else into)
+    return held
 
 
 def note(
@@ -130,7 +152,10 @@ def attach(sessions: SessionFactory, client: redis.Redis) -> None:
     @event.listens_for(sessions, "after_commit")
     def send(session: Session) -> None:
         ready = session.info.pop(_READY, [])
-        if len(ready) == 1:
+        held = session.info.pop(_HELD, None)
+        if held is not None:
+            held.extend(ready)
+        elif len(ready) == 1:
             publish(client, *ready[0])
         elif ready:
             publish_all(client, ready)
@@ -139,6 +164,7 @@ def attach(sessions: SessionFactory, client: redis.Redis) -> None:
     def forget(session: Session, _transaction: Any) -> None:
         session.info.pop(_NOTED, None)
         session.info.pop(_READY, None)
+        session.info.pop(_HELD, None)
 
 
 def read(

@@ -7,7 +7,7 @@ import json
 import re
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ class RunStream:
 
     Entries go out in as few round trips as they can: a status set with `status_later` waits for
     the next output or the exit and travels in its pipeline; `send_pending` sends it alone.
+    Writes of others (the owner's events) can ride along the same way with `also`.
     """
 
     def __init__(self, client: redis.Redis, run_id: str) -> None:
@@ -54,6 +55,7 @@ class RunStream:
         self.published = 0
         self.capped = False
         self.pending: list[tuple[str, dict[str, Any]]] = []
+        self.riders: list[Callable[[Any], object]] = []
 
     def status(self, state: str, **details: Any) -> str:
         pipe = self._pipeline([("status", {"status": state, **details})])
@@ -63,8 +65,12 @@ class RunStream:
         """A status to publish with the next entries (see `send_pending`)."""
         self.pending.append(("status", {"status": state, **details}))
 
+    def also(self, add: Callable[[Any], object]) -> None:
+        """`add(pipe)` puts more commands on the next pipeline this stream sends."""
+        self.riders.append(add)
+
     def send_pending(self) -> None:
-        if self.pending:
+        if self.pending or self.riders:
             self._pipeline([]).execute()
 
     def output(self, stream: str, data: bytes) -> None:
@@ -102,6 +108,9 @@ class RunStream:
     def _pipeline(self, entries: list[tuple[str, dict[str, Any]]]) -> Any:
         """A pipeline adding what is pending, then `entries`; the caller executes it."""
         pipe = self.client.pipeline(transaction=False)
+        for add in self.riders:  # first: the callers read the last replies as the stream's
+            add(pipe)
+        self.riders.clear()
         for kind, data in [*self.pending, *entries]:
             pipe.xadd(self.key, {"kind": kind, "data": json.dumps(data)})
         self.pending.clear()

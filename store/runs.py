@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
-from sqlalchemy import select, update
+from sqlalchemy import String, Table, bindparam, func, select, update
 
 from broker import callstate
 from broker.callstate import CallStatus
@@ -39,6 +39,35 @@ ACTIVE_STATES = (QUEUED, RUNNING)
 END_STATES = (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, INTERRUPTED)
 # Ends the owner hears about (push, webhooks).
 ANNOUNCED = (FAILED, TIMED_OUT, INTERRUPTED)
+
+# The worker's two writes of every run, built once on the table rather than through the ORM:
+# each run then costs only their execution (about half of what the ORM statements cost).
+_RUNS = cast(Table, Run.__table__)
+_CLAIM = (
+    update(_RUNS)
+    .where(_RUNS.c.id == bindparam("run_id"), _RUNS.c.status == QUEUED)
+    .values(
+        status=RUNNING,
+        worker=bindparam("new_worker"),
+        started_at=bindparam("new_started_at", type_=_RUNS.c.started_at.type),
+    )
+    .returning(*_RUNS.c)
+)
+_FINISH = (
+    update(_RUNS)
+    .where(_RUNS.c.id == bindparam("run_id"), _RUNS.c.status == RUNNING)
+    .values(
+        {
+            **{
+                column: bindparam(f"new_{column}", type_=_RUNS.c[column].type)
+                for column in ("status", "exit_code", "stdout", "stderr", "error", "finished_at")
+            },
+            # A run ended by the reaper keeps the isolation it had (None: not known).
+            "isolation": func.coalesce(bindparam("new_isolation", type_=String), _RUNS.c.isolation),
+        }
+    )
+    .returning(*_RUNS.c)
+)
 
 
 @dataclass(frozen=True)
@@ -92,45 +121,56 @@ def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
             callstate.answer(session, run.call_id, CallStatus.FAILED, error=error)
 
 
-def claim(sessions: SessionFactory, run_id: str, worker: str) -> Run | None:
-    """Move a queued run to running for this worker; None if it was claimed or ended before."""
+def claim(
+    sessions: SessionFactory,
+    run_id: str,
+    worker: str,
+    events: list[feed.OwnerEvent] | None = None,
+) -> Run | None:
+    """Move a queued run to running for this worker; None if it was claimed or ended before.
+
+    With `events`, the owner's event for the move goes there for the caller to publish.
+    """
     with transaction(sessions) as session:
-        claimed = session.scalars(
-            update(Run)
-            .where(Run.id == run_id, Run.status == QUEUED)
-            .values(status=RUNNING, worker=worker, started_at=utcnow())
-            .returning(Run)
-            .execution_options(synchronize_session=False)
+        if events is not None:
+            feed.hold(session, events)
+        row = session.execute(
+            _CLAIM, {"run_id": run_id, "new_worker": worker, "new_started_at": utcnow()}
         ).one_or_none()
-        if claimed is not None:
-            feed.note_run(session, claimed)
+        if row is None:
+            return None
+        claimed = Run(**row._mapping)
+        feed.note_run(session, claimed)
         return claimed
 
 
 def finish(
-    sessions: SessionFactory, run_id: str, outcome: Outcome, isolation: str | None = None
+    sessions: SessionFactory,
+    run_id: str,
+    outcome: Outcome,
+    isolation: str | None = None,
+    events: list[feed.OwnerEvent] | None = None,
 ) -> bool:
-    """Record how a running run ended, and answer its tool call; False if it already ended."""
+    """Record how a running run ended, and answer its tool call; False if it already ended.
+
+    With `events`, the owner's events for the end go there for the caller to publish.
+    """
     with transaction(sessions) as session:
+        if events is not None:
+            feed.hold(session, events)
         values: dict[str, Any] = {
-            "status": outcome.status,
-            "exit_code": outcome.exit_code,
-            "stdout": outcome.stdout[-KEPT_OUTPUT_CHARS:],
-            "stderr": outcome.stderr[-KEPT_OUTPUT_CHARS:],
-            "error": outcome.error,
-            "finished_at": utcnow(),
+            "new_status": outcome.status,
+            "new_exit_code": outcome.exit_code,
+            "new_stdout": outcome.stdout[-KEPT_OUTPUT_CHARS:],
+            "new_stderr": outcome.stderr[-KEPT_OUTPUT_CHARS:],
+            "new_error": outcome.error,
+            "new_finished_at": utcnow(),
+            "new_isolation": isolation,
         }
-        if isolation is not None:
-            values["isolation"] = isolation
-        run = session.scalars(
-            update(Run)
-            .where(Run.id == run_id, Run.status == RUNNING)
-            .values(**values)
-            .returning(Run)
-            .execution_options(synchronize_session=False)
-        ).one_or_none()
-        if run is None:
+        row = session.execute(_FINISH, {"run_id": run_id, **values}).one_or_none()
+        if row is None:
             return False
+        run = Run(**row._mapping)
         feed.note_run(session, run)
         _answer_call(session, run, outcome.code)
     return True

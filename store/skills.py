@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, case, func, or_, select
+from sqlalchemy import ColumnElement, Select, bindparam, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from store.db import SessionFactory, transaction
@@ -350,11 +350,23 @@ def _unshadowed(rows: Iterable[_Row]) -> list[_Row]:
     return [chosen[name] for name in sorted(chosen)]
 
 
+# The lookup behind every call that names a skill, built once: a call then costs only its run.
+_FIND = (
+    select(Skill)
+    .where(
+        or_(Skill.owner_id == bindparam("owner_id"), Skill.source.in_(READ_ONLY_SOURCES)),
+        Skill.name == bindparam("name"),
+    )
+    .order_by(Skill.owner_id.is_(None))
+    .limit(1)
+)
+
+
 def _find(session: Session, owner_id: int, name: str) -> Skill:
     """The skill `name` as the owner sees it; a malformed name is simply not found."""
     skill = None
     if is_valid_name(name):
-        skill = session.scalar(_visible(owner_id).where(Skill.name == name).limit(1))
+        skill = session.scalar(_FIND, {"owner_id": owner_id, "name": name})
     if skill is None:
         raise SkillNotFound(f"No skill is named {_shown(name)}.")
     return skill

@@ -10,7 +10,7 @@ from typing import Protocol
 import redis
 import structlog
 
-from relay import naming
+from relay import feed, naming
 from relay.errors import RunError
 from relay.heartbeat import Instance
 from relay.streams import RunStream
@@ -43,11 +43,14 @@ class WorkerContext:
 
 def execute(context: WorkerContext, run_id: str) -> str | None:
     """Run `run_id` once; a redelivered message finds it claimed and does nothing."""
-    run = claim(context.sessions, run_id, context.instance.id)
+    events: list[feed.OwnerEvent] = []
+    run = claim(context.sessions, run_id, context.instance.id, events)
     if run is None:
         log.info("run already claimed or ended; nothing to do", run_id=run_id)
         return None
     stream = RunStream(context.redis, run_id)
+    # The owner hears "running" with the run's first stream entries: the script starts sooner.
+    stream.also(lambda pipe: feed.add_to(pipe, events))
     try:
         # `using` keeps a sync from removing this hash while the script runs.
         with context.packages.using(run.skill_name, run.skill_hash) as folder:
@@ -88,7 +91,9 @@ def _run(context: WorkerContext, run: Run, folder: Path, stream: RunStream) -> O
 
 def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcome) -> str:
     # The row first: whoever wakes on the exit event must find the final state.
-    ended = finish(context.sessions, run_id, outcome, context.runner.isolation)
+    events: list[feed.OwnerEvent] = []
+    ended = finish(context.sessions, run_id, outcome, context.runner.isolation, events)
+    stream.also(lambda pipe: feed.add_to(pipe, events))  # in the exit's round trip
     details = {"code": outcome.code} if outcome.code else {}
     try:
         stream.exit(outcome.status, outcome.exit_code, error=outcome.error, **details)
