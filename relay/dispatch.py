@@ -15,7 +15,7 @@ from broker.callstate import CallStatus
 from broker.context import RunStarted, ToolContext
 from relay import feed, heartbeat, naming
 from relay.errors import BackendUnavailable, NoRunner
-from store.db import SessionFactory, transaction
+from store.db import SessionFactory, insert_now, transaction
 from store.packagestore import PackageStore
 from store.runs import abandon, new_run
 
@@ -84,7 +84,7 @@ class CeleryDispatcher:
             else:  # it waited for the owner, who approved it
                 callstate.answer(session, context.call.id, CallStatus.RUNNING, run_id=run.id)
                 context.call.status = CallStatus.RUNNING
-            session.add(run)
+            insert_now(session, run)
             feed.note_run(session, run)
         try:
             # Flower shows the shadow name: what the task is, never the script's arguments.
