@@ -175,3 +175,16 @@ def test_an_exception_with_a_non_string_code_is_unexpected() -> None:
 
     assert tool_failure(error) == ("tool_failed", "The tool failed unexpectedly.")
     assert tool_failure(BrokerError("root")) == ("broker_error", "root")
+
+
+def test_a_long_result_is_judged_by_its_own_text_every_time_it_comes_back() -> None:
+    # Long texts have their secret scan remembered: the same text must get the same answer,
+    # and a text that differs only in a secret must not get the clean one's.
+    clean = {"skills": [{"name": f"skill-{i}", "description": "Lists files."} for i in range(200)]}
+    leaky = {"skills": [*clean["skills"][:-1], {"name": "x", "description": "token=abcdef123"}]}
+
+    for _ in range(2):
+        assert shape_result(clean) is clean
+        shaped = shape_result(leaky)
+        assert shaped is not leaky
+        assert shaped["skills"][-1]["description"] == "token=[redacted]"  # type: ignore[index]
