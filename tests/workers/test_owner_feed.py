@@ -83,3 +83,27 @@ def test_a_run_announces_queued_running_and_succeeded_then_its_call_finishes(run
     ]
     assert mine[2]["exit_code"] == 0 and mine[2]["node"] == node
     assert mine[3]["call_id"] == envelope["call_id"]
+
+
+def test_the_owner_hears_a_silent_run_is_running_while_it_still_runs(running: Fleet):
+    # "running" travels with the run's first stream entries; a script that prints nothing
+    # must not keep it back until its end.
+    node = f"f-{uuid.uuid4().hex[:6]}"
+    running.start_node(node)
+    quiet = "import time\ntime.sleep(4)\n"
+    running.import_skill("quiet", READ_NODE, {"scripts/quiet.py": quiet})
+    body = {"arguments": {"skill_name": "quiet", "script": "scripts/quiet.py",
+                          "arguments": {"node": node}}}  # fmt: skip
+    with running.http() as client:
+        envelope = client.post("/api/tools/run_skill_script", json=body).json()
+        assert envelope["status"] == "running", envelope
+        run_id = envelope["run_id"]
+
+        events = feed_until(
+            client, lambda found: (found[-1].get("run_id"), found[-1].get("status"))
+            == (run_id, "running"),
+        )  # fmt: skip
+        still = client.get(f"/api/runs/{run_id}").json()
+
+    assert [e["status"] for e in events if e.get("run_id") == run_id] == ["queued", "running"]
+    assert still["status"] == "running"
