@@ -118,7 +118,7 @@ class SkillStore:
         return self._owned_folder(skill.owner_id, skill.name)
 
     def _owned_folder(self, owner_id: int, name: str) -> Path:
-        return inside(self.skills_dir, f"owner_{owner_id}", name)
+        return _owned_folder(self.skills_dir, owner_id, name)
 
     def info(self, skill: Skill) -> SkillInfo:
         """The parsed header of a skill, cached per content hash."""
@@ -128,8 +128,7 @@ class SkillStore:
         return list(_scripts(str(self.folder(skill)), skill.hash))
 
     def files(self, skill: Skill) -> list[FileEntry]:
-        root = self.folder(skill)
-        return [FileEntry(rel, (root / rel).stat().st_size) for rel in regular_files(root)]
+        return list(_files(str(self.folder(skill)), skill.hash))
 
     def read_file(self, skill: Skill, path: object, limit: int) -> tuple[str, bytes]:
         return read_resource(self.folder(skill), path, limit)
@@ -387,6 +386,20 @@ def _header_info(folder: str, name: str, skill_hash: str) -> SkillInfo:
 @functools.lru_cache(maxsize=512)
 def _scripts(folder: str, skill_hash: str) -> tuple[str, ...]:
     return tuple(scripts_of(Path(folder)))
+
+
+@functools.lru_cache(maxsize=512)
+def _files(folder: str, skill_hash: str) -> tuple[FileEntry, ...]:
+    """A skill's files and sizes: fixed by its content hash, like its header and scripts."""
+    root = Path(folder)
+    return tuple(FileEntry(rel, (root / rel).stat().st_size) for rel in regular_files(root))
+
+
+@functools.lru_cache(maxsize=4096)
+def _owned_folder(skills_dir: Path, owner_id: int, name: str) -> Path:
+    """An owned skill's folder, checked once per process: only the store writes below its
+    directory, and every call that names a skill needs the folder (two path resolutions)."""
+    return inside(skills_dir, f"owner_{owner_id}", name)
 
 
 def _fill(
