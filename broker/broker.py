@@ -32,6 +32,7 @@ from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
 from broker.turns import admit, turn_key
+from relay import feed
 from relay.counters import POLICY_DECISIONS
 from store.db import SessionFactory, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
@@ -102,14 +103,16 @@ class Broker:
             # The limit holds even under an operator's policy that forgot the rule.
             decision = Decision("deny", TURN_LIMIT_RULE)
         call.rule = decision.rule
+        count = _Count(decision.rule or "default", decision.action)
         try:
             if decision.action == "deny":
-                return self._refuse(call, decision, number)
+                return self._refuse(call, decision, number, count)
             if decision.action == "require_approval":
-                return self._ask(call, plan, decision)
-            return self._run(call, chat, plan, new=True)
-        finally:  # counted after the answer: a run's script is already on its way
-            POLICY_DECISIONS.add(self.counters, decision.rule or "default", decision.action)
+                return self._ask(call, plan, decision, count)
+            return self._run(call, chat, plan, new=True, count=count)
+        finally:  # not counted with the call's record (a run): once the script is on its way
+            if not count.sent:
+                POLICY_DECISIONS.add(self.counters, count.rule, count.action)
 
     def _decide(
         self,
@@ -153,7 +156,9 @@ class Broker:
             )
         )
 
-    def _refuse(self, call: ToolCall, decision: Decision, number: int) -> CallOutcome:
+    def _refuse(
+        self, call: ToolCall, decision: Decision, number: int, count: _Count
+    ) -> CallOutcome:
         message = f"HOST: the policy refused this call (rule: {decision.rule})."
         if decision.rule is None:
             message = "HOST: no policy rule allows this call, so it is refused (default: deny)."
@@ -164,10 +169,13 @@ class Broker:
             )
         call.error_code = "policy_denied"
         call.error_message = message
-        return self._record(call, CallStatus.DENIED)
+        return self._record(call, CallStatus.DENIED, count)
 
-    def _ask(self, call: ToolCall, plan: CallPlan, decision: Decision) -> CallOutcome:
+    def _ask(
+        self, call: ToolCall, plan: CallPlan, decision: Decision, count: _Count
+    ) -> CallOutcome:
         with transaction(self.sessions) as session:
+            self._count_with(session, count)
             callstate.record(session, call, CallStatus.PENDING_APPROVAL)
             session.flush()
             approval = approvals.create_approval(session, call, plan, decision.rule)
@@ -196,7 +204,15 @@ class Broker:
         except Exception as e:  # noqa: BLE001 - the call is saved; only the notice is lost
             log.warning("owner not told", call_id=call.id, kind=kind, error_type=type(e).__name__)
 
-    def _run(self, call: ToolCall, chat: Chat | None, plan: CallPlan, *, new: bool) -> CallOutcome:
+    def _run(
+        self,
+        call: ToolCall,
+        chat: Chat | None,
+        plan: CallPlan,
+        *,
+        new: bool,
+        count: _Count | None = None,
+    ) -> CallOutcome:
         """Run an allowed call; `new` when the call has no row yet (not asked first)."""
         context = ToolContext(
             call_id=call.id,
@@ -224,7 +240,7 @@ class Broker:
         except Exception as e:  # every failure becomes an envelope; ours keep their message
             if isinstance(e, SQLAlchemyError):
                 raise ServiceUnavailable("The database can't be reached; try again.") from e
-            return self._fail(call, plan, e, new=new)
+            return self._fail(call, plan, e, new=new, count=count)
         finally:
             structlog.contextvars.unbind_contextvars(*ids)
         if isinstance(result, RunStarted):
@@ -239,11 +255,17 @@ class Broker:
                 message=f"The draft '{result.get('name')}' waits for your review.",
             )
         if new:
-            return self._record(call, CallStatus.DONE)
+            return self._record(call, CallStatus.DONE, count)
         return self._end(call, CallStatus.DONE, result=call.result)
 
     def _fail(
-        self, call: ToolCall, plan: CallPlan | None, error: Exception, *, new: bool = True
+        self,
+        call: ToolCall,
+        plan: CallPlan | None,
+        error: Exception,
+        *,
+        new: bool = True,
+        count: _Count | None = None,
     ) -> CallOutcome:
         code, message = tool_failure(error)
         if code == "tool_failed":
@@ -255,19 +277,28 @@ class Broker:
         if plan is not None:
             _describe(call, plan)
         if new:
-            return self._record(call, CallStatus.FAILED)
+            return self._record(call, CallStatus.FAILED, count)
         return self._end(call, CallStatus.FAILED, error=(code, message))
 
-    def _record(self, call: ToolCall, status: CallStatus) -> CallOutcome:
+    def _record(
+        self, call: ToolCall, status: CallStatus, count: _Count | None = None
+    ) -> CallOutcome:
         try:
             with transaction(self.sessions) as session:
+                self._count_with(session, count)
                 callstate.record(session, call, status)
         except IntegrityError:
             # The chat was deleted while the call was being answered: keep the call, not the link.
             call.chat_id = None
             with transaction(self.sessions) as session:
+                self._count_with(session, count)
                 callstate.record(session, call, status)
         return CallOutcome.of(call)
+
+    def _count_with(self, session: Any, count: _Count | None) -> None:
+        """Count the decision in the round trip that publishes the session's events."""
+        if count is not None and self.counters is not None:
+            feed.also(session, count.add_to)
 
     def _end(
         self,
@@ -427,6 +458,20 @@ class Broker:
                 deadline = min(deadline, time.monotonic() + 0.5)  # one more look, then answer
                 continue
             time.sleep(POLL_SECONDS)
+
+
+@dataclass
+class _Count:
+    """A call's policy decision for /metrics, counted once: in the round trip that publishes
+    the recorded call's events, or on its own when nothing recorded it (a run, an outage)."""
+
+    rule: str
+    action: str
+    sent: bool = False
+
+    def add_to(self, pipe: Any) -> None:
+        POLICY_DECISIONS.add_to(pipe, self.rule, self.action)
+        self.sent = True
 
 
 def _grant_cases(base: CallFacts) -> list[CallFacts]:

@@ -39,9 +39,15 @@ class FleetCounter:
         if client is None:
             return
         try:
-            client.hincrby(naming.counter(self.name), json.dumps(values), amount)
+            self.add_to(client, *values, amount=amount)
         except redis.RedisError as e:
             log.warning("count lost", counter=self.name, error_type=type(e).__name__)
+
+    def add_to(self, pipe: Any, *values: str, amount: int = 1) -> None:
+        """Add to the count with `pipe` (a client, or a pipeline that carries other commands)."""
+        if len(values) != len(self.labels):
+            raise ValueError(f"{self.name} takes {len(self.labels)} label values")
+        pipe.hincrby(naming.counter(self.name), json.dumps(values), amount)
 
 
 POLICY_DECISIONS = FleetCounter(

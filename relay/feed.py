@@ -11,7 +11,7 @@ Kinds: `approval.created`, `approval.answered`, `call.finished`, `run.state`, `j
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -32,8 +32,11 @@ _NOTED = "skillfleet.owner_events"
 _READY = "skillfleet.owner_events.ready"
 # A list the committed events go to instead of Redis, for a caller that sends them itself.
 _HELD = "skillfleet.owner_events.held"
+# Commands of others sent in the same round trip as the events (relay/counters.py).
+_RIDERS = "skillfleet.owner_events.riders"
 Snapshot = Callable[[], dict[str, Any]]
 OwnerEvent = tuple[int, str, dict[str, Any]]
+Rider = Callable[[Any], object]
 
 
 def publish(client: redis.Redis, owner_id: int, kind: str, data: dict[str, Any]) -> str | None:
@@ -51,11 +54,16 @@ def publish(client: redis.Redis, owner_id: int, kind: str, data: dict[str, Any])
     return entry.decode() if isinstance(entry, bytes) else str(entry)
 
 
-def publish_all(client: redis.Redis, events: list[OwnerEvent]) -> None:
-    """Append several (owner id, kind, data) events in one round trip; best effort like publish."""
-    if not events:
+def publish_all(
+    client: redis.Redis, events: list[OwnerEvent], riders: Sequence[Rider] = ()
+) -> None:
+    """Append several (owner id, kind, data) events in one round trip, with the commands of
+    `riders` (see `also`); best effort like publish."""
+    if not events and not riders:
         return
     pipe = client.pipeline(transaction=False)
+    for add in riders:
+        add(pipe)
     add_to(pipe, events)
     try:
         pipe.execute()
@@ -76,6 +84,12 @@ def add_to(pipe: Any, events: list[OwnerEvent]) -> None:
             maxlen=MAX_OWNER_EVENTS,
             approximate=True,
         )
+
+
+def also(session: Session, add: Rider) -> None:
+    """Once `session` commits, `add(pipe)` puts its commands (a count, say) on the pipeline that
+    publishes the session's events: one round trip for both. Nothing is sent on a rollback."""
+    session.info.setdefault(_RIDERS, []).append(add)
 
 
 def hold(session: Session, into: list[OwnerEvent] | None = None) -> list[OwnerEvent]:
@@ -152,19 +166,22 @@ def attach(sessions: SessionFactory, client: redis.Redis) -> None:
     @event.listens_for(sessions, "after_commit")
     def send(session: Session) -> None:
         ready = session.info.pop(_READY, [])
+        riders = session.info.pop(_RIDERS, [])
         held = session.info.pop(_HELD, None)
         if held is not None:
             held.extend(ready)
-        elif len(ready) == 1:
+            ready = []
+        if len(ready) == 1 and not riders:
             publish(client, *ready[0])
-        elif ready:
-            publish_all(client, ready)
+        else:
+            publish_all(client, ready, riders)
 
     @event.listens_for(sessions, "after_soft_rollback")
     def forget(session: Session, _transaction: Any) -> None:
         session.info.pop(_NOTED, None)
         session.info.pop(_READY, None)
         session.info.pop(_HELD, None)
+        session.info.pop(_RIDERS, None)
 
 
 def read(

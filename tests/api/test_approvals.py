@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from factories import skill_files, zip_bytes
 from sqlalchemy import update
+from test_metrics import sample
 
 from store.db import transaction
 from store.models import Approval, Grant, utcnow
@@ -404,3 +405,20 @@ def test_wait_long_polls_until_the_owner_answers(client, auth, wiper, app):
     waited = client.get(f"/api/calls/{envelope['call_id']}?wait=10", headers=auth).json
     thread.join()
     assert waited["status"] == "done"
+
+
+def test_each_decision_is_counted_once_whichever_way_the_call_goes(client, auth, wiper):
+    # A refused or asked call is counted in its record's round trip, a run after its task went
+    # out: never both, never neither.
+    def decided(action: str) -> float:
+        text = client.get("/metrics").get_data(as_text=True)
+        return sample(text, "skillfleet_policy_decisions_total", action=action)
+
+    before = {action: decided(action) for action in ("deny", "require_approval", "allow")}
+    asked = run(client, auth)
+    assert run(client, auth, mode="plan")["status"] == "denied"
+    assert answer(client, auth, asked["approval_id"], "approve").json["status"] == "approved"
+
+    assert decided("deny") == before["deny"] + 1
+    assert decided("require_approval") == before["require_approval"] + 1
+    assert decided("allow") == before["allow"]  # the approved run was decided when it was asked
