@@ -84,21 +84,30 @@ def get_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def summary(skill: Skill | Any) -> dict[str, Any]:
-    """What list_skills shows of a skill (a row or a listing row): author, where it runs, tier;
-    a draft's reasons."""
+def listed(row: Any) -> dict[str, Any]:
+    """`summary` of a `SkillStore.listing` row, read by position (its columns, in order): a
+    200-skill list is built in a tenth of the time attribute reads take."""
+    name, description, enabled, author, execution, tier, _owner, chats, rationale = row
     entry: dict[str, Any] = {
-        "name": skill.name,
-        "description": skill.description,
-        "enabled": skill.enabled,
-        "author": skill.author,
-        "execution": skill.execution,
-        "tier": skill.tier,
+        "name": name,
+        "description": description,
+        "enabled": enabled,
+        "author": author,
+        "execution": execution,
+        "tier": tier,
     }
-    if skill.author == "assistant":
-        entry["source_chats"] = skill.source_chats or []
-        entry["rationale"] = skill.rationale or ""
+    if author == "assistant":
+        entry["source_chats"] = chats or []
+        entry["rationale"] = rationale or ""
     return entry
+
+
+def summary(skill: Skill | Any) -> dict[str, Any]:
+    """What list_skills shows of a skill: author, where it runs, tier; a draft's reasons."""
+    return listed(
+        (skill.name, skill.description, skill.enabled, skill.author, skill.execution,
+         skill.tier, skill.owner_id, skill.source_chats, skill.rationale)
+    )  # fmt: skip
 
 
 def draft_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from broker.authoring import draft_skill, get_skill, summary
+from broker.authoring import draft_skill, get_skill, listed
 from broker.chatreview import CHAT_ID
 from broker.classify import DISABLED
 from broker.context import RunStarted, ToolContext
@@ -53,7 +53,7 @@ def list_skills(context: ToolContext, arguments: dict[str, Any]) -> dict[str, An
     catalog = [(skill.name, skill.description) for skill in installed]
     if query and query.strip():
         catalog = _ranked(catalog, query)
-    skills = [summary(rows[name]) for name, _description in catalog]
+    skills = [listed(rows[name]) for name, _description in catalog]
     if not query and not include_disabled:
         _remember_catalog(context, [name for name, _description in catalog])
     return {"skills": skills, "count": len(skills)}

@@ -89,18 +89,14 @@ class SkillStore:
             return _unshadowed(session.scalars(query))
 
     def listing(self, owner_id: int, *, enabled_only: bool = False) -> list[Any]:
-        """What list_skills shows of each skill the owner sees: only those columns, by name."""
-        drafted = Skill.author == "assistant"  # only a draft shows its chats and reasons
-        query = select(
-            Skill.name, Skill.description, Skill.enabled, Skill.author, Skill.execution,
-            Skill.tier, Skill.owner_id,
-            case((drafted, Skill.source_chats)).label("source_chats"),
-            case((drafted, Skill.rationale)).label("rationale"),
-        ).where(_visible_to(owner_id))  # fmt: skip
-        if enabled_only:
-            query = query.where(Skill.enabled.is_(True))
+        """What list_skills shows of each skill the owner sees: only those columns, by name.
+
+        Columns, in this order: name, description, enabled, author, execution, tier, owner_id,
+        source_chats, rationale (the last two for drafts only).
+        """
+        query = _LISTING_ENABLED if enabled_only else _LISTING
         with self.sessions() as session:
-            return _unshadowed(session.execute(query))
+            return _unshadowed(session.execute(query, {"owner_id": owner_id}))
 
     def catalog(self, owner_id: int) -> list[tuple[str, str]]:
         """Name and description of every enabled skill the owner sees, from the index alone."""
@@ -349,13 +345,21 @@ def _unshadowed(rows: Iterable[_Row]) -> list[_Row]:
     return [chosen[name] for name in sorted(chosen)]
 
 
+# Statements built once, for the reads every call makes: bound to the owner when they run.
+_VISIBLE = or_(Skill.owner_id == bindparam("owner_id"), Skill.source.in_(READ_ONLY_SOURCES))
+_DRAFTED = Skill.author == "assistant"  # only a draft shows its chats and reasons
+_LISTING = select(
+    Skill.name, Skill.description, Skill.enabled, Skill.author, Skill.execution, Skill.tier,
+    Skill.owner_id,
+    case((_DRAFTED, Skill.source_chats)).label("source_chats"),
+    case((_DRAFTED, Skill.rationale)).label("rationale"),
+).where(_VISIBLE)  # fmt: skip
+_LISTING_ENABLED = _LISTING.where(Skill.enabled.is_(True))
+
 # The lookup behind every call that names a skill, built once: a call then costs only its run.
 _FIND = (
     select(Skill)
-    .where(
-        or_(Skill.owner_id == bindparam("owner_id"), Skill.source.in_(READ_ONLY_SOURCES)),
-        Skill.name == bindparam("name"),
-    )
+    .where(_VISIBLE, Skill.name == bindparam("name"))
     .order_by(Skill.owner_id.is_(None))
     .limit(1)
 )
