@@ -55,7 +55,7 @@ def list_approvals(
         statement = statement.where(Approval.status == query["status"])
     with transaction(services().sessions) as session:
         expire_due(session, caller)
-        newest_first = statement.order_by(Approval.created_at.desc())
+        newest_first = statement.order_by(Approval.created_at.desc(), Approval.id.desc())
         return cards(session, sql_page(session, newest_first, pagination_parameters))
 
 

@@ -41,7 +41,7 @@ def list_calls(
         chats = select(Chat.id).where(Chat.owner_id == caller, Chat.external_id == query["chat"])
         statement = statement.where(ToolCall.chat_id.in_(chats))
     with services().sessions() as session:
-        newest_first = statement.order_by(ToolCall.created_at.desc())
+        newest_first = statement.order_by(ToolCall.created_at.desc(), ToolCall.id.desc())
         return sql_page(session, newest_first, pagination_parameters)
 
 

@@ -34,7 +34,8 @@ def list_chats() -> list[Chat]:
     """List your chats with their declined, expired, failed and timed-out call counts"""
     caller = owner_only()
     with services().sessions() as session:
-        query = select(Chat).where(Chat.owner_id == caller).order_by(Chat.created_at.desc())
+        mine = select(Chat).where(Chat.owner_id == caller)
+        query = mine.order_by(Chat.created_at.desc(), Chat.id.desc())
         return list(session.scalars(query))
 
 

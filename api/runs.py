@@ -160,4 +160,5 @@ def list_runs(query: dict[str, Any], pagination_parameters: PaginationParameters
         )  # fmt: skip
         statement = statement.where(Run.call_id.in_(chat_calls))
     with services().sessions() as session:
-        return sql_page(session, statement.order_by(Run.created_at.desc()), pagination_parameters)
+        newest_first = statement.order_by(Run.created_at.desc(), Run.id.desc())
+        return sql_page(session, newest_first, pagination_parameters)

@@ -179,3 +179,32 @@ def test_calls_are_filtered_by_skill_node_and_since(client, auth, services):
     assert ids(f"since={since}&node=web01") == [eraser]
     refused = client.get("/api/calls?since=yesterday", headers=auth)
     assert refused.status_code == 422 and refused.json["code"] == "invalid_request"
+
+
+def test_runs_and_calls_made_at_the_same_instant_page_once_each_in_a_fixed_order(
+    client, auth, services
+):
+    # Newest first, and among rows of the same instant by id: a page boundary between them
+    # can neither repeat one nor skip one.
+    alice = owner_id_of(services)
+    now = utcnow()
+    runs = [add_run(services, alice, id=f"run-{letter}", created_at=now) for letter in "abc"]
+    body = {"arguments": {}}
+    calls = [
+        str(client.post("/api/tools/list_skills", headers=auth, json=body).json["call_id"])
+        for _ in range(3)
+    ]
+    with transaction(services.sessions) as session:
+        for call_id in calls:
+            session.get(ToolCall, call_id).created_at = now
+
+    def paged(path: str) -> list[str]:
+        found = []
+        for page in (1, 2, 3):
+            response = client.get(f"{path}?page_size=1&page={page}", headers=auth)
+            assert response.status_code == 200, response.json
+            found += [row["run_id" if "runs" in path else "call_id"] for row in response.json]
+        return found
+
+    assert paged("/api/runs") == sorted(runs, reverse=True)
+    assert paged("/api/calls") == sorted(calls, reverse=True)
