@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, bindparam, case, func, or_, select
+from sqlalchemy import BindParameter, ColumnElement, Select, bindparam, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from store.db import SessionFactory, transaction
@@ -176,7 +176,7 @@ class SkillStore:
         findings = lint({rel: (root / rel).read_bytes() for rel in files}, info)
         final = self._owned_folder(owner_id, info.name)
         with self._locked(), transaction(self.sessions) as session:
-            existing = session.scalar(_visible(owner_id).where(Skill.name == info.name).limit(1))
+            existing = session.scalar(_FIND, {"owner_id": owner_id, "name": info.name})
             if guard is not None:
                 guard(existing)
             self._check_can_install(session, existing, owner_id, info, replace)
@@ -254,7 +254,7 @@ class SkillStore:
             )
         source = self.get(owner_id, name)
         with self.sessions() as session:
-            taken = session.scalar(_visible(owner_id).where(Skill.name == new_name).limit(1))
+            taken = session.scalar(_FIND, {"owner_id": owner_id, "name": new_name})
         if taken is not None:
             raise SkillExists(f"A skill named '{new_name}' is already installed.")
         with self.staging() as stage:
@@ -327,7 +327,7 @@ class SkillStore:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _visible_to(owner_id: int) -> ColumnElement[bool]:
+def _visible_to(owner_id: int | BindParameter[int]) -> ColumnElement[bool]:
     return or_(Skill.owner_id == owner_id, Skill.source.in_(READ_ONLY_SOURCES))
 
 
@@ -346,7 +346,7 @@ def _unshadowed(rows: Iterable[_Row]) -> list[_Row]:
 
 
 # Statements built once, for the reads every call makes: bound to the owner when they run.
-_VISIBLE = or_(Skill.owner_id == bindparam("owner_id"), Skill.source.in_(READ_ONLY_SOURCES))
+_VISIBLE = _visible_to(bindparam("owner_id"))
 _DRAFTED = Skill.author == "assistant"  # only a draft shows its chats and reasons
 _LISTING = select(
     Skill.name, Skill.description, Skill.enabled, Skill.author, Skill.execution, Skill.tier,
