@@ -42,7 +42,7 @@ def cards(session: Session, approvals: list[Approval]) -> list[ApprovalCard]:
 
 
 @blp.route("")
-@blp.arguments(ApprovalQuerySchema, location="query")
+@blp.arguments(ApprovalQuerySchema(), location="query")
 @blp.response(200, ApprovalSchema(many=True))
 @paginate(blp)
 def list_approvals(
@@ -73,7 +73,7 @@ def get_approval(approval_id: str) -> ApprovalCard:
 
 
 @blp.route("/<approval_id>", methods=["POST"])
-@blp.arguments(DecisionSchema)
+@blp.arguments(DecisionSchema())
 @blp.response(200, ApprovalSchema)
 def answer_approval(body: dict[str, Any], approval_id: str) -> ApprovalCard:
     """Answer an approval: approve, approve_for_chat or deny; an approved call then runs"""

@@ -18,7 +18,7 @@ blp = Blueprint("calls", __name__, url_prefix="/api/calls", description="Tool ca
 
 
 @blp.route("")
-@blp.arguments(CallQuerySchema, location="query")
+@blp.arguments(CallQuerySchema(), location="query")
 @blp.response(200, CallSchema(many=True))
 @paginate(blp)
 def list_calls(
@@ -46,7 +46,7 @@ def list_calls(
 
 
 @blp.route("/<call_id>")
-@blp.arguments(WaitSchema, location="query")
+@blp.arguments(WaitSchema(), location="query")
 @blp.response(200, CallSchema)
 def get_call(query: dict[str, Any], call_id: str) -> ToolCall:
     """Show one tool call's outcome; `?wait=S` waits for an end state"""

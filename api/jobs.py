@@ -63,7 +63,7 @@ class JobList(MethodView):
         jobs = _jobs().list_jobs(owner_or_agent())
         return [_shown(job) for job in list_page(jobs, pagination_parameters)]
 
-    @blp.arguments(JobBodySchema)
+    @blp.arguments(JobBodySchema())
     @blp.response(201, JobSchema)
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create a job; the answer holds its id and next_run_at (UTC)"""
@@ -77,7 +77,7 @@ class JobItem(MethodView):
         """Show a job with its grants and next run"""
         return _shown(_jobs().get(owner_or_agent(), job_id))
 
-    @blp.arguments(JobBodySchema)
+    @blp.arguments(JobBodySchema())
     @blp.response(200, JobSchema)
     def put(self, body: dict[str, Any], job_id: str) -> dict[str, Any]:
         """Replace a job: schedule, steps, grants and skills"""

@@ -46,7 +46,7 @@ def get_model() -> dict[str, Any]:
 
 
 @blp.route("", methods=["PUT"])
-@blp.arguments(ModelSettingSchema)
+@blp.arguments(ModelSettingSchema())
 @blp.response(200, ModelSettingShownSchema)
 def put_model(body: dict[str, Any]) -> dict[str, Any]:
     """Set the model: an OpenAI-compatible base URL, the model name and its API key"""

@@ -64,7 +64,7 @@ def list_subscriptions() -> list[PushSubscription]:
 
 
 @blp.route("/subscriptions", methods=["POST"])
-@blp.arguments(SubscriptionSchema)
+@blp.arguments(SubscriptionSchema())
 @blp.response(201, SubscriptionSchema)
 def subscribe(body: dict[str, Any]) -> Any:
     """Keep a browser's subscription (at most 20; only endpoints of allowed push services)"""
@@ -87,7 +87,7 @@ def subscribe(body: dict[str, Any]) -> Any:
 
 
 @blp.route("/subscriptions", methods=["DELETE"])
-@blp.arguments(EndpointSchema)
+@blp.arguments(EndpointSchema())
 @blp.response(204)
 def unsubscribe(body: dict[str, Any]) -> Response:
     """Forget a browser's subscription"""

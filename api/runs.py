@@ -139,7 +139,7 @@ def _from_row(run: Run) -> list[str]:
 
 
 @blp.route("")
-@blp.arguments(RunQuerySchema, location="query")
+@blp.arguments(RunQuerySchema(), location="query")
 @blp.response(200, RunSchema(many=True))
 @paginate(blp)
 def list_runs(query: dict[str, Any], pagination_parameters: PaginationParameters) -> list[Run]:

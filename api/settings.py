@@ -34,7 +34,7 @@ def get_settings() -> dict[str, Any]:
 
 
 @blp.route("", methods=["PUT"])
-@blp.arguments(SettingsSchema)
+@blp.arguments(SettingsSchema())
 @blp.response(200, SettingsSchema)
 def put_settings(body: dict[str, Any]) -> dict[str, Any]:
     """Replace the list: change-tier tool names, or skill keys like skill:name@1a2b3c4d"""

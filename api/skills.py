@@ -52,7 +52,7 @@ IMPORT_BODY = {
 
 @blp.route("")
 class Skills(MethodView):
-    @blp.arguments(SkillListQuerySchema, location="query")
+    @blp.arguments(SkillListQuerySchema(), location="query")
     @blp.response(200, SkillSchema(many=True))
     @paginate(blp, in_memory=True)
     def get(self, query: dict[str, Any]) -> list[Skill]:
@@ -62,7 +62,7 @@ class Skills(MethodView):
             skills = [s for s in skills if s.enabled == query["enabled"]]
         return skills
 
-    @blp.arguments(ImportQuerySchema, location="query")
+    @blp.arguments(ImportQuerySchema(), location="query")
     @blp.doc(requestBody=IMPORT_BODY)
     @blp.response(201, ImportedSkillSchema)
     @blp.alt_response(200, schema=BundleImportSchema, description=BUNDLE_OK)
@@ -194,7 +194,7 @@ class SkillFile(MethodView):
             mimetype = "text/plain; charset=utf-8"
         return Response(data, mimetype=mimetype)
 
-    @blp.arguments(FileEditSchema)
+    @blp.arguments(FileEditSchema())
     @blp.response(200, SkillDetailSchema)
     def put(self, body: dict[str, Any], name: str, path: str) -> dict[str, Any]:
         """Write one file of your skill (text, at most 256 KiB); the skill gets a new hash"""
@@ -207,7 +207,7 @@ class SkillFile(MethodView):
             )
         return _owner_edit(name, {path: content}, body["hash"])
 
-    @blp.arguments(FileDeleteQuerySchema, location="query")
+    @blp.arguments(FileDeleteQuerySchema(), location="query")
     @blp.response(200, SkillDetailSchema)
     def delete(self, query: dict[str, Any], name: str, path: str) -> dict[str, Any]:
         """Delete one file of your skill; the skill gets a new hash"""
@@ -225,7 +225,7 @@ def _owner_edit(name: str, changes: dict[str, str | None], expected: str | None)
 
 
 @blp.route("/<name>/duplicate", methods=["POST"])
-@blp.arguments(DuplicateSchema)
+@blp.arguments(DuplicateSchema())
 @blp.response(201, SkillSchema)
 def duplicate(body: dict[str, Any], name: str) -> Skill:
     """Copy a skill (a built-in, say) into an owned skill under a new name"""
@@ -235,7 +235,7 @@ def duplicate(body: dict[str, Any], name: str) -> Skill:
 
 
 @blp.route("/<name>/enabled", methods=["PUT"])
-@blp.arguments(EnabledSchema)
+@blp.arguments(EnabledSchema())
 @blp.response(200, SkillSchema)
 def set_enabled(body: dict[str, Any], name: str) -> Skill:
     """Enable or disable a skill; with `hash`, only if it is still the content you reviewed"""

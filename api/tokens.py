@@ -32,7 +32,7 @@ class Tokens(MethodView):
         with services().sessions() as session:
             return owner_tokens(session, caller)
 
-    @blp.arguments(TokenCreateSchema)
+    @blp.arguments(TokenCreateSchema())
     @blp.response(201, NewTokenSchema)
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create a token: role `agent` for an agent's tool calls, `owner` for everything"""

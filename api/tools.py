@@ -12,7 +12,7 @@ from api.auth import owner_or_agent
 from api.paging import paginate
 from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services
-from broker.calls import OPEN_STATES, CallOutcome, CallRequest
+from broker.calls import OPEN_STATES, CallRequest
 from broker.classify import READ_EXACTLY
 from broker.editargs import repeated_fields
 from broker.errors import InvalidCall
@@ -64,8 +64,8 @@ ENVELOPE_EXAMPLES = {
 
 
 @blp.route("/<tool>", methods=["POST"])
-@blp.arguments(WaitSchema, location="query")
-@blp.arguments(ToolCallSchema)
+@blp.arguments(WaitSchema(), location="query")
+@blp.arguments(ToolCallSchema())
 @blp.response(200, ToolResultSchema, examples=ENVELOPE_EXAMPLES)
 def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[str, Any]:
     """Call one tool; the envelope says done, failed, denied, running or pending_approval"""
@@ -88,6 +88,5 @@ def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[st
     )
     outcome = broker.call(caller, request)
     if query["wait"] > 0 and outcome.status in OPEN_STATES:
-        call = broker.get_call(caller, outcome.call_id, wait=query["wait"], run_id=outcome.run_id)
-        outcome = CallOutcome.of(call)
+        outcome = broker.outcome(caller, outcome.call_id, query["wait"], outcome.run_id)
     return outcome.envelope()

@@ -62,7 +62,7 @@ class TurnSchema(ma.Schema):
 
 
 @blp.route("", methods=["POST"])
-@blp.arguments(TurnRequestSchema)
+@blp.arguments(TurnRequestSchema())
 @blp.response(202, TurnSchema)
 def start_turn(body: dict[str, Any]) -> Turn:
     """Start a turn in a chat; it runs on the control worker and streams at /events"""

@@ -47,7 +47,7 @@ def list_webhooks() -> list[Webhook]:
 
 
 @blp.route("", methods=["POST"])
-@blp.arguments(WebhookSchema)
+@blp.arguments(WebhookSchema())
 @blp.response(201, NewWebhookSchema)
 def add_webhook(body: dict[str, Any]) -> dict[str, Any]:
     """Add a webhook; its signing secret is shown once"""
