@@ -19,6 +19,8 @@ ACTIONS = frozenset({"allow", "deny", "require_approval"})
 RULE_FIELDS = ("name", "condition", "action", "priority")
 # Rules per combined CEL expression; the parser refuses much deeper nesting.
 CHAIN_SIZE = 32
+# Verdicts a policy remembers: a verdict depends on the facts alone, and calls repeat few.
+KNOWN_VERDICTS = 4096
 
 # The facts a condition may read, with their types. Nothing else is in scope.
 VARIABLES: Mapping[str, type] = {
@@ -106,6 +108,9 @@ class Policy:
 
     A condition that fails to evaluate (or yields a non-boolean) fails closed: the call is
     denied and the decision names that rule.
+
+    A verdict depends on the facts alone (CEL has no side effects and sees nothing else), so
+    each set of facts is evaluated once and its verdict remembered; a call costs a dict lookup.
     """
 
     def __init__(self, default_action: str, rules: Sequence[Rule]) -> None:
@@ -115,6 +120,7 @@ class Policy:
         # sorted() is stable, so rules of equal priority keep document order.
         self.rules: tuple[Rule, ...] = tuple(sorted(rules, key=lambda rule: -rule.priority))
         self._chains = _chain_programs(self.rules)
+        self._verdicts: dict[CallFacts, Decision] = {}
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "<policy>") -> "Policy":
@@ -142,6 +148,19 @@ class Policy:
 
     def decide(self, facts: CallFacts) -> Decision:
         """The verdict of the first matching rule by priority, else the default action."""
+        known = self._verdicts.get(facts)
+        if known is not None:
+            return known
+        decision = self._evaluate(facts)
+        if decision is None:  # a condition failed: the slow path denies, and says so each time
+            return self._decide_rule_by_rule(facts)
+        if len(self._verdicts) >= KNOWN_VERDICTS:
+            self._verdicts.clear()
+        self._verdicts[facts] = decision
+        return decision
+
+    def _evaluate(self, facts: CallFacts) -> Decision | None:
+        """The chains' verdict; None when a condition failed to evaluate."""
         variables = facts.as_context()
         # Converting the facts once beats converting them for every chain.
         context = cel.Context(variables=variables) if len(self._chains) > 1 else variables
@@ -152,7 +171,7 @@ class Policy:
                     rule = self.rules[index]
                     return Decision(rule.action, rule.name)
         except Exception:  # CEL raises many types (ZeroDivisionError, KeyError, ...)
-            return self._decide_rule_by_rule(facts)
+            return None
         return Decision(self.default_action, None)
 
     def explain(self, facts: CallFacts) -> list[tuple[str, bool]]:

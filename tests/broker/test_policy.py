@@ -1,12 +1,14 @@
 """The policy engine: loading, refusing bad documents, ordering, failing closed."""
 
+import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import structlog
 
 from broker.errors import PolicyError
-from broker.policy import CallFacts, Decision, Policy
+from broker.policy import KNOWN_VERDICTS, CallFacts, Decision, Policy, load_builtin_policy
 
 
 def policy_text(*rules: str, default: str = "deny") -> str:
@@ -96,6 +98,50 @@ def test_a_condition_that_fails_at_call_time_denies_and_names_its_rule() -> None
     assert decision == Decision("deny", "fragile")
     assert logs[0]["event"] == "policy condition failed"
     assert logs[0]["rule"] == "fragile"
+
+
+def test_a_condition_that_fails_is_judged_and_logged_again_on_every_call() -> None:
+    failing = "tool == 'boom' && 10 / (calls_this_turn - 7) > 0"
+    policy = Policy.from_yaml(
+        policy_text(rule("fragile", failing, "allow", 20), rule("reads", "true", "allow", 1))
+    )
+    facts = CallFacts("boom", "read", calls_this_turn=7)
+
+    with structlog.testing.capture_logs() as logs:
+        verdicts = [policy.decide(facts) for _ in range(3)]
+
+    assert verdicts == [Decision("deny", "fragile")] * 3
+    assert [entry["event"] for entry in logs] == ["policy condition failed"] * 3
+
+
+def test_a_remembered_verdict_is_the_one_the_rules_give_for_every_fact_combination() -> None:
+    policy = load_builtin_policy()
+    BOTH = (False, True)
+    cases = [
+        CallFacts(tool, tier, mode, in_job, granted, job_granted, owner, enabled, False, False, n)
+        for tool, tier in (("run_skill_script", "change"), ("list_skills", "read"),
+                           ("run_skill_script", "destructive"), ("edit_skill", "skill-edit"))
+        for mode in ("execute", "plan")
+        for in_job, granted, job_granted, owner, enabled in itertools.product(BOTH, repeat=5)
+        for n in (1, 50, 51)
+    ]  # fmt: skip
+    first = [policy.decide(facts) for facts in cases]
+    evaluated = [policy._evaluate(facts) for facts in cases]  # the rules, with nothing kept
+
+    assert first == evaluated
+    assert [policy.decide(facts) for facts in reversed(cases)] == evaluated[::-1]
+    assert len({(d.action, d.rule) for d in evaluated}) > 5  # the cases reach many rules
+    assert policy.decide(replace(cases[0], calls_this_turn=51)).rule == "turn-call-limit"
+
+
+def test_a_policy_keeps_a_bounded_number_of_verdicts() -> None:
+    policy = Policy.from_yaml(policy_text(rule("small", "calls_this_turn < 5000", "allow")))
+
+    for n in range(KNOWN_VERDICTS + 10):
+        assert policy.decide(CallFacts("x", "read", calls_this_turn=n)).rule == "small"
+
+    assert len(policy._verdicts) <= KNOWN_VERDICTS
+    assert policy.decide(CallFacts("x", "read", calls_this_turn=6000)) == Decision("deny", None)
 
 
 def test_a_condition_that_is_not_boolean_at_call_time_denies() -> None:
