@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 import structlog
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from broker import approvals, callstate, editplans, jobstate
@@ -110,7 +110,7 @@ class Broker:
             if decision.action == "require_approval":
                 return self._ask(call, plan, decision, count)
             return self._run(call, chat, plan, new=True, count=count)
-        finally:  # not counted with the call's record (a run): once the script is on its way
+        finally:  # counted on its own only if no round trip of the call's carried it
             if not count.sent:
                 POLICY_DECISIONS.add(self.counters, count.rule, count.action)
 
@@ -226,6 +226,7 @@ class Broker:
             job_run_id=call.job_run_id,
             turn_id=call.turn_id,
             mode=call.mode,
+            riders=(count.add_to,) if count is not None and self.counters is not None else (),
         )
         ids = {"call_id": call.id}
         if call.job_run_id:
@@ -430,17 +431,28 @@ class Broker:
             return self._end(call, CallStatus.FAILED, error=error)
         return self._run(call, chat, plan, new=False)
 
-    def get_call(
-        self, owner_id: int, call_id: str, wait: float = 0, run_id: str | None = None
-    ) -> ToolCall:
-        """The owner's call; with `wait`, after it reached an end state or the time ran out.
+    def outcome(self, owner_id: int, call_id: str, wait: float, run_id: str | None) -> CallOutcome:
+        """The envelope of a call this request just made, once it ended or `wait` ran out.
 
-        `run_id`, the run the caller just started for this call, is waited for before the first
-        read, so a call that ends while waiting is read once.
+        A call that started a run is read once its run ended, by its envelope's columns alone:
+        the answer of every `?wait=` run, so a plain SELECT rather than a load of the whole row.
         """
         deadline = time.monotonic() + min(max(wait, 0), MAX_WAIT_SECONDS)
         if run_id is not None and self.run_waiter is not None and wait > 0:
             self.run_waiter(run_id, deadline - time.monotonic())
+            with self.sessions() as session:
+                row = session.execute(_ENVELOPE, {"call_id": call_id, "owner_id": owner_id}).first()
+            if row is not None and row.status not in OPEN_STATES:
+                error = None
+                if row.error_code:
+                    error = {"code": row.error_code, "message": row.error_message or ""}
+                return CallOutcome(call_id, row.status, row.result, error, row.approval_id, run_id)
+        left = max(0.0, deadline - time.monotonic())
+        return CallOutcome.of(self.get_call(owner_id, call_id, wait=left))
+
+    def get_call(self, owner_id: int, call_id: str, wait: float = 0) -> ToolCall:
+        """The owner's call; with `wait`, after it reached an end state or the time ran out."""
+        deadline = time.monotonic() + min(max(wait, 0), MAX_WAIT_SECONDS)
         while True:
             with self.sessions() as session:
                 call = session.get(ToolCall, call_id)
@@ -458,6 +470,12 @@ class Broker:
                 deadline = min(deadline, time.monotonic() + 0.5)  # one more look, then answer
                 continue
             time.sleep(POLL_SECONDS)
+
+
+_CALLS = ToolCall.__table__.c
+_ENVELOPE = select(
+    _CALLS.status, _CALLS.result, _CALLS.error_code, _CALLS.error_message, _CALLS.approval_id
+).where(_CALLS.id == bindparam("call_id"), _CALLS.owner_id == bindparam("owner_id"))
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,6 +40,8 @@ class ToolContext:
     job_run_id: str | None = None
     turn_id: str | None = None
     mode: str = "execute"
+    # Commands (a decision's count) for the Redis round trip that announces a started run.
+    riders: Sequence[Callable[[Any], object]] = ()
 
 
 class RecordingDispatcher:

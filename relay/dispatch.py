@@ -99,7 +99,7 @@ class CeleryDispatcher:
             feed.publish_all(self.client, events)
             abandon(self.sessions, run.id, UNREACHABLE)
             raise BackendUnavailable(UNREACHABLE) from e
-        feed.publish_all(self.client, events)
+        feed.publish_all(self.client, events, context.riders)  # the decision's count rides here
         return RunStarted(run.id)
 
 
