@@ -56,6 +56,10 @@ def valid_key(name: str, skill_hash: str) -> bool:
     return is_valid_name(name) and is_valid_hash(skill_hash)
 
 
+# Package paths a store remembers, each checked once (a name and hash always give the same one).
+KNOWN_PATHS = 4096
+
+
 class PackageStore:
     """Builds packages once per hash and serves them while the hash is current or in use."""
 
@@ -64,12 +68,21 @@ class PackageStore:
         self.store = store
         self.packages_dir.mkdir(parents=True, exist_ok=True)
         self._digests: dict[Path, tuple[str, int]] = {}
+        self._paths: dict[tuple[str, str], Path] = {}  # checked once: two realpath calls each
         self._lock = threading.Lock()
 
     def path(self, name: str, skill_hash: str) -> Path:
+        known = self._paths.get((name, skill_hash))
+        if known is not None:
+            return known
         if not valid_key(name, skill_hash):
             raise PackageNotFound(f"No package {name!r}@{skill_hash!r} is served.")
-        return inside(self.packages_dir, f"{name}@{skill_hash}{_SUFFIX}")
+        path = inside(self.packages_dir, f"{name}@{skill_hash}{_SUFFIX}")
+        with self._lock:
+            if len(self._paths) >= KNOWN_PATHS:
+                self._paths.clear()
+            self._paths[(name, skill_hash)] = path
+        return path
 
     def ensure_built(self, skill: Skill) -> PackageInfo:
         """The package of the skill's current hash, built from its folder if not built yet."""

@@ -73,6 +73,18 @@ def test_a_package_is_built_once_per_hash_under_its_name_and_hash(services, pack
     assert [p.name for p in info.path.parent.iterdir()] == [info.path.name]
 
 
+def test_a_package_removed_after_it_was_built_is_built_again_when_next_needed(services, packages):
+    # The path of a name and hash is remembered; whether the file is there is not.
+    skill = install(services, "demo", "1")
+    first = packages.ensure_built(skill)
+    first.path.unlink()
+
+    again = packages.ensure_built(skill)
+
+    assert again.path == first.path and again.path.is_file()
+    assert package_hash(again.path.read_bytes()) == skill.hash
+
+
 def test_a_skill_whose_folder_no_longer_has_its_hash_is_refused_and_nothing_is_built(
     services, packages
 ):
