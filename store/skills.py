@@ -96,7 +96,7 @@ class SkillStore:
         """
         query = _LISTING_ENABLED if enabled_only else _LISTING
         with self.sessions() as session:
-            return _unshadowed(session.execute(query, {"owner_id": owner_id}))
+            return _unshadowed(session.connection().execute(query, {"owner_id": owner_id}))
 
     def catalog(self, owner_id: int) -> list[tuple[str, str]]:
         """Name and description of every enabled skill the owner sees, from the index alone."""
@@ -327,8 +327,12 @@ class SkillStore:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _visible_to(owner_id: int | BindParameter[int]) -> ColumnElement[bool]:
-    return or_(Skill.owner_id == owner_id, Skill.source.in_(READ_ONLY_SOURCES))
+def _visible_to(owner_id: int | BindParameter[int], skills: Any = Skill) -> ColumnElement[bool]:
+    """The rule on the mapped class, or on the table's columns (`Skill.__table__.c`)."""
+    condition: ColumnElement[bool] = or_(
+        skills.owner_id == owner_id, skills.source.in_(READ_ONLY_SOURCES)
+    )
+    return condition
 
 
 def _visible(owner_id: int) -> Select[Skill]:
@@ -347,14 +351,17 @@ def _unshadowed(rows: Iterable[_Row]) -> list[_Row]:
 
 # Statements built once, for the reads every call makes: bound to the owner when they run.
 _VISIBLE = _visible_to(bindparam("owner_id"))
-_DRAFTED = Skill.author == "assistant"  # only a draft shows its chats and reasons
+# The listing is built on the table, not the mapped class: its rows then skip the ORM's row
+# processing (a quarter of a 200-skill listing's time).
+_TABLE = Skill.__table__.c
+_DRAFTED = _TABLE.author == "assistant"  # only a draft shows its chats and reasons
 _LISTING = select(
-    Skill.name, Skill.description, Skill.enabled, Skill.author, Skill.execution, Skill.tier,
-    Skill.owner_id,
-    case((_DRAFTED, Skill.source_chats)).label("source_chats"),
-    case((_DRAFTED, Skill.rationale)).label("rationale"),
-).where(_VISIBLE)  # fmt: skip
-_LISTING_ENABLED = _LISTING.where(Skill.enabled.is_(True))
+    _TABLE.name, _TABLE.description, _TABLE.enabled, _TABLE.author, _TABLE.execution,
+    _TABLE.tier, _TABLE.owner_id,
+    case((_DRAFTED, _TABLE.source_chats)).label("source_chats"),
+    case((_DRAFTED, _TABLE.rationale)).label("rationale"),
+).where(_visible_to(bindparam("owner_id"), _TABLE))  # fmt: skip
+_LISTING_ENABLED = _LISTING.where(_TABLE.enabled.is_(True))
 
 # The lookup behind every call that names a skill, built once: a call then costs only its run.
 _FIND = (
