@@ -49,13 +49,12 @@ def list_skills(context: ToolContext, arguments: dict[str, Any]) -> dict[str, An
     if not isinstance(include_disabled, bool):
         raise InvalidCall("'include_disabled' must be true or false.")
     installed = context.store.listing(context.owner_id, enabled_only=not include_disabled)
-    rows = {skill.name: skill for skill in installed}
-    catalog = [(skill.name, skill.description) for skill in installed]
     if query and query.strip():
-        catalog = _ranked(catalog, query)
-    skills = [listed(rows[name]) for name, _description in catalog]
+        rows = {row[0]: row for row in installed}  # by name, read by position (see listing)
+        installed = [rows[name] for name, _ in _ranked([(r[0], r[1]) for r in installed], query)]
+    skills = [listed(row) for row in installed]
     if not query and not include_disabled:
-        _remember_catalog(context, [name for name, _description in catalog])
+        _remember_catalog(context, [entry["name"] for entry in skills])
     return {"skills": skills, "count": len(skills)}
 
 

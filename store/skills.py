@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import operator
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -96,7 +97,9 @@ class SkillStore:
         """
         query = _LISTING_ENABLED if enabled_only else _LISTING
         with self.sessions() as session:
-            return _unshadowed(session.connection().execute(query, {"owner_id": owner_id}))
+            rows = session.connection().execute(query, {"owner_id": owner_id}).all()
+        # Read by position: for 200 rows, attribute reads cost about as much as the query.
+        return _unshadowed(rows, operator.itemgetter(0), operator.itemgetter(6))
 
     def catalog(self, owner_id: int) -> list[tuple[str, str]]:
         """Name and description of every enabled skill the owner sees, from the index alone."""
@@ -340,12 +343,17 @@ def _visible(owner_id: int) -> Select[Skill]:
     return select(Skill).where(_visible_to(owner_id)).order_by(Skill.owner_id.is_(None))
 
 
-def _unshadowed(rows: Iterable[_Row]) -> list[_Row]:
+def _unshadowed(
+    rows: Iterable[_Row],
+    name_of: Callable[[Any], str] = operator.attrgetter("name"),
+    owner_of: Callable[[Any], int | None] = operator.attrgetter("owner_id"),
+) -> list[_Row]:
     """One row per name, by name; an owned row wins over a shared one of the same name."""
     chosen: dict[str, _Row] = {}
     for row in rows:
-        if row.name not in chosen or chosen[row.name].owner_id is None:
-            chosen[row.name] = row
+        name = name_of(row)
+        if name not in chosen or owner_of(chosen[name]) is None:
+            chosen[name] = row
     return [chosen[name] for name in sorted(chosen)]
 
 

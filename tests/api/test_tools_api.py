@@ -7,6 +7,9 @@ import io
 import pytest
 from factories import skill_files, skill_zip, zip_bytes
 
+from store.discovery import read_only_skills
+from store.skills import BUILTIN_DIR
+
 
 def install(client, auth, name: str, files: dict[str, bytes] | None = None, **form: str) -> None:
     data = zip_bytes(files, top=name) if files else skill_zip(name)
@@ -56,6 +59,26 @@ def test_list_skills_gives_name_and_description_of_enabled_skills_only(client, a
     assert "disk-report" in names and "skill-authoring" in names
     assert "quiet-one" not in names
     assert set(skills[0]) == {"name", "description", "enabled", "author", "execution", "tier"}
+
+
+def test_an_owned_skill_shadows_a_shared_one_of_its_name_for_its_owner_only(
+    client, auth, other_auth, services, tmp_path
+):
+    install(client, auth, "disk-report", skill_files("disk-report", description="Mine."))
+    shelf = tmp_path / "shelf" / "disk-report"
+    for path, data in skill_files("disk-report", description="The operator's.").items():
+        (shelf / path).parent.mkdir(parents=True, exist_ok=True)
+        (shelf / path).write_bytes(data)
+    services.store.sync_read_only(read_only_skills(BUILTIN_DIR, [tmp_path / "shelf"]))
+
+    def listed(who):
+        skills = call(client, who, "list_skills")["result"]["skills"]
+        return [(s["description"], s["author"]) for s in skills if s["name"] == "disk-report"]
+
+    assert listed(auth) == [("Mine.", "owner")]
+    assert listed(other_auth) == [("The operator's.", "operator")]
+    ranked = call(client, auth, "list_skills", {"query": "disk"})["result"]["skills"]
+    assert [(s["name"], s["description"]) for s in ranked] == [("disk-report", "Mine.")]
 
 
 def test_list_skills_query_ranks_by_keywords(client, auth):
