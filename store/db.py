@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, insert, inspect
 from sqlalchemy.orm import Session, make_transient_to_detached, sessionmaker
+from sqlalchemy.orm.attributes import set_committed_value
 
 SessionFactory = sessionmaker[Session]
 
@@ -69,14 +70,18 @@ def insert_now(session: Session, row: Any) -> None:
     tool call and run writes. Columns left unset get their defaults, on the row too.
     """
     table = row.__table__
+    given = row.__dict__  # the values set on the row so far, by attribute name
     values = {}
     for column in table.columns:
-        value = getattr(row, column.key)
-        if value is None and column.default is not None:
-            value = column.default.arg(None) if column.default.is_callable else column.default.arg
-        setattr(row, column.key, value)  # loaded, even as None: never read back
+        key = column.key
+        value = given.get(key)
+        if key not in given or (value is None and column.default is not None):
+            if value is None and column.default is not None:
+                default = column.default
+                value = default.arg(None) if default.is_callable else default.arg
+            set_committed_value(row, key, value)  # loaded, even as None: never read back
         if value is not None:  # left out, a NULL stays SQL NULL (not JSON null)
-            values[column.key] = value
+            values[key] = value
     session.execute(insert(table), values)
     make_transient_to_detached(row)
     session.add(row)
