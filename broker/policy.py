@@ -19,7 +19,7 @@ ACTIONS = frozenset({"allow", "deny", "require_approval"})
 RULE_FIELDS = ("name", "condition", "action", "priority")
 # Rules per combined CEL expression; the parser refuses much deeper nesting.
 CHAIN_SIZE = 32
-# Verdicts a policy remembers: a verdict depends on the facts alone, and calls repeat few.
+# Verdicts a policy remembers: a verdict depends on the facts alone, and few sets of them recur.
 KNOWN_VERDICTS = 4096
 
 # The facts a condition may read, with their types. Nothing else is in scope.

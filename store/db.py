@@ -75,11 +75,12 @@ def insert_now(session: Session, row: Any) -> None:
     for column in table.columns:
         key = column.key
         value = given.get(key)
-        if key not in given or (value is None and column.default is not None):
-            if value is None and column.default is not None:
-                default = column.default
-                value = default.arg(None) if default.is_callable else default.arg
-            set_committed_value(row, key, value)  # loaded, even as None: never read back
+        if value is None and column.default is not None:
+            default = column.default
+            value = default.arg(None) if default.is_callable else default.arg
+            set_committed_value(row, key, value)
+        elif key not in given:
+            set_committed_value(row, key, None)  # loaded, even as None: never read back
         if value is not None:  # left out, a NULL stays SQL NULL (not JSON null)
             values[key] = value
     session.execute(insert(table), values)

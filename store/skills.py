@@ -360,7 +360,7 @@ def _unshadowed(
 # Statements built once, for the reads every call makes: bound to the owner when they run.
 _VISIBLE = _visible_to(bindparam("owner_id"))
 # The listing is built on the table, not the mapped class: its rows then skip the ORM's row
-# processing (a quarter of a 200-skill listing's time).
+# processing (a tenth of a 200-skill listing's time).
 _TABLE = Skill.__table__.c
 _DRAFTED = _TABLE.author == "assistant"  # only a draft shows its chats and reasons
 _LISTING = select(
