@@ -443,10 +443,7 @@ class Broker:
             with self.sessions() as session:
                 row = session.execute(_ENVELOPE, {"call_id": call_id, "owner_id": owner_id}).first()
             if row is not None and row.status not in OPEN_STATES:
-                error = None
-                if row.error_code:
-                    error = {"code": row.error_code, "message": row.error_message or ""}
-                return CallOutcome(call_id, row.status, row.result, error, row.approval_id, run_id)
+                return CallOutcome.of(row)
         left = max(0.0, deadline - time.monotonic())
         return CallOutcome.of(self.get_call(owner_id, call_id, wait=left))
 
@@ -474,7 +471,13 @@ class Broker:
 
 _CALLS = ToolCall.__table__.c
 _ENVELOPE = select(
-    _CALLS.status, _CALLS.result, _CALLS.error_code, _CALLS.error_message, _CALLS.approval_id
+    _CALLS.id,
+    _CALLS.status,
+    _CALLS.result,
+    _CALLS.error_code,
+    _CALLS.error_message,
+    _CALLS.approval_id,
+    _CALLS.run_id,
 ).where(_CALLS.id == bindparam("call_id"), _CALLS.owner_id == bindparam("owner_id"))
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import Row
+
 from broker.callstate import OPEN_STATES
 from broker.errors import InvalidCall
 from store.limits import MAX_ID_CHARS
@@ -61,7 +63,8 @@ class CallOutcome:
         return body
 
     @classmethod
-    def of(cls, call: ToolCall) -> CallOutcome:
+    def of(cls, call: ToolCall | Row[*tuple[Any, ...]]) -> CallOutcome:
+        """The envelope of a call, or of a row of its envelope's columns (`Broker.outcome`)."""
         error = None
         if call.error_code:
             error = {"code": call.error_code, "message": call.error_message or ""}
