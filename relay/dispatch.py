@@ -15,6 +15,7 @@ from broker.callstate import CallStatus
 from broker.context import RunStarted, ToolContext
 from relay import feed, heartbeat, naming
 from relay.errors import BackendUnavailable, NoRunner
+from relay.taskmessage import push, task_message
 from store.db import SessionFactory, insert_now, transaction
 from store.packagestore import PackageStore
 from store.runs import abandon, new_run
@@ -77,7 +78,7 @@ class CeleryDispatcher:
         # The call is saved with its run before the task is sent: the worker answers it.
         context.call.run_id = run.id
         with transaction(self.sessions) as session:
-            # The owner hears of the queued run after it is sent: the script starts sooner.
+            # The owner's events travel with the run's message, in the round trip that sends it.
             events = feed.hold(session)
             if context.call.status == CallStatus.DECIDING:
                 callstate.record(session, context.call, CallStatus.RUNNING)
@@ -86,21 +87,50 @@ class CeleryDispatcher:
                 context.call.status = CallStatus.RUNNING
             insert_now(session, run)
             feed.note_run(session, run)
+        # Flower shows the shadow name: what the task is, never the script's arguments.
+        shadow = f"run {run.id} on {queue}"
+        if self.celery.conf.task_send_sent_event:  # Flower asked for "sent" events: Celery's path
+            self._send_with_celery(run.id, queue, shadow, events, context)
+        else:
+            self._push(run.id, queue, shadow, events, context)
+        return RunStarted(run.id)
+
+    def _push(
+        self, run_id: str, queue: str, shadow: str, events: list[feed.OwnerEvent],
+        context: ToolContext,
+    ) -> None:  # fmt: skip
+        """The task message, the owner's events and the decision's count in one round trip."""
+        message = task_message(EXECUTE_TASK, [run_id], queue, shadow)
+        pipe = self.client.pipeline(transaction=False)
+        push(pipe, queue, message)
+        for add in context.riders:
+            add(pipe)
+        feed.add_to(pipe, events)
         try:
-            # Flower shows the shadow name: what the task is, never the script's arguments.
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as e:  # the connection: whether the message got there is unknown
+            replies = [e]
+        if isinstance(replies[0], Exception):
+            # Claimed already (the reply was lost, not the message)? Then abandon changes nothing.
+            abandon(self.sessions, run_id, UNREACHABLE)
+            raise BackendUnavailable(UNREACHABLE) from replies[0]
+        lost = [reply for reply in replies[1:] if isinstance(reply, Exception)]
+        if lost:
+            log.warning("owner events not published", error=str(lost[0]))
+
+    def _send_with_celery(
+        self, run_id: str, queue: str, shadow: str, events: list[feed.OwnerEvent],
+        context: ToolContext,
+    ) -> None:  # fmt: skip
+        try:
             self.celery.send_task(
-                EXECUTE_TASK,
-                args=[run.id],
-                queue=queue,
-                shadow=f"run {run.id} on {queue}",
-                ignore_result=True,  # else Celery subscribes to a result channel per run
+                EXECUTE_TASK, args=[run_id], queue=queue, shadow=shadow, ignore_result=True
             )
         except (redis.RedisError, kombu.exceptions.OperationalError) as e:
             feed.publish_all(self.client, events)
-            abandon(self.sessions, run.id, UNREACHABLE)
+            abandon(self.sessions, run_id, UNREACHABLE)
             raise BackendUnavailable(UNREACHABLE) from e
         feed.publish_all(self.client, events, context.riders)  # the decision's count rides here
-        return RunStarted(run.id)
 
 
 def send_job_run(celery: Celery, job_run_id: str) -> None:
