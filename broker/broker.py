@@ -434,12 +434,18 @@ class Broker:
     def outcome(self, owner_id: int, call_id: str, wait: float, run_id: str | None) -> CallOutcome:
         """The envelope of a call this request just made, once it ended or `wait` ran out.
 
-        A call that started a run is read once its run ended, by its envelope's columns alone:
-        the answer of every `?wait=` run, so a plain SELECT rather than a load of the whole row.
+        A call that started a run is answered from its run's end entry, which carries what the
+        worker recorded (the answer of every `?wait=` run: no database read); when the entry
+        has none, it is read by its envelope's columns, a plain SELECT.
         """
         deadline = time.monotonic() + min(max(wait, 0), MAX_WAIT_SECONDS)
         if run_id is not None and self.run_waiter is not None and wait > 0:
-            self.run_waiter(run_id, deadline - time.monotonic())
+            answer = self.run_waiter(run_id, deadline - time.monotonic())
+            if isinstance(answer, dict):
+                error = answer.get("error")
+                return CallOutcome(
+                    call_id, answer["status"], answer.get("result"), error, None, run_id
+                )
             with self.sessions() as session:
                 row = session.execute(_ENVELOPE, {"call_id": call_id, "owner_id": owner_id}).first()
             if row is not None and row.status not in OPEN_STATES:

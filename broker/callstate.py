@@ -14,7 +14,7 @@ import functools
 from enum import StrEnum
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, bindparam, update
+from sqlalchemy import Connection, Table, Update, bindparam, update
 from sqlalchemy.orm import Session
 
 from relay import feed
@@ -56,15 +56,20 @@ def record(session: Session, call: ToolCall, status: CallStatus) -> None:
 
 
 def answer(
-    session: Session,
+    session: Session | Connection,
     call_id: str,
     status: CallStatus,
     *,
     result: Any = None,
     error: tuple[str, str] | None = None,
     run_id: str | None = None,
+    events: list[feed.OwnerEvent] | None = None,
 ) -> bool:
-    """End (or start running) an open call; False when it was no longer open."""
+    """End (or start running) an open call; False when it was no longer open.
+
+    The owner's event goes to `events` when given (the caller publishes it after the commit; a
+    bare Connection needs it), else it is noted on the session.
+    """
     values: dict[str, Any] = {"status": status}
     if status in END_STATES:
         values["finished_at"] = utcnow()
@@ -80,8 +85,15 @@ def answer(
     ).first()
     if chat_id is None:
         return False
-    _count(session, chat_id[0], status, error[0] if error else None)
-    _announce(session, chat_id[2], call_id, status, error[0] if error else None)
+    code = error[0] if error else None
+    _count(session, chat_id[0], status, code)
+    if status in END_STATES:
+        finished = (chat_id[2], *_finished(call_id, status, code))
+        if events is not None:
+            events.append(finished)
+        else:
+            assert isinstance(session, Session), "a Connection's caller publishes its events"
+            feed.note(session, *finished)
     return True
 
 
@@ -99,7 +111,9 @@ def _answer_statement(keys: frozenset[str]) -> Update:
     )
 
 
-def _count(session: Session, chat_id: int | None, status: CallStatus, code: str | None) -> None:
+def _count(
+    session: Session | Connection, chat_id: int | None, status: CallStatus, code: str | None
+) -> None:
     if chat_id is None:
         return
     column = Chat.timed_out_calls if code == TIMED_OUT else _COUNTERS.get(status)
@@ -112,5 +126,8 @@ def _announce(
 ) -> None:
     """An ended call goes to the owner's event feed once the session commits."""
     if status in END_STATES:
-        data = {"call_id": call_id, "status": str(status), "error_code": code}
-        feed.note(session, owner_id, "call.finished", data)
+        feed.note(session, owner_id, *_finished(call_id, status, code))
+
+
+def _finished(call_id: str, status: CallStatus, code: str | None) -> tuple[str, dict[str, Any]]:
+    return "call.finished", {"call_id": call_id, "status": str(status), "error_code": code}

@@ -132,6 +132,11 @@ def note_approval(session: Session, approval: Approval) -> None:
 
 def note_run(session: Session, run: Run) -> None:
     """A run moved to a new state."""
+    note(session, run.owner_id, *run_state(run))
+
+
+def run_state(run: Run) -> tuple[str, dict[str, Any]]:
+    """The kind and data of the event saying a run moved to its current state."""
     data = {
         "run_id": run.id,
         "call_id": run.call_id,
@@ -140,7 +145,7 @@ def note_run(session: Session, run: Run) -> None:
         "node": run.node,
         "exit_code": run.exit_code,
     }
-    note(session, run.owner_id, "run.state", data)
+    return "run.state", data
 
 
 def note_job_run(session: Session, owner_id: int, job_id: str, run_id: str, status: str) -> None:

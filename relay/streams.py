@@ -92,15 +92,26 @@ class RunStream:
             entries.append(("stderr", {"text": note}))
         self._pipeline(entries).execute()
 
-    def exit(self, state: str, exit_code: int | None, **details: Any) -> str:
+    def exit(
+        self,
+        state: str,
+        exit_code: int | None,
+        call_answer: dict[str, Any] | None = None,
+        **details: Any,
+    ) -> str:
         """The last event of a run; the stream then expires after an hour.
 
-        The same pipeline writes the run's end key, so a waiter for the end wakes once.
+        The same pipeline writes the run's end key, so a waiter for the end wakes once; with
+        `call_answer` (what the run's tool call was answered, already recorded) the end entry
+        carries it, so that waiter can answer without reading the database.
         """
         data = json.dumps({"status": state, "exit_code": exit_code, **details})
+        end = {"kind": "exit", "data": data}
+        if call_answer is not None:
+            end["answer"] = json.dumps(call_answer)
         pipe = self._pipeline([])
         pipe.xadd(self.key, {"kind": "exit", "data": data})
-        pipe.xadd(self.end_key, {"kind": "exit", "data": data})
+        pipe.xadd(self.end_key, end)
         pipe.expire(self.key, FINISHED_STREAM_TTL_SECONDS)
         pipe.expire(self.end_key, FINISHED_STREAM_TTL_SECONDS)
         return _text(pipe.execute()[-4])
@@ -250,9 +261,11 @@ def collected_output(client: redis.Redis, run_id: str) -> tuple[str, str]:
     return "".join(out), "".join(err)
 
 
-def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> bool:
+def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> dict[str, Any] | None:
     """Block until the run's end key holds its exit event, or `timeout` seconds passed.
 
+    Returns the answer the run's call got when the end entry carries it (see RunStream.exit),
+    else None: the time ran out, or whoever ended the run left the answer to the database.
     It wakes once, at the end, however much the run prints. A Redis outage is waited out too:
     the caller then reads the run's state from the database.
     """
@@ -262,7 +275,7 @@ def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> bool:
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            return False
+            return None
         try:
             reply: Any = reader.xread(
                 {key: "0-0"}, count=1, block=max(1, min(MAX_BLOCK_MS, int(left * 1000)))
@@ -271,4 +284,5 @@ def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> bool:
             time.sleep(min(left, REDIS_RETRY_SECONDS))
             continue
         if reply:
-            return True
+            fields = {_text(k): v for k, v in reply[0][1][0][1].items()}
+            return json.loads(fields["answer"]) if "answer" in fields else None

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, insert, inspect
+from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect
 from sqlalchemy.orm import Session, make_transient_to_detached, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -50,6 +50,17 @@ def transaction(sessions: SessionFactory) -> Iterator[Session]:
     """A session that commits when the block ends and rolls back on any error."""
     with sessions() as session, session.begin():
         yield session
+
+
+@contextmanager
+def core_transaction(sessions: SessionFactory) -> Iterator[Connection]:
+    """A connection of the sessions' engine in a transaction that commits when the block ends.
+
+    For the few writes every run makes (a worker's claim and finish): a Session's bookkeeping
+    and commit hooks cost as much again as the statements, and those writes need neither.
+    """
+    with sessions.kw["bind"].begin() as connection:
+        yield connection
 
 
 def save(session: Session, row: object) -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
-from sqlalchemy import String, Table, bindparam, func, select, update
+from sqlalchemy import Connection, String, Table, bindparam, func, select, update
+from sqlalchemy.orm import Session
 
 from broker import callstate
 from broker.callstate import CallStatus
@@ -23,7 +24,7 @@ from broker.results import shape_result
 from relay import events, feed, heartbeat, naming
 from relay.errors import RunFinished, RunNotFound
 from relay.streams import RunStream, collected_output
-from store.db import SessionFactory, transaction
+from store.db import SessionFactory, core_transaction, transaction
 from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Run, utcnow
 
@@ -122,74 +123,98 @@ def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
 
 
 def claim(
-    sessions: SessionFactory,
-    run_id: str,
-    worker: str,
-    events: list[feed.OwnerEvent] | None = None,
+    sessions: SessionFactory, run_id: str, worker: str, events: list[feed.OwnerEvent]
 ) -> Run | None:
     """Move a queued run to running for this worker; None if it was claimed or ended before.
 
-    With `events`, the owner's event for the move goes there for the caller to publish.
+    The owner's event for the move goes to `events`, for the caller to publish.
     """
-    with transaction(sessions) as session:
-        if events is not None:
-            feed.hold(session, events)
-        row = session.execute(
+    with core_transaction(sessions) as connection:
+        row = connection.execute(
             _CLAIM, {"run_id": run_id, "new_worker": worker, "new_started_at": utcnow()}
         ).one_or_none()
-        if row is None:
-            return None
-        claimed = Run(**row._mapping)
-        feed.note_run(session, claimed)
-        return claimed
+    if row is None:
+        return None
+    claimed = Run(**row._mapping)
+    _note_run(events, claimed)
+    return claimed
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A run's end as recorded, and the answer its tool call got from it (None: the call was
+    no longer open, or the run has none)."""
+
+    run: Run
+    answer: dict[str, Any] | None
 
 
 def finish(
     sessions: SessionFactory,
     run_id: str,
     outcome: Outcome,
-    isolation: str | None = None,
-    events: list[feed.OwnerEvent] | None = None,
-) -> bool:
-    """Record how a running run ended, and answer its tool call; False if it already ended.
+    isolation: str | None,
+    events: list[feed.OwnerEvent],
+) -> Finished | None:
+    """Record how a running run ended, and answer its tool call; None if it already ended.
 
-    With `events`, the owner's events for the end go there for the caller to publish.
+    The owner's events for the end go to `events`, for the caller to publish.
     """
-    with transaction(sessions) as session:
-        if events is not None:
-            feed.hold(session, events)
-        values: dict[str, Any] = {
-            "new_status": outcome.status,
-            "new_exit_code": outcome.exit_code,
-            "new_stdout": outcome.stdout[-KEPT_OUTPUT_CHARS:],
-            "new_stderr": outcome.stderr[-KEPT_OUTPUT_CHARS:],
-            "new_error": outcome.error,
-            "new_finished_at": utcnow(),
-            "new_isolation": isolation,
-        }
-        row = session.execute(_FINISH, {"run_id": run_id, **values}).one_or_none()
+    values: dict[str, Any] = {
+        "new_status": outcome.status,
+        "new_exit_code": outcome.exit_code,
+        "new_stdout": outcome.stdout[-KEPT_OUTPUT_CHARS:],
+        "new_stderr": outcome.stderr[-KEPT_OUTPUT_CHARS:],
+        "new_error": outcome.error,
+        "new_finished_at": utcnow(),
+        "new_isolation": isolation,
+    }
+    ended: list[feed.OwnerEvent] = []
+    with core_transaction(sessions) as connection:
+        row = connection.execute(_FINISH, {"run_id": run_id, **values}).one_or_none()
         if row is None:
-            return False
+            return None
         run = Run(**row._mapping)
-        feed.note_run(session, run)
-        _answer_call(session, run, outcome.code)
-    return True
+        _note_run(ended, run)
+        answer = _answer_call(connection, run, outcome.code, ended)
+    events.extend(ended)  # only once committed
+    return Finished(run, answer)
 
 
-def _answer_call(session: Any, run: Run, code: str | None = None) -> None:
-    """The tool call that started the run ends with the run's result.
+def _note_run(events: list[feed.OwnerEvent], run: Run) -> None:
+    """The owner's event for the run's new state, for a caller that publishes it."""
+    if run.owner_id is not None:
+        events.append((run.owner_id, *feed.run_state(run)))
+
+
+def _answer_call(
+    session: Session | Connection,
+    run: Run,
+    code: str | None = None,
+    events: list[feed.OwnerEvent] | None = None,
+) -> dict[str, Any] | None:
+    """The tool call that started the run ends with the run's result; returns the call's
+    answer (status, result, error) when this gave it.
 
     `code` names why a run failed before its script ran; without it a failure is the script's.
     """
     if run.call_id is None:
-        return
+        return None
     result = shape_result(run_result(run))
-    if run.status == SUCCEEDED:
-        callstate.answer(session, run.call_id, CallStatus.DONE, result=result)
-        return
-    code = code or ("script_failed" if run.status == FAILED else run.status)
-    message = run.error or f"The script ended {run.status.replace('_', ' ')}."
-    callstate.answer(session, run.call_id, CallStatus.FAILED, result=result, error=(code, message))
+    error = None
+    status = CallStatus.DONE
+    if run.status != SUCCEEDED:
+        status = CallStatus.FAILED
+        code = code or ("script_failed" if run.status == FAILED else run.status)
+        error = (code, run.error or f"The script ended {run.status.replace('_', ' ')}.")
+    if not callstate.answer(
+        session, run.call_id, status, result=result, error=error, events=events
+    ):
+        return None
+    answer: dict[str, Any] = {"status": str(status), "result": result}
+    if error is not None:
+        answer["error"] = {"code": error[0], "message": error[1]}
+    return answer
 
 
 def run_result(run: Run) -> dict[str, Any]:
@@ -249,7 +274,9 @@ def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
         stdout, stderr = collected_output(client, run_id)
         message = "The worker running this script stopped; it will not run again."
         outcome = Outcome(INTERRUPTED, None, stdout, stderr, message)
-        if finish(sessions, run_id, outcome):
+        ended: list[feed.OwnerEvent] = []
+        if finish(sessions, run_id, outcome, None, ended):
+            feed.publish_all(client, ended)
             RunStream(client, run_id).exit(INTERRUPTED, None, error=outcome.error)
             announce(sessions, client, run_id)
             reaped.append(run_id)

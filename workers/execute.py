@@ -95,8 +95,9 @@ def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcom
     ended = finish(context.sessions, run_id, outcome, context.runner.isolation, events)
     stream.also(lambda pipe: feed.add_to(pipe, events))  # in the exit's round trip
     details = {"code": outcome.code} if outcome.code else {}
+    answer = ended.answer if ended is not None else None  # the waiting agent reads it there
     try:
-        stream.exit(outcome.status, outcome.exit_code, error=outcome.error, **details)
+        stream.exit(outcome.status, outcome.exit_code, answer, error=outcome.error, **details)
     except (redis.ConnectionError, redis.TimeoutError):
         # The row holds the end; SSE clients read it from there when the stream lacks it.
         log.warning("run ended without its exit event in the stream", run_id=run_id)

@@ -386,7 +386,7 @@ def test_a_run_that_ends_failed_or_timed_out_is_pushed_and_reaches_a_webhook(
         assert client.post("/api/webhooks", headers=auth, json=hook).status_code == 201
         # What a worker does when its script ends (workers/execute.py): record, then announce.
         ended = runs.Outcome(status, 1 if status == "failed" else None, "", "boom")
-        assert runs.finish(services.sessions, run_id, ended)
+        assert runs.finish(services.sessions, run_id, ended, "process", [])
         runs.announce(services.sessions, services.redis, run_id)
         notify.pump(context)
     got = {path: (headers, body) for path, headers, body in service.got}

@@ -15,6 +15,7 @@ import structlog
 from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
 
+from relay import naming
 from relay.dispatch import EXECUTE_TASK, NO_SANDBOX
 from relay.streams import read_events
 from skillfleet.logs import configure_logging
@@ -97,6 +98,11 @@ def test_a_node_run_returns_exit_code_and_output_with_wait(running: Fleet, node:
         assert result["stdout"] == "line 0\nline 1\nline 2\n"
         assert result["stderr"] == "done\n"
         run = client.get(f"/api/runs/{envelope['run_id']}").json()
+        call = client.get(f"/api/calls/{envelope['call_id']}").json()
+    # The answer came from the run's end entry, and it is what the database recorded.
+    [(_id, end)] = running.redis.xrange(naming.run_end(envelope["run_id"]))
+    assert json.loads(end[b"answer"]) == {"status": "done", "result": result}
+    assert (call["status"], call["result"], call["error_code"]) == ("done", result, None)
     assert run["status"] == "succeeded"
     assert run["node"] == node
     assert run["isolation"] == "process"
@@ -142,6 +148,13 @@ def test_a_failing_script_fails_the_call_with_its_output(running: Fleet, node: s
     assert envelope["error"]["code"] == "script_failed"
     assert envelope["result"]["exit_code"] == 4
     assert envelope["result"]["stdout"] == "line 0\n"
+    with running.http() as client:
+        call = client.get(f"/api/calls/{envelope['call_id']}").json()
+    assert (call["status"], call["result"]) == ("failed", envelope["result"])
+    assert (call["error_code"], call["error_message"]) == (
+        envelope["error"]["code"],
+        envelope["error"]["message"],
+    )
 
 
 def test_events_replay_from_last_event_id_and_after_the_end(running: Fleet, node: str):
