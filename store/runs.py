@@ -24,7 +24,7 @@ from broker.results import shape_result
 from relay import events, feed, heartbeat, naming
 from relay.errors import RunFinished, RunNotFound
 from relay.streams import RunStream, collected_output
-from store.db import SessionFactory, core_transaction, transaction
+from store.db import SessionFactory, core_transaction, detached, transaction
 from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Run, utcnow
 
@@ -135,8 +135,8 @@ def claim(
         ).one_or_none()
     if row is None:
         return None
-    claimed = Run(**row._mapping)
-    _note_run(events, claimed)
+    claimed = detached(Run, row._asdict())
+    feed.add_run_state(events, claimed)
     return claimed
 
 
@@ -174,17 +174,11 @@ def finish(
         row = connection.execute(_FINISH, {"run_id": run_id, **values}).one_or_none()
         if row is None:
             return None
-        run = Run(**row._mapping)
-        _note_run(ended, run)
+        run = detached(Run, row._asdict())
+        feed.add_run_state(ended, run)
         answer = _answer_call(connection, run, outcome.code, ended)
     events.extend(ended)  # only once committed
     return Finished(run, answer)
-
-
-def _note_run(events: list[feed.OwnerEvent], run: Run) -> None:
-    """The owner's event for the run's new state, for a caller that publishes it."""
-    if run.owner_id is not None:
-        events.append((run.owner_id, *feed.run_state(run)))
 
 
 def _answer_call(

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import BindParameter, ColumnElement, Select, bindparam, case, func, or_, select
 from sqlalchemy.orm import Session
 
-from store.db import SessionFactory, transaction
+from store.db import SessionFactory, core_connection, detached, transaction
 from store.errors import (
     HashRequired,
     SkillBuiltin,
@@ -78,9 +78,17 @@ class SkillStore:
     # -- reading -----------------------------------------------------------------
 
     def get(self, owner_id: int, name: str) -> Skill:
-        """The skill `name` as `owner_id` sees it: their own, or a shared one."""
-        with self.sessions() as session:
-            return _find(session, owner_id, name)
+        """The skill `name` as `owner_id` sees it: their own, or a shared one (a detached row:
+        its attributes are read, never saved back)."""
+        row = None
+        if is_valid_name(name):
+            with core_connection(self.sessions) as connection:
+                row = connection.execute(_FIND_ROW, {"owner_id": owner_id, "name": name}).first()
+        if row is None:
+            raise SkillNotFound(f"No skill is named {_shown(name)}.")
+        # Built from the table's row, without a Session: every call that names a skill reads
+        # one, and the ORM's load costs twice the query.
+        return detached(Skill, row._asdict())
 
     def installed(self, owner_id: int, *, enabled_only: bool = False) -> list[Skill]:
         query = _visible(owner_id)
@@ -331,10 +339,12 @@ class SkillStore:
 
 
 def _visible_to(owner_id: int | BindParameter[int], skills: Any = Skill) -> ColumnElement[bool]:
-    """The rule on the mapped class, or on the table's columns (`Skill.__table__.c`)."""
-    condition: ColumnElement[bool] = or_(
-        skills.owner_id == owner_id, skills.source.in_(READ_ONLY_SOURCES)
-    )
+    """The rule on the mapped class, or on the table's columns (`Skill.__table__.c`).
+
+    The shared sources are compared one by one: an IN list is expanded at every execution.
+    """
+    shared = [skills.source == source for source in READ_ONLY_SOURCES]
+    condition: ColumnElement[bool] = or_(skills.owner_id == owner_id, *shared)
     return condition
 
 
@@ -371,7 +381,14 @@ _LISTING = select(
 ).where(_visible_to(bindparam("owner_id"), _TABLE))  # fmt: skip
 _LISTING_ENABLED = _LISTING.where(_TABLE.enabled.is_(True))
 
-# The lookup behind every call that names a skill, built once: a call then costs only its run.
+# The lookup behind every call that names a skill, built once on the table and read without a
+# Session (`get`); `_FIND` is the same on the mapped class, for writers inside a transaction.
+_FIND_ROW = (
+    select(*_TABLE)
+    .where(_visible_to(bindparam("owner_id"), _TABLE), _TABLE.name == bindparam("name"))
+    .order_by(_TABLE.owner_id.is_(None))
+    .limit(1)
+)
 _FIND = (
     select(Skill)
     .where(_VISIBLE, Skill.name == bindparam("name"))
