@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import json
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -30,6 +28,7 @@ from store.models import Skill
 from store.names import is_valid_name
 from store.schemas import schema_for
 from store.skills import SkillStore
+from store.validation import SkillInfo
 
 SKILL_TOOLS = frozenset(
     {"load_skill", "read_skill_resource", "run_skill_script", "get_skill", "draft_skill",
@@ -158,7 +157,7 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: S
         script=script,
     )
     info = store.info(skill)
-    validator = _validator(skill.hash, script, schema_for(info, script))
+    validator = _validator(info, skill.hash, script)
     error = jsonschema.exceptions.best_match(validator.iter_errors(normalised.arguments))
     if error is not None:
         raise SchemaMismatch(f"HOST: arguments don't match {script}'s parameters: {error.message}.")
@@ -178,18 +177,21 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: S
     )
 
 
-@functools.lru_cache(maxsize=512)
-def _validator_for(
-    skill_hash: str, script: str, schema_json: str
-) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(json.loads(schema_json))
+# Compiled validators of scripts' schemas, by content hash and script: the schema is read from
+# the skill's files, so a hash names it for good. Cleared when full (MAX_VALIDATORS).
+_VALIDATORS: dict[tuple[str, str], jsonschema.Draft202012Validator] = {}
+MAX_VALIDATORS = 512
 
 
-def _validator(
-    skill_hash: str, script: str, schema: dict[str, Any]
-) -> jsonschema.Draft202012Validator:
-    """A compiled validator of the script's schema, reused while the skill keeps its hash."""
-    return _validator_for(skill_hash, script, json.dumps(schema, sort_keys=True))
+def _validator(info: SkillInfo, skill_hash: str, script: str) -> jsonschema.Draft202012Validator:
+    """The compiled validator of the script's schema, built once per content hash."""
+    key = (skill_hash, script)
+    found = _VALIDATORS.get(key)
+    if found is None:
+        if len(_VALIDATORS) >= MAX_VALIDATORS:
+            _VALIDATORS.clear()
+        found = _VALIDATORS[key] = jsonschema.Draft202012Validator(schema_for(info, script))
+    return found
 
 
 def _network(execution: str, network: str, domains: tuple[str, ...]) -> str:
