@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Table, Update, bindparam, update
 from sqlalchemy.orm import Session
 
 from relay import feed
-from store.db import save
+from store.db import insert_row, save
 from store.models import Chat, ToolCall, utcnow
 
 
@@ -45,14 +45,25 @@ TIMED_OUT = "timed_out"
 _CALLS = cast(Table, ToolCall.__table__)
 
 
-def record(session: Session, call: ToolCall, status: CallStatus) -> None:
-    """Save a new call in `status` (its end, or pending_approval / running)."""
+def record(
+    session: Session | Connection,
+    call: ToolCall,
+    status: CallStatus,
+    events: list[feed.OwnerEvent] | None = None,
+) -> None:
+    """Save a new call in `status` (its end, or pending_approval / running).
+
+    On a bare Connection the call must be new, and its event goes to `events` (see `answer`).
+    """
     call.status = status
     if status in END_STATES:
         call.finished_at = utcnow()
-    save(session, call)
+    if isinstance(session, Session):
+        save(session, call)
+    else:
+        insert_row(session, call)
     _count(session, call.chat_id, status, call.error_code)
-    _announce(session, call.owner_id, call.id, status, call.error_code)
+    _announce(session, call.owner_id, call.id, status, call.error_code, events)
 
 
 def answer(
@@ -87,13 +98,7 @@ def answer(
         return False
     code = error[0] if error else None
     _count(session, chat_id[0], status, code)
-    if status in END_STATES:
-        finished = (chat_id[2], *_finished(call_id, status, code))
-        if events is not None:
-            events.append(finished)
-        else:
-            assert isinstance(session, Session), "a Connection's caller publishes its events"
-            feed.note(session, *finished)
+    _announce(session, chat_id[2], call_id, status, code, events)
     return True
 
 
@@ -122,12 +127,19 @@ def _count(
 
 
 def _announce(
-    session: Session, owner_id: int, call_id: str, status: CallStatus, code: str | None
+    session: Session | Connection,
+    owner_id: int,
+    call_id: str,
+    status: CallStatus,
+    code: str | None,
+    events: list[feed.OwnerEvent] | None,
 ) -> None:
-    """An ended call goes to the owner's event feed once the session commits."""
-    if status in END_STATES:
-        feed.note(session, owner_id, *_finished(call_id, status, code))
-
-
-def _finished(call_id: str, status: CallStatus, code: str | None) -> tuple[str, dict[str, Any]]:
-    return "call.finished", {"call_id": call_id, "status": str(status), "error_code": code}
+    """An ended call goes to the owner's event feed: into `events`, or noted on the session."""
+    if status not in END_STATES:
+        return
+    data = {"call_id": call_id, "status": str(status), "error_code": code}
+    if events is not None:
+        events.append((owner_id, "call.finished", data))
+    else:
+        assert isinstance(session, Session), "a Connection's caller publishes its events"
+        feed.note(session, owner_id, "call.finished", data)

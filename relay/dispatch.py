@@ -16,7 +16,7 @@ from broker.context import RunStarted, ToolContext
 from relay import feed, heartbeat, naming
 from relay.errors import BackendUnavailable, NoRunner
 from relay.taskmessage import push, task_message
-from store.db import SessionFactory, insert_now, transaction
+from store.db import SessionFactory, core_transaction, insert_row, transaction
 from store.packagestore import PackageStore
 from store.runs import abandon, new_run
 
@@ -77,16 +77,18 @@ class CeleryDispatcher:
         run = new_run(plan, context.call_id, context.owner_id, self.timeout)
         # The call is saved with its run before the task is sent: the worker answers it.
         context.call.run_id = run.id
-        with transaction(self.sessions) as session:
-            # The owner's events travel with the run's message, in the round trip that sends it.
-            events = feed.hold(session)
+        # The owner's events travel with the run's message, in the round trip that sends it.
+        events: list[feed.OwnerEvent] = []
+        with core_transaction(self.sessions) as connection:
             if context.call.status == CallStatus.DECIDING:
-                callstate.record(session, context.call, CallStatus.RUNNING)
+                callstate.record(connection, context.call, CallStatus.RUNNING, events)
             else:  # it waited for the owner, who approved it
-                callstate.answer(session, context.call.id, CallStatus.RUNNING, run_id=run.id)
+                callstate.answer(
+                    connection, context.call.id, CallStatus.RUNNING, run_id=run.id, events=events
+                )
                 context.call.status = CallStatus.RUNNING
-            insert_now(session, run)
-            feed.note_run(session, run)
+            insert_row(connection, run)
+        feed.add_run_state(events, run)
         # Flower shows the shadow name: what the task is, never the script's arguments.
         shadow = f"run {run.id} on {queue}"
         if self.celery.conf.task_send_sent_event:  # Flower asked for "sent" events: Celery's path

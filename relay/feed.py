@@ -135,6 +135,12 @@ def note_run(session: Session, run: Run) -> None:
     note(session, run.owner_id, *run_state(run))
 
 
+def add_run_state(events: list[OwnerEvent], run: Run) -> None:
+    """The event of a run's new state, for a caller that publishes its events itself."""
+    if run.owner_id is not None:
+        events.append((run.owner_id, *run_state(run)))
+
+
 def run_state(run: Run) -> tuple[str, dict[str, Any]]:
     """The kind and data of the event saying a run moved to its current state."""
     data = {
