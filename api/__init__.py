@@ -14,6 +14,7 @@ from api.bodies import install_body_checks
 from api.console import install_console
 from api.cors import install_cors
 from api.errors import SkillfleetApi, register_error_handlers
+from api.jsonprovider import JSONProvider
 from api.services import Services
 from skillfleet import __version__
 from skillfleet.logs import configure_logging
@@ -29,8 +30,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     services = services or Services.build(settings)
     app = Flask("skillfleet")
     app.config.update(_flask_config())
-    # Bodies keep the order the code builds them in; sorting a 200-skill list costs each call.
-    app.json.sort_keys = False  # type: ignore[attr-defined]
+    # Bodies keep the order the code builds them in (sorting a 200-skill list costs each call),
+    # written by orjson.
+    app.json = JSONProvider(app)
     app.extensions["skillfleet"] = services
     api = SkillfleetApi(app, spec_kwargs=_spec_kwargs())
     register_error_handlers(app)

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from store import jsoncodec
 from store.errors import SkillfleetError
 from store.limits import MAX_RESULT_DEPTH, RESULT_CAP
 
@@ -71,8 +72,13 @@ _MARKERS = (
 )  # fmt: skip
 
 
-def _scan(text: str) -> bool:
-    lowered = text.lower()
+_BYTE_MARKERS = tuple(marker.encode() for marker in _MARKERS)
+
+
+def _scan(text: str | bytes) -> bool:
+    lowered = text.lower()  # the markers are ASCII: bytes lower the same letters
+    if isinstance(lowered, bytes):
+        return any(marker in lowered for marker in _BYTE_MARKERS)
     return any(marker in lowered for marker in _MARKERS)
 
 
@@ -82,7 +88,7 @@ _REMEMBERED_FROM = 4096
 _remembered_scan = functools.lru_cache(maxsize=64)(_scan)
 
 
-def _might_hold_secret(text: str) -> bool:
+def _might_hold_secret(text: str | bytes) -> bool:
     return _remembered_scan(text) if len(text) >= _REMEMBERED_FROM else _scan(text)
 
 
@@ -100,13 +106,10 @@ def shape_result(value: object, cap: int = RESULT_CAP, note: str = CUT_NOTE) -> 
     return _fit(lambda n: {"truncated": True, "note": note, "text": text[:n]}, len(text), cap)
 
 
-def _clean_json(value: object, cap: int) -> str | None:
-    """The compact JSON of `value` when it needs no redaction and no cut, else None."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-    if len(text) > cap // 4 and len(text.encode("utf-8", "surrogatepass")) > cap:
+def _clean_json(value: object, cap: int) -> bytes | None:
+    """The compact UTF-8 JSON of `value` when it needs no redaction and no cut, else None."""
+    text = jsoncodec.compact(value)
+    if text is None or len(text) > cap:
         return None
     return None if _might_hold_secret(text) else text
 

@@ -10,6 +10,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect
 from sqlalchemy.orm import Session, configure_mappers, make_transient_to_detached, sessionmaker
 from sqlalchemy.orm.attributes import instance_state, manager_of_class, set_committed_value
 
+from store import jsoncodec
+
 SessionFactory = sessionmaker[Session]
 
 # Connections a process keeps open: one per thread that may hold one at once (an API process
@@ -23,6 +25,9 @@ def make_engine(url: str, pool_size: int = POOL_SIZE, **options: Any) -> Engine:
     in_memory = url in ("sqlite://", "sqlite:///:memory:")
     if "poolclass" not in options and not in_memory:
         options.update(pool_size=pool_size, max_overflow=POOL_SIZE)
+    # JSON columns (a call's arguments and result) are written and read by orjson.
+    options.setdefault("json_serializer", jsoncodec.encode)
+    options.setdefault("json_deserializer", jsoncodec.decode)
     if url.startswith("sqlite"):
         engine = create_engine(
             url, connect_args={"timeout": 30, "check_same_thread": False}, **options
