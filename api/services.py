@@ -64,7 +64,7 @@ class Services:
             dispatcher=dispatcher,
             run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
             publish=lambda owner, kind, data: events.publish(client, owner, kind, **data),
-            counters=client,
+            redis=client,
         )
         signing_key = load_or_create_key(settings.keys_dir)
         return cls(settings, engine, sessions, store, broker, client, celery, packages, signing_key)

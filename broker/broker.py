@@ -34,7 +34,7 @@ from broker.results import shape_result, tool_failure
 from broker.turns import admit, turn_key
 from relay import feed
 from relay.counters import POLICY_DECISIONS
-from store.db import SessionFactory, transaction
+from store.db import SessionFactory, core_transaction, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
 from store.limits import MAX_CALLS_PER_TURN, MAX_WAIT_SECONDS
 from store.models import Approval, Chat, Job, JobRun, ToolCall, utcnow
@@ -60,8 +60,9 @@ class Broker:
     run_waiter: Callable[[str, float], object] | None = None
     # Adds an event to the owner's feed (relay/events.py): owner id, kind, data.
     publish: Callable[[int, str, dict[str, Any]], object] | None = None
-    # Where policy decisions are counted for /metrics (relay/counters.py); None counts nothing.
-    counters: redis.Redis | None = None
+    # Where the recorded calls' owner events go (relay/feed.py) and policy decisions are counted
+    # for /metrics (relay/counters.py); None sends and counts nothing.
+    redis: redis.Redis | None = None
 
     # -- a call -------------------------------------------------------------------
 
@@ -112,7 +113,7 @@ class Broker:
             return self._run(call, chat, plan, new=True, count=count)
         finally:  # counted on its own only if no round trip of the call's carried it
             if not count.sent:
-                POLICY_DECISIONS.add(self.counters, count.rule, count.action)
+                POLICY_DECISIONS.add(self.redis, count.rule, count.action)
 
     def _decide(
         self,
@@ -226,7 +227,7 @@ class Broker:
             job_run_id=call.job_run_id,
             turn_id=call.turn_id,
             mode=call.mode,
-            riders=(count.add_to,) if count is not None and self.counters is not None else (),
+            riders=(count.add_to,) if count is not None and self.redis is not None else (),
         )
         ids = {"call_id": call.id}
         if call.job_run_id:
@@ -284,21 +285,25 @@ class Broker:
     def _record(
         self, call: ToolCall, status: CallStatus, count: _Count | None = None
     ) -> CallOutcome:
+        """Save a new call on a bare connection (every read tool's call: no Session needed),
+        then send its event with the decision's count in one round trip."""
+        events: list[feed.OwnerEvent] = []
         try:
-            with transaction(self.sessions) as session:
-                self._count_with(session, count)
-                callstate.record(session, call, status)
+            with core_transaction(self.sessions) as connection:
+                callstate.record(connection, call, status, events)
         except IntegrityError:
             # The chat was deleted while the call was being answered: keep the call, not the link.
             call.chat_id = None
-            with transaction(self.sessions) as session:
-                self._count_with(session, count)
-                callstate.record(session, call, status)
+            events.clear()
+            with core_transaction(self.sessions) as connection:
+                callstate.record(connection, call, status, events)
+        if self.redis is not None:
+            feed.publish_all(self.redis, events, (count.add_to,) if count is not None else ())
         return CallOutcome.of(call)
 
     def _count_with(self, session: Any, count: _Count | None) -> None:
         """Count the decision in the round trip that publishes the session's events."""
-        if count is not None and self.counters is not None:
+        if count is not None and self.redis is not None:
             feed.also(session, count.add_to)
 
     def _end(

@@ -101,7 +101,7 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
         dispatcher=dispatcher,
         run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
         publish=lambda owner, kind, data: events.publish(client, owner, kind, **data),
-        counters=client,
+        redis=client,
     )
     return sessions, client, broker
 
