@@ -23,6 +23,7 @@ from flask import Flask, current_app, g, request
 from api.errors import ApiError
 from api.services import services
 from relay import naming
+from store import indexcache
 from store.tokens import OWNER_KIND, Principal, Role, authenticate, token_digest
 
 PUBLIC_PATHS = ("/api/health", "/api/openapi.json", "/api/docs")
@@ -106,12 +107,20 @@ class TokenCache:
 
 
 def _generation() -> bytes | None:
-    """The current revocation generation; None when Redis can't be asked (then: no cache)."""
+    """The current revocation generation; None when Redis can't be asked (then: no cache).
+
+    The skills index generation comes in the same round trip, for the store to answer this
+    request's lookups from what it read under it (store/indexcache.py).
+    """
     try:
-        value = services().redis.get(naming.tokens_generation())
+        tokens, skills = services().redis.mget(
+            [naming.tokens_generation(), naming.skills_generation()]
+        )
     except redis.RedisError:
+        indexcache.SEEN.set(None)
         return None
-    return value if isinstance(value, bytes) else b"0"
+    indexcache.SEEN.set(skills if isinstance(skills, bytes) else b"0")
+    return tokens if isinstance(tokens, bytes) else b"0"
 
 
 def bump_token_generation() -> None:

@@ -14,12 +14,13 @@ from broker.broker import Broker
 from broker.context import Dispatcher, RecordingDispatcher
 from broker.policy import Policy, load_builtin_policy
 from broker.toolset import build_registry
-from relay import events, feed
+from relay import events, feed, naming
 from relay.app import create_celery
 from relay.connections import redis_client
 from relay.dispatch import CeleryDispatcher
 from relay.streams import wait_for_end
 from skillfleet.settings import Settings
+from store import indexcache
 from store.db import SessionFactory, make_engine, make_sessions
 from store.discovery import read_only_skills
 from store.packagestore import PackageStore
@@ -45,9 +46,11 @@ class Services:
         engine = engine or make_engine(settings.database)
         sessions = make_sessions(engine)
         store = SkillStore(sessions, settings.skills_dir)
+        client = redis_client(settings)
+        # Every process forgets what it read of the skills index once a skill changes.
+        indexcache.watch(sessions, store.index, lambda: client.incr(naming.skills_generation()))
         store.sync_read_only(read_only_skills(BUILTIN_DIR, settings.skill_paths))
         policy = load_policy(settings)
-        client = redis_client(settings)
         feed.attach(sessions, client)
         celery = create_celery(settings)
         packages = PackageStore(settings.data_dir / "packages", store)

@@ -83,6 +83,11 @@ def tokens_generation() -> str:
     return f"{PREFIX}:tokens:generation"
 
 
+def skills_generation() -> str:
+    """A counter bumped after every change to the skills index (store/indexcache.py)."""
+    return f"{PREFIX}:skills:generation"
+
+
 def owner_events(owner_id: int) -> str:
     """The Redis Stream of one owner's changes (approvals, calls, runs, job runs) for frontends."""
     return f"{PREFIX}:owner:{owner_id}:events"

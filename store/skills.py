@@ -29,6 +29,7 @@ from store.errors import (
 )
 from store.frontmatter import read_loose
 from store.hashing import content_hash, regular_files
+from store.indexcache import IndexCache
 from store.leniency import read_header, read_skill_dir
 from store.limits import MAX_SKILLS
 from store.lint import lint
@@ -70,6 +71,8 @@ class SkillStore:
 
     def __init__(self, sessions: SessionFactory, skills_dir: Path) -> None:
         self.sessions = sessions
+        # Lookups and listings kept while the index is unchanged (see store/indexcache.py).
+        self.index = IndexCache()
         self.skills_dir = skills_dir
         self.skills_dir.mkdir(parents=True, exist_ok=True)
         (self.skills_dir / ".staging").mkdir(exist_ok=True)
@@ -80,6 +83,9 @@ class SkillStore:
     def get(self, owner_id: int, name: str) -> Skill:
         """The skill `name` as `owner_id` sees it: their own, or a shared one (a detached row:
         its attributes are read, never saved back)."""
+        return self.index.read(("get", owner_id, name), lambda: self._get(owner_id, name))
+
+    def _get(self, owner_id: int, name: str) -> Skill:
         row = None
         if is_valid_name(name):
             with core_connection(self.sessions) as connection:
@@ -103,9 +109,13 @@ class SkillStore:
         Columns, in this order: name, description, enabled, author, execution, tier, owner_id,
         source_chats, rationale (the last two for drafts only).
         """
+        key = ("listing", owner_id, enabled_only)
+        return list(self.index.read(key, lambda: self._listing(owner_id, enabled_only)))
+
+    def _listing(self, owner_id: int, enabled_only: bool) -> list[Any]:
         query = _LISTING_ENABLED if enabled_only else _LISTING
-        with self.sessions() as session:
-            rows = session.connection().execute(query, {"owner_id": owner_id}).all()
+        with core_connection(self.sessions) as connection:
+            rows = connection.execute(query, {"owner_id": owner_id}).all()
         # Read by position: for 200 rows, attribute reads cost about as much as the query.
         return _unshadowed(rows, operator.itemgetter(0), operator.itemgetter(6))
 

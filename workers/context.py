@@ -9,7 +9,7 @@ from typing import Any
 import redis
 
 from broker.broker import Broker
-from relay import feed
+from relay import feed, naming
 from relay.connections import redis_client
 from relay.heartbeat import Instance
 from skillfleet.settings import Settings
@@ -78,6 +78,7 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
     from relay.app import create_celery
     from relay.dispatch import CeleryDispatcher
     from relay.streams import wait_for_end
+    from store import indexcache
     from store.packagestore import PackageStore
     from store.skills import SkillStore
 
@@ -86,6 +87,8 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
     # Job runs and turns change calls, approvals and runs too: the owner's feed must hear them.
     feed.attach(sessions, client)
     store = SkillStore(sessions, settings.skills_dir)
+    # Drafts written here make the API processes forget what they read of the skills index.
+    indexcache.watch(sessions, store.index, lambda: client.incr(naming.skills_generation()))
     policy = (
         Policy.from_file(settings.policy_file) if settings.policy_file else load_builtin_policy()
     )
