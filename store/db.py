@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect
+from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event, insert, inspect
 from sqlalchemy.orm import Session, configure_mappers, make_transient_to_detached, sessionmaker
-from sqlalchemy.orm.attributes import instance_state, manager_of_class, set_committed_value
+from sqlalchemy.orm.attributes import instance_state, manager_of_class
 
 from store import jsoncodec
 
@@ -118,18 +119,22 @@ def insert_row(connection: Session | Connection, row: Any) -> None:
     """Insert a new row with one plain INSERT on a Session or a bare Connection; the row is then
     detached, as if loaded. Columns left unset get their defaults, on the row too."""
     table = row.__table__
-    given = row.__dict__  # the values set on the row so far, by attribute name
+    given = instance_state(row).dict  # the values set on the row so far, by attribute name
     values = {}
     for column in table.columns:
         key = column.key
         value = given.get(key)
         if value is None and column.default is not None:
             default = column.default
-            value = default.arg(None) if default.is_callable else default.arg
-            set_committed_value(row, key, value)
+            value = given[key] = default.arg(None) if default.is_callable else default.arg
         elif key not in given:
-            set_committed_value(row, key, None)  # loaded, even as None: never read back
+            given[key] = None  # loaded, even as None: never read back
         if value is not None:  # left out, a NULL stays SQL NULL (not JSON null)
             values[key] = value
-    connection.execute(insert(table), values)
-    make_transient_to_detached(row)
+    connection.execute(_insert(table), values)
+    make_transient_to_detached(row)  # every value set above counts as loaded, not changed
+
+
+@functools.cache
+def _insert(table: Table) -> Insert:
+    return insert(table)
