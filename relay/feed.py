@@ -2,7 +2,9 @@
 
 Writers note an event on the database session that makes the change; it is published to
 `skillfleet:owner:<id>:events` only after that session commits, so a frontend never hears of a
-change that was rolled back. Publishing is best effort: with Redis away the change still
+change that was rolled back. The rows every call and run write go through a bare connection
+instead (store.db.core_transaction): their writers collect the events in a list and send them
+once committed, in a round trip they make anyway (`add_to`, `publish_all`). Publishing is best effort: with Redis away the change still
 stands and the event is only logged as lost. `GET /api/events` serves the stream as SSE.
 
 Kinds: `approval.created`, `approval.answered`, `call.finished`, `run.state`, `job_run.state`.
@@ -30,8 +32,6 @@ log = structlog.get_logger(__name__)
 # What a session holds until it commits: (owner id, kind, data or a snapshot to take then).
 _NOTED = "skillfleet.owner_events"
 _READY = "skillfleet.owner_events.ready"
-# A list the committed events go to instead of Redis, for a caller that sends them itself.
-_HELD = "skillfleet.owner_events.held"
 # Commands of others sent in the same round trip as the events (relay/counters.py).
 _RIDERS = "skillfleet.owner_events.riders"
 Snapshot = Callable[[], dict[str, Any]]
@@ -90,18 +90,6 @@ def also(session: Session, add: Rider) -> None:
     """Once `session` commits, `add(pipe)` puts its commands (a count, say) on the pipeline that
     publishes the session's events: one round trip for both. Nothing is sent on a rollback."""
     session.info.setdefault(_RIDERS, []).append(add)
-
-
-def hold(session: Session, into: list[OwnerEvent] | None = None) -> list[OwnerEvent]:
-    """The list (`into`, or a new one) this session's events go to when it commits, instead of
-    to Redis.
-
-    For a caller with more urgent work after the commit (a run to send, a script to start): it
-    publishes them itself afterwards, with `publish_all` or in a pipeline of its own (`add_to`).
-    A rollback adds nothing to the list.
-    """
-    held: list[OwnerEvent] = session.info.setdefault(_HELD, [] if into is None else into)
-    return held
 
 
 def note(
@@ -178,10 +166,6 @@ def attach(sessions: SessionFactory, client: redis.Redis) -> None:
     def send(session: Session) -> None:
         ready = session.info.pop(_READY, [])
         riders = session.info.pop(_RIDERS, [])
-        held = session.info.pop(_HELD, None)
-        if held is not None:
-            held.extend(ready)
-            ready = []
         if len(ready) == 1 and not riders:
             publish(client, *ready[0])
         else:
@@ -191,7 +175,6 @@ def attach(sessions: SessionFactory, client: redis.Redis) -> None:
     def forget(session: Session, _transaction: Any) -> None:
         session.info.pop(_NOTED, None)
         session.info.pop(_READY, None)
-        session.info.pop(_HELD, None)
         session.info.pop(_RIDERS, None)
 
 

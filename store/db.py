@@ -62,8 +62,9 @@ def transaction(sessions: SessionFactory) -> Iterator[Session]:
 def core_transaction(sessions: SessionFactory) -> Iterator[Connection]:
     """A connection of the sessions' engine in a transaction that commits when the block ends.
 
-    For the few writes every run makes (a worker's claim and finish): a Session's bookkeeping
-    and commit hooks cost as much again as the statements, and those writes need neither.
+    For the rows every call and run write (a call, a run, a worker's claim and finish): a
+    Session's bookkeeping and commit hooks cost as much again as their statements, and they need
+    neither; their owner events go to the round trip that follows (relay/feed.py).
     """
     with sessions.kw["bind"].begin() as connection:
         yield connection
