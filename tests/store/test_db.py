@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import inspect, select
 
 from store.db import (
+    SessionFactory,
     core_connection,
     core_transaction,
     detached,
@@ -23,15 +24,20 @@ from store.db import (
 from store.models import Owner, ToolCall
 
 
+def new_call(sessions: SessionFactory, status: str) -> ToolCall:
+    """A call (not saved yet) of a new owner's."""
+    with transaction(sessions) as session:
+        owner = Owner(name=f"o-{uuid.uuid4().hex[:8]}")
+        session.add(owner)
+    return ToolCall(id=str(uuid.uuid4()), owner_id=owner.id, tool="list_skills", tier="read",
+                    status=status, result=None)  # fmt: skip
+
+
 def test_an_inserted_row_gets_its_defaults_keeps_null_as_null_and_saves_later_changes(
     database_url: str,
 ) -> None:
     sessions = make_sessions(make_engine(database_url))
-    with transaction(sessions) as session:
-        owner = Owner(name=f"o-{uuid.uuid4().hex[:8]}")
-        session.add(owner)
-    call = ToolCall(id=str(uuid.uuid4()), owner_id=owner.id, tool="list_skills", tier="read",
-                    status="done", result=None)  # fmt: skip
+    call = new_call(sessions, "done")
 
     with transaction(sessions) as session:
         insert_now(session, call)
@@ -55,11 +61,7 @@ def test_a_row_inserted_on_a_bare_connection_gets_its_defaults_and_reads_back(
     database_url: str,
 ) -> None:
     sessions = make_sessions(make_engine(database_url))
-    with transaction(sessions) as session:
-        owner = Owner(name=f"o-{uuid.uuid4().hex[:8]}")
-        session.add(owner)
-    call = ToolCall(id=str(uuid.uuid4()), owner_id=owner.id, tool="list_skills", tier="read",
-                    status="running")  # fmt: skip
+    call = new_call(sessions, "running")
     with core_transaction(sessions) as connection:
         insert_row(connection, call)
     assert call.mode == "execute" and call.created_at is not None
