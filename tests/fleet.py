@@ -37,6 +37,15 @@ PYTHON = sys.executable
 START_LIMIT = 30.0
 
 
+def process_ended(pid: int) -> bool:
+    """True once `pid` has exited (a zombie left for init to reap counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def wait_until(check: Callable[[], Any], limit: float, what: str, every: float = 0.05) -> Any:
     """Poll `check` until it returns something truthy; fail naming `what` after `limit` s."""
     deadline = time.monotonic() + limit

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import POSTGRES_URL, REDIS_URL  # noqa: F401 - documents the services used
-from fleet import fleet, own_redis, wait_until
+from fleet import fleet, own_redis, process_ended, wait_until
 
 from relay.streams import read_events
 from skillfleet.settings import Settings
@@ -25,7 +25,7 @@ def counting_script(marker: Path, seconds: float = 0) -> str:
     return (
         "import os, time\n"
         f"open({str(marker)!r}, 'a').write(os.environ['SKILLFLEET_RUN_ID'] + '\\n')\n"
-        "print('started', flush=True)\n"
+        "print('started', os.getpid(), flush=True)\n"
         f"time.sleep({seconds})\n"
         "print('finished', flush=True)\n"
     )
@@ -65,13 +65,15 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
         )
         with running.http() as client:
             run_id = client.post("/api/tools/run_skill_script", json=body(node)).json()["run_id"]
-            wait_until(
-                lambda: any(e.kind == "stdout" for e in read_events(running.redis, run_id)),
+            started = wait_until(
+                lambda: [e for e in read_events(running.redis, run_id) if e.kind == "stdout"],
                 30,
                 "the script to start",
             )
+            script_pid = int(started[0].data["text"].split()[1])
             running.kill(node, signal.SIGKILL)
             killed_at = time.monotonic()
+            wait_until(lambda: process_ended(script_pid), 10, "the script to die with its worker")
             run = wait_until(
                 lambda: (
                     (r := client.get(f"/api/runs/{run_id}").json())["status"] == "interrupted" and r
