@@ -43,8 +43,9 @@ class Event:
 class RunStream:
     """The writer side of one run's stream.
 
-    Entries go out in as few round trips as they can: a status set with `status_later` waits for
-    the next output or the exit and travels in its pipeline; `send_pending` sends it alone.
+    Entries go out in as few round trips as they can: a status set with `status_later` (or output
+    with `later`) waits for the next output or the exit and travels in its pipeline;
+    `send_pending` sends it alone.
     Writes of others (the owner's events) can ride along the same way with `also`.
     """
 
@@ -73,10 +74,14 @@ class RunStream:
         if self.pending or self.riders:
             self._pipeline([]).execute()
 
-    def output(self, stream: str, data: bytes) -> None:
-        """Publish stdout/stderr bytes in entries of at most CHUNK_BYTES, up to the stream cap."""
+    def output(self, stream: str, data: bytes, later: bool = False) -> None:
+        """Publish stdout/stderr bytes in entries of at most CHUNK_BYTES, up to the stream cap.
+
+        With `later`, they wait for the next pipeline this stream sends, as a status does.
+        """
         if self.capped:
-            self.send_pending()
+            if not later:
+                self.send_pending()
             return
         room = MAX_STREAM_BYTES - self.published
         if len(data) > room:
@@ -90,7 +95,10 @@ class RunStream:
         if self.capped:
             note = f"[skillfleet: output past {MAX_STREAM_BYTES // 2**20} MiB is not streamed]\n"
             entries.append(("stderr", {"text": note}))
-        self._pipeline(entries).execute()
+        if later:
+            self.pending.extend(entries)
+        else:
+            self._pipeline(entries).execute()
 
     def exit(
         self,

@@ -10,6 +10,7 @@ from pathlib import Path
 from relay import naming
 from relay.streams import RunStream, read_events
 from store.limits import COALESCE_BYTES
+from store.runs import Outcome
 from workers.runners.base import Job, OutputCollector, command_for
 from workers.runners.node import NodeRunner
 
@@ -29,6 +30,14 @@ def never() -> bool:
     return False
 
 
+def run_to_end(runner: NodeRunner, the_job: Job, folder: Path, redis_client) -> Outcome:
+    """Run, then end the stream with the exit event as the worker does (the last burst rides it)."""
+    stream = RunStream(redis_client, the_job.run_id)
+    outcome = runner.run(the_job, folder, stream, never)
+    stream.exit(outcome.status, outcome.exit_code)
+    return outcome
+
+
 def test_a_python_script_gets_its_arguments_and_its_output_is_streamed(tmp_path, redis_client):
     folder = skill(
         tmp_path,
@@ -39,7 +48,7 @@ def test_a_python_script_gets_its_arguments_and_its_output_is_streamed(tmp_path,
         "print(os.getcwd())\n",
     )
     the_job = job("scripts/echo.py", word="hello")
-    outcome = NodeRunner().run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+    outcome = run_to_end(NodeRunner(), the_job, folder, redis_client)
     assert outcome.status == "succeeded" and outcome.exit_code == 0
     assert outcome.stdout == f"hello\n{folder}\n"
     assert outcome.stderr == "True\n"
@@ -160,7 +169,7 @@ def test_each_burst_of_output_is_one_stream_entry_not_one_per_write(tmp_path, re
     )
     the_job = job("scripts/tick.py")
     runner = NodeRunner(coalesce_seconds=0.1)
-    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+    outcome = run_to_end(runner, the_job, folder, redis_client)
     assert outcome.status == "succeeded"
     texts = [
         e.data["text"] for e in read_events(redis_client, the_job.run_id) if e.kind == "stdout"
@@ -183,3 +192,17 @@ def test_a_burst_past_the_byte_limit_is_published_in_limit_sized_entries(redis_c
         COALESCE_BYTES,
         7 * 16 * 1024 - COALESCE_BYTES,
     ]
+
+
+def test_output_still_buffered_at_the_end_goes_out_with_the_exit_in_one_round_trip(redis_client):
+    run_id = f"run-{uuid.uuid4()}"
+    stream = RunStream(redis_client, run_id)
+    collector = OutputCollector(stream, coalesce_seconds=60)
+    collector.started(pid=1)
+    collector.add("stdout", b"ok\n")  # a short run's only output, inside its window
+    collector.finish()  # the script exited
+    assert read_events(redis_client, run_id) == []  # nothing sent on its own
+    stream.exit("succeeded", 0)
+    events = read_events(redis_client, run_id)
+    assert [e.kind for e in events] == ["status", "stdout", "exit"]
+    assert events[1].data["text"] == "ok\n" and events[2].data["status"] == "succeeded"

@@ -44,7 +44,11 @@ class Job:
 
 
 class Runner(Protocol):
-    """Runs a job's script from a verified skill folder, streaming its output."""
+    """Runs a job's script from a verified skill folder, streaming its output.
+
+    Output still buffered when the script ends may stay pending in the stream: it goes out
+    with the run's exit event, which the caller always sends.
+    """
 
     isolation: str
 
@@ -136,10 +140,20 @@ class OutputCollector:
         self.stream.send_pending()
         self.flush_at = None
 
-    def _publish(self, name: str) -> None:
+    def finish(self) -> None:
+        """At the script's end: what is still buffered goes out with the run's exit event.
+
+        One round trip less for a short run, whose only output usually arrives within the
+        window; whoever ends the run sends it (`RunStream.exit`, or `send_pending`).
+        """
+        for name in self.pending:
+            self._publish(name, later=True)
+        self.flush_at = None
+
+    def _publish(self, name: str, later: bool = False) -> None:
         pending = self.pending[name]
         if pending:
-            self.stream.output(name, bytes(pending))
+            self.stream.output(name, bytes(pending), later=later)
             pending.clear()
         if not any(self.pending.values()):
             self.flush_at = None  # the next byte opens a new burst

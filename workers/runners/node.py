@@ -121,7 +121,7 @@ def _pump(
                 selector.unregister(key.fileobj)
         collector.flush_due()
     selector.close()
-    collector.flush()
+    collector.finish()
     return stopped
 
 
