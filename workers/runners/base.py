@@ -135,10 +135,9 @@ class OutputCollector:
             self.flush()
 
     def flush(self) -> None:
-        for name in self.pending:
-            self._publish(name)
+        """Publish what is buffered, with the stream's pending entries, in one round trip."""
+        self._hand_over()
         self.stream.send_pending()
-        self.flush_at = None
 
     def finish(self) -> None:
         """At the script's end: what is still buffered goes out with the run's exit event.
@@ -146,6 +145,10 @@ class OutputCollector:
         One round trip less for a short run, whose only output usually arrives within the
         window; whoever ends the run sends it (`RunStream.exit`, or `send_pending`).
         """
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Move the buffered output to the stream's pending entries."""
         for name in self.pending:
             self._publish(name, later=True)
         self.flush_at = None
