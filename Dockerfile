@@ -1,5 +1,11 @@
 # The skillfleet application image: API, control worker, beat, Flower, node agent and Spark
 # worker. Without a registry, deploy/build-images.sh makes an equivalent one.
+
+# skillfleet-launch, which starts node scripts so they die with their worker, needs a C compiler.
+FROM python:3.11 AS launcher
+COPY workers/runners/launch.c workers/runners/build-launcher.sh /src/
+RUN mkdir /out && sh /src/build-launcher.sh /out/skillfleet-launch
+
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
@@ -11,6 +17,7 @@ COPY store ./store
 COPY relay ./relay
 COPY workers ./workers
 COPY migrations ./migrations
+COPY --from=launcher /out/ /usr/local/bin/
 RUN pip install . && useradd --system --uid 10001 skillfleet \
     && mkdir -p /data /secrets && chown skillfleet /data /secrets
 USER skillfleet

@@ -2,6 +2,7 @@
 ARG BASE=skillfleet/debian:bookworm
 FROM ${BASE}
 COPY site-packages /usr/local/lib/python3.11/dist-packages
+COPY bin/ /usr/local/bin/
 RUN printf '#!/usr/bin/python3\nfrom skillfleet.cli import main\nmain()\n' >/usr/local/bin/skillfleet \
     && printf '#!/usr/bin/python3\nfrom celery.__main__ import main\nmain()\n' >/usr/local/bin/celery \
     && chmod 0755 /usr/local/bin/skillfleet /usr/local/bin/celery \

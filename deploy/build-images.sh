@@ -116,6 +116,9 @@ build_app() {  # always: it holds this checkout's code
     --prefer-binary "$workdir"/wheel/skillfleet-*.whl async-timeout 2>&1 | grep -v '^WARNING: Location' >&2 || true
   [[ -d $context/site-packages/skillfleet ]] || die "pip did not install skillfleet."
   rm -rf "$context/site-packages/bin"
+  # Built here (the image has no C compiler); an empty bin/ where it can't be: setpriv is used.
+  mkdir -p "$context/bin"
+  sh "$repo/workers/runners/build-launcher.sh" "$context/bin/skillfleet-launch"
   cp "$here/app.Dockerfile" "$context/Dockerfile"
   say "building $app_image ..."
   docker build --quiet --build-arg "BASE=$base_image" -t "$app_image" "$context" >/dev/null

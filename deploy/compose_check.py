@@ -112,6 +112,14 @@ def check_nodes(stack: Stack) -> None:
     say("edge1, edge2 and the Spark are alive")
 
 
+def check_launcher() -> None:
+    """The node agents start scripts through skillfleet-launch, which the image carries."""
+    code = "from workers.runners.node import LAUNCHER; print(LAUNCHER)"
+    found = compose("exec", "-T", "edge1", "python3", "-c", code).strip()
+    assert found == "/usr/local/bin/skillfleet-launch", found
+    say(f"edge1 starts scripts through {found}")
+
+
 def check_runs_by_node_name(stack: Stack) -> None:
     stack.import_skill("where", {"skillfleet.tier": "read"}, WHERE)
     for node in ("edge1", "edge2"):
@@ -279,6 +287,7 @@ def main() -> int:
     wait_until(lambda: _answers(options.api + "/api/health"), 180, "the API to answer", every=1)
     stack = Stack(options.api, options.flower)
     check_nodes(stack)
+    check_launcher()
     check_runs_by_node_name(stack)
     check_spark(stack)
     check_approval(stack)
