@@ -14,11 +14,11 @@ import functools
 from enum import StrEnum
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, Update, bindparam, or_, update
+from sqlalchemy import Connection, Table, bindparam, or_, update
 from sqlalchemy.orm import Session
 
 from relay import feed
-from store.db import insert_row, save
+from store.db import DriverStatement, insert_row, save
 from store.models import Chat, ToolCall, utcnow
 
 
@@ -90,20 +90,24 @@ def answer(
         values["error_code"], values["error_message"] = error
     if run_id is not None:
         values["run_id"] = run_id
-    chat_id = session.execute(
-        _answer_statement(frozenset(values)),
-        {"call_id": call_id, **{f"new_{key}": value for key, value in values.items()}},
-    ).first()
-    if chat_id is None:
+    statement = _answer_statement(frozenset(values))
+    parameters = {"call_id": call_id, **{f"new_{key}": value for key, value in values.items()}}
+    if isinstance(session, Session):
+        row = session.execute(statement.statement, parameters).first()
+        answered = None if row is None else row._asdict()
+    else:  # a worker's finish: on the driver's cursor
+        rows = statement.execute(session, parameters)
+        answered = rows[0] if rows else None
+    if answered is None:
         return False
     code = error[0] if error else None
-    _count(session, chat_id[0], status, code)
-    _announce(session, chat_id[2], call_id, status, code, events)
+    _count(session, answered["chat_id"], status, code)
+    _announce(session, answered["owner_id"], call_id, status, code, events)
     return True
 
 
 @functools.lru_cache(maxsize=32)
-def _answer_statement(keys: frozenset[str]) -> Update:
+def _answer_statement(keys: frozenset[str]) -> DriverStatement:
     """The UPDATE that ends an open call, setting `keys`: built once per set of keys, on the
     table rather than the ORM, so a call costs only its execution.
 
@@ -112,7 +116,7 @@ def _answer_statement(keys: frozenset[str]) -> Update:
     """
     calls = _CALLS.c
     source = or_(*(calls.status == str(state) for state in (CallStatus.DECIDING, *OPEN_STATES)))
-    return (
+    return DriverStatement(
         update(_CALLS)
         .where(calls.id == bindparam("call_id"), source)
         .values({key: bindparam(f"new_{key}", type_=calls[key].type) for key in sorted(keys)})

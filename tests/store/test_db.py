@@ -8,9 +8,11 @@ import sys
 import uuid
 from pathlib import Path
 
-from sqlalchemy import inspect, select
+import pytest
+from sqlalchemy import bindparam, insert, inspect, select, update
 
 from store.db import (
+    DriverStatement,
     SessionFactory,
     core_connection,
     core_transaction,
@@ -21,7 +23,7 @@ from store.db import (
     make_sessions,
     transaction,
 )
-from store.models import Owner, ToolCall
+from store.models import Owner, ToolCall, utcnow
 
 
 def new_call(sessions: SessionFactory, status: str) -> ToolCall:
@@ -85,3 +87,64 @@ def test_a_detached_row_can_be_built_first_thing_in_a_process():
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+_CALLS = ToolCall.__table__
+_ANSWER = (
+    update(_CALLS)
+    .where(_CALLS.c.id == bindparam("call_id"), _CALLS.c.status == "running")
+    .values(
+        status="done",
+        result=bindparam("new_result", type_=_CALLS.c.result.type),
+        finished_at=bindparam("new_finished_at", type_=_CALLS.c.finished_at.type),
+    )
+    .returning(*_CALLS.c)
+)
+
+
+def test_a_driver_statement_returns_what_sqlalchemy_returns_and_joins_its_transaction(
+    database_url: str,
+) -> None:
+    sessions = make_sessions(make_engine(database_url))
+    call, other = new_call(sessions, "running"), new_call(sessions, "running")
+    with core_transaction(sessions) as connection:
+        insert_row(connection, call)
+        insert_row(connection, other)
+    result = {"text": "héllo", "items": [1, 2.5, None, True], "nested": {"a": []}}
+    finished = utcnow()
+    parameters = {"call_id": call.id, "new_result": result, "new_finished_at": finished}
+    statement = DriverStatement(_ANSWER)
+
+    with pytest.raises(RuntimeError), core_transaction(sessions) as connection:
+        assert len(statement.execute(connection, parameters)) == 1
+        raise RuntimeError("the block fails: the update is rolled back with it")
+    with core_transaction(sessions) as connection:
+        rows = statement.execute(connection, parameters)
+        assert statement.execute(connection, parameters) == []  # no longer running
+    # The same values, typed the same, as SQLAlchemy's own execution reads back.
+    with core_connection(sessions) as connection:
+        stored = connection.execute(select(*_CALLS.c).where(_CALLS.c.id == call.id)).one()
+    assert rows == [stored._asdict()]
+    assert rows[0]["result"] == result and rows[0]["finished_at"] == finished
+    assert (rows[0]["status"], rows[0]["created_at"]) == ("done", call.created_at)
+    with core_connection(sessions) as connection:
+        untouched = connection.execute(select(_CALLS.c.status).where(_CALLS.c.id == other.id))
+        assert untouched.scalar_one() == "running"
+
+
+def test_a_driver_statement_refuses_a_statement_whose_defaults_sqlalchemy_would_compute(
+    database_url: str,
+) -> None:
+    sessions = make_sessions(make_engine(database_url))
+    call = new_call(sessions, "running")
+    # `mode` and `created_at` have Python defaults that only SQLAlchemy's execution fills in.
+    statement = DriverStatement(
+        insert(_CALLS).values(id=bindparam("id"), owner_id=bindparam("owner_id"))
+    )
+    with (
+        pytest.raises(ValueError, match="needs a value for every column with a default"),
+        core_transaction(sessions) as connection,
+    ):
+        statement.execute(connection, {"id": call.id, "owner_id": call.owner_id})
+    with core_connection(sessions) as connection:
+        assert connection.execute(select(_CALLS.c.id).where(_CALLS.c.id == call.id)).first() is None
