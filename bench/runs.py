@@ -8,8 +8,9 @@ REDIS_URL (default redis://127.0.0.1:6379/14), then measures:
   result (`?wait=`), for a trivial Python script, against its floor: a bare Celery task on the
   same Redis, pool and concurrency whose body spawns the same script and returns its output
   (`bench/celery_floor.py`), and against spawning the script directly; p50 of each and ratios;
-- throughput: runs per second with 16 clients calling at once, for skillfleet and the floor,
-  with the CPU each spends per run (every process of the system, the scripts and the clients);
+- throughput: runs per second with 16 clients calling at once, for skillfleet and the floor
+  in alternated rounds (A B B A), with the CPU each spends per run (every process of the
+  system, the scripts and the clients);
 - first-output latency: from the script printing a line (its own timestamp) to an SSE client
   receiving it;
 - spark (with --spark): a run against a bare `docker run --rm` with the same flags and image,
@@ -53,6 +54,7 @@ NODE = f"bench-{os.getpid()}"
 ROUNDS = 60
 SPARK_ROUNDS = 30
 CONCURRENT_RUNS = 400
+THROUGHPUT_ROUNDS = 4  # of each side, alternated
 CLIENTS = 16
 TRIVIAL = "print('ok')\n"
 STAMPED = "import time\nprint(repr(time.time()), flush=True)\ntime.sleep(0.2)\n"
@@ -241,28 +243,51 @@ def bench_node(system: System, script: Path) -> dict[str, float]:
             lambda: subprocess.run([PYTHON3, str(script)], capture_output=True, check=True), 1
         )
 
-    def agent(_index: int) -> None:
-        """One agent keeping its connection, making its share of the runs one after another."""
-        with httpx.Client(base_url=system.url, headers=system.headers, timeout=120) as own:
-            for _ in range(CONCURRENT_RUNS // CLIENTS):
-                system.run(own, "trivial", "scripts/ok.py", NODE)
+    # Throughput: rounds of CONCURRENT_RUNS // THROUGHPUT_ROUNDS runs from CLIENTS clients at
+    # once, the two sides alternated A B B A, so a machine whose speed drifts weighs on both.
+    # Each client has a thread of its own for the whole phase. An agent gets a new HTTP client
+    # for each round, made before the clock starts (making one costs milliseconds; a kept one
+    # would find its connection closed: the API closes one idle for 2 s, as during the floor's
+    # rounds); a floor client keeps its Celery app, whose result backend is per thread.
+    per_client = CONCURRENT_RUNS // THROUGHPUT_ROUNDS // CLIENTS
+    floor_agents = [system.floor_client() for _ in range(CLIENTS)]
+    threads = [concurrent.futures.ThreadPoolExecutor(max_workers=1) for _ in range(CLIENTS)]
+    agents: list[httpx.Client] = []
 
-    def floor_agent(_index: int) -> None:
+    def agent(index: int) -> None:
+        """One agent making its share of a round's runs one after another."""
+        for _ in range(per_client):
+            system.run(agents[index], "trivial", "scripts/ok.py", NODE)
+
+    def floor_agent(index: int) -> None:
         """The same share through the bare Celery task, with a client app of its own."""
-        own = system.floor_client()
-        for _ in range(CONCURRENT_RUNS // CLIENTS):
-            system.floor_run(own, script)
+        for _ in range(per_client):
+            system.floor_run(floor_agents[index], script)
 
-    runs = CONCURRENT_RUNS // CLIENTS * CLIENTS
-    rates: dict[str, float] = {}
-    cpu: dict[str, float] = {}
-    for label, body in (("full", agent), ("floor", floor_agent)):
+    def all_at_once(body: Any) -> None:
+        for future in [thread.submit(body, index) for index, thread in enumerate(threads)]:
+            future.result()
+
+    # Every floor client's connections open before the clock starts.
+    all_at_once(lambda index: system.floor_run(floor_agents[index], script))
+    elapsed = {"full": 0.0, "floor": 0.0}
+    cpu = {"full": 0.0, "floor": 0.0}
+    sides = {"full": agent, "floor": floor_agent}
+    for label in ["full", "floor", "floor", "full"] * (THROUGHPUT_ROUNDS // 2):
+        agents[:] = [httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
+                     for _ in range(CLIENTS) if label == "full"]  # fmt: skip
         cpu_before = system.cpu_seconds()
         start = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(max_workers=CLIENTS) as pool:
-            list(pool.map(body, range(CLIENTS)))
-        rates[label] = runs / (time.perf_counter() - start)
-        cpu[label] = (system.cpu_seconds() - cpu_before) / runs
+        all_at_once(sides[label])
+        elapsed[label] += time.perf_counter() - start
+        cpu[label] += system.cpu_seconds() - cpu_before
+        for own in agents:
+            own.close()
+    for thread in threads:
+        thread.shutdown()
+    runs = per_client * CLIENTS * THROUGHPUT_ROUNDS
+    rates = {label: runs / seconds for label, seconds in elapsed.items()}
+    cpu = {label: seconds / runs for label, seconds in cpu.items()}
     return {
         "full_p50": median_ms(full),
         "full_p95": p95_ms(full),
@@ -395,7 +420,9 @@ def report_node(node: dict[str, float], first: list[float]) -> None:
                        ("spawning the script directly                  ", "direct")):  # fmt: skip
         print(f"  {label}  p50 {node[key + '_p50']:7.1f} ms  p95 {node[key + '_p95']:7.1f} ms"
               f"  ratio to floor {node[key + '_p50'] / node['floor_p50']:.2f}x")  # fmt: skip
-    print(f"Throughput ({CONCURRENT_RUNS} runs, {CLIENTS} clients)")
+    runs = CONCURRENT_RUNS // THROUGHPUT_ROUNDS // CLIENTS * CLIENTS
+    print(f"Throughput ({THROUGHPUT_ROUNDS} alternated rounds of {runs} runs each, "
+          f"{CLIENTS} clients)")  # fmt: skip
     print(f"  skillfleet  {node['throughput']:6.1f} runs/s  CPU {node['cpu_ms']:5.1f} ms/run")
     print(f"  floor       {node['floor_throughput']:6.1f} runs/s  "
           f"CPU {node['floor_cpu_ms']:5.1f} ms/run")  # fmt: skip
