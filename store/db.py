@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import sqlalchemy.exc
 from sqlalchemy import (
     Connection,
     Dialect,
@@ -115,12 +117,27 @@ class DriverStatement:
         """Run it with `parameters`; the RETURNING rows as dicts by column key."""
         dialect = connection.dialect
         prepared = self._prepared.get(dialect.name) or self._prepare(dialect)
-        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        arguments = prepared.arguments(parameters)
+        driver = connection.connection.dbapi_connection
+        cursor = None
         try:
-            cursor.execute(prepared.sql, prepared.arguments(parameters))
+            cursor = driver.cursor()  # type: ignore[union-attr]
+            cursor.execute(prepared.sql, arguments)
             rows = cursor.fetchall() if prepared.returning else []
+        except dialect.loaded_dbapi.Error as e:
+            # Raised as SQLAlchemy's own execution raises it (IntegrityError, OperationalError…),
+            # and a connection the database dropped is not handed out again.
+            gone = dialect.is_disconnect(e, driver, cursor)
+            if gone:
+                connection.invalidate(e)
+            raise sqlalchemy.exc.DBAPIError.instance(
+                prepared.sql, arguments, e, dialect.loaded_dbapi.Error,
+                connection_invalidated=gone, dialect=dialect,
+            ) from e  # fmt: skip
         finally:
-            cursor.close()
+            if cursor is not None:
+                with contextlib.suppress(dialect.loaded_dbapi.Error):
+                    cursor.close()
         return [prepared.row(values) for values in rows]
 
     def _prepare(self, dialect: Dialect) -> _Prepared:

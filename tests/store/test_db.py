@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import sqlalchemy.exc
 from sqlalchemy import bindparam, insert, inspect, select, update
 
 from store.db import (
@@ -148,3 +149,14 @@ def test_a_driver_statement_refuses_a_statement_whose_defaults_sqlalchemy_would_
         statement.execute(connection, {"id": call.id, "owner_id": call.owner_id})
     with core_connection(sessions) as connection:
         assert connection.execute(select(_CALLS.c.id).where(_CALLS.c.id == call.id)).first() is None
+
+
+def test_a_driver_statement_raises_what_sqlalchemy_raises(database_url: str) -> None:
+    sessions = make_sessions(make_engine(database_url))
+    call = new_call(sessions, "running")
+    call.chat_id = 999_999  # no such chat: the foreign key refuses it, as when it was just deleted
+    with pytest.raises(sqlalchemy.exc.IntegrityError), core_transaction(sessions) as connection:
+        insert_row(connection, call)
+    with core_transaction(sessions) as connection:  # the pool's connection still serves
+        call.chat_id = None
+        insert_row(connection, call)
