@@ -274,8 +274,10 @@ def bench_node(system: System, script: Path) -> dict[str, float]:
     cpu = {"full": 0.0, "floor": 0.0}
     sides = {"full": agent, "floor": floor_agent}
     for label in ["full", "floor", "floor", "full"] * (THROUGHPUT_ROUNDS // 2):
-        agents[:] = [httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
-                     for _ in range(CLIENTS) if label == "full"]  # fmt: skip
+        agents.clear()
+        if label == "full":
+            agents.extend(httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
+                          for _ in range(CLIENTS))  # fmt: skip
         cpu_before = system.cpu_seconds()
         start = time.perf_counter()
         all_at_once(sides[label])

@@ -167,7 +167,7 @@ class _Prepared:
         ]
 
     def arguments(self, parameters: Mapping[str, Any]) -> Any:
-        values = self.compiled.construct_params(dict(parameters))
+        values = self.compiled.construct_params(parameters)
         for name, processor in self.binds.items():
             values[name] = processor(values[name])
         if self.order is None:

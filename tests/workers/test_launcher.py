@@ -10,21 +10,19 @@ import shutil
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 from fleet import process_ended, wait_until
 
-from relay.streams import RunStream
-from workers.runners.base import SCRIPT_PATH, Job
+from workers.runners.base import SCRIPT_PATH
 from workers.runners.node import LAUNCHER, SETPRIV, NodeRunner, launch_command
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDABLE = platform.machine() == "x86_64" and sys.platform == "linux" and shutil.which("cc")
 needs_launcher = pytest.mark.skipif(LAUNCHER is None, reason="skillfleet-launch is not built")
 # Each way a script can be started: the launcher, setpriv, and a preexec_fn's prctl.
-WAYS = [
+WAYS = [  # also used by the node runner's tests
     pytest.param(LAUNCHER, id="skillfleet-launch", marks=needs_launcher),
     pytest.param(None, id="setpriv or prctl"),
 ]
@@ -137,37 +135,6 @@ def test_without_the_launcher_setpriv_or_a_prctl_sets_the_signal():
         assert preexec is None
     else:
         assert command == ["python3", "a.py"] and preexec is not None
-
-
-@pytest.mark.parametrize("launcher", WAYS)
-def test_the_node_runner_runs_a_script_each_way(launcher, tmp_path, redis_client):
-    folder = tmp_path / "skill"
-    (folder / "scripts").mkdir(parents=True)
-    (folder / "scripts" / "who.py").write_text(
-        "import json, os, sys\nprint(sys.argv[0], json.loads(os.environ['SKILLFLEET_ARGS']))\n"
-    )
-    job = Job(str(uuid.uuid4()), "demo", "0" * 64, "scripts/who.py", {"n": 1}, 30)
-    stream = RunStream(redis_client, job.run_id)
-    outcome = NodeRunner(launcher=launcher).run(job, folder, stream, lambda: False)
-    stream.exit(outcome.status, outcome.exit_code)
-    assert (outcome.status, outcome.exit_code) == ("succeeded", 0)
-    assert outcome.stdout == "scripts/who.py {'n': 1}\n"
-
-
-def test_a_missing_interpreter_with_the_launcher_is_a_clear_start_failure(tmp_path, redis_client):
-    folder = tmp_path / "skill"
-    (folder / "scripts").mkdir(parents=True)
-    (folder / "scripts" / "a.cs").write_text("// no dotnet here\n")
-    job = Job(str(uuid.uuid4()), "demo", "0" * 64, "scripts/a.cs", {}, 30)
-    runner = NodeRunner(launcher="/any/launcher")
-    if shutil.which("dotnet", path=SCRIPT_PATH):
-        pytest.skip("dotnet is installed here")
-    outcome = runner.run(job, folder, RunStream(redis_client, job.run_id), lambda: False)
-    assert (outcome.status, outcome.exit_code) == ("failed", None)
-    assert outcome.error == (
-        "The script could not start: FileNotFoundError: "
-        "[Errno 2] No such file or directory: 'dotnet'"
-    )
 
 
 def _command_of(pid: int) -> list[str]:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
 from pathlib import Path
+
+import pytest
+from test_launcher import WAYS
 
 from relay import naming
 from relay.streams import RunStream, read_events
 from store.limits import COALESCE_BYTES
 from store.runs import Outcome
-from workers.runners.base import Job, OutputCollector, command_for
+from workers.runners.base import SCRIPT_PATH, Job, OutputCollector, command_for
 from workers.runners.node import NodeRunner
 
 
@@ -142,6 +146,33 @@ def test_a_missing_interpreter_fails_the_run_clearly(tmp_path, redis_client):
         assert "could not start" in outcome.stderr
     else:  # a machine with dotnet runs it
         assert outcome.status in ("succeeded", "failed")
+
+
+@pytest.mark.parametrize("launcher", WAYS)
+def test_the_node_runner_runs_a_script_each_way(launcher, tmp_path, redis_client):
+    folder = skill(
+        tmp_path,
+        "who.py",
+        "import json, os, sys\nprint(sys.argv[0], json.loads(os.environ['SKILLFLEET_ARGS']))\n",
+    )
+    outcome = run_to_end(NodeRunner(launcher=launcher), job("scripts/who.py", n=1), folder,
+                         redis_client)  # fmt: skip
+    assert (outcome.status, outcome.exit_code) == ("succeeded", 0)
+    assert outcome.stdout == "scripts/who.py {'n': 1}\n"
+
+
+def test_a_missing_interpreter_with_the_launcher_is_a_clear_start_failure(tmp_path, redis_client):
+    folder = skill(tmp_path, "a.cs", "// no dotnet here\n")
+    the_job = job("scripts/a.cs")
+    runner = NodeRunner(launcher="/any/launcher")
+    if shutil.which("dotnet", path=SCRIPT_PATH):
+        pytest.skip("dotnet is installed here")
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+    assert (outcome.status, outcome.exit_code) == ("failed", None)
+    assert outcome.error == (
+        "The script could not start: FileNotFoundError: "
+        "[Errno 2] No such file or directory: 'dotnet'"
+    )
 
 
 def test_json_round_trip_of_unicode_arguments(tmp_path, redis_client):
