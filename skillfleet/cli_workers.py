@@ -186,6 +186,7 @@ def _serve(
     from relay.connections import redis_client
     from relay.heartbeat import Beater, Instance
     from skillfleet.logs import configure_logging
+    from skillfleet.serving import freeze_startup_heap
     from store.db import make_engine, make_sessions
     from workers.execute import WorkerContext
 
@@ -217,6 +218,7 @@ def _serve(
         from celery.signals import worker_ready
 
         worker_ready.connect(lambda **_: beater.start(), weak=False)
+        worker_ready.connect(lambda **_: freeze_startup_heap(), weak=False)
     try:
         if not serving:
             while True:
