@@ -123,7 +123,8 @@ def test_log_lines_carry_the_ids_and_never_the_arguments(running: Fleet, node: s
             "skill_name": "ticker",
             "script": "scripts/tick.py",
             "node": node,
-            "arguments": {"label": marker},
+            # A failed run's end is logged at INFO (a succeeded one's only at DEBUG).
+            "arguments": {"label": marker, "code": 3},
         },
         "chat_id": "runs",
     }
@@ -131,14 +132,35 @@ def test_log_lines_carry_the_ids_and_never_the_arguments(running: Fleet, node: s
         with running.http() as client:
             response = client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body)
             envelope = response.json()
-            assert envelope["status"] == "done", envelope
+            assert envelope["status"] == "failed", envelope
     finally:
         structlog.configure(logger_factory=structlog.PrintLoggerFactory())
     api_output = api_lines.getvalue()
-    worker_log = running.log_text(node)
+    worker_log = wait_for_log(running, node, envelope["run_id"])  # the worker logged the run
     assert "skill arguments coerced" in api_output  # what the API logged is here
-    assert envelope["run_id"] in worker_log  # the worker logged the run, by its id
     assert marker not in api_output and marker not in worker_log
+
+
+def test_only_runs_that_did_not_succeed_log_their_end(running: Fleet, node: str):
+    with running.http() as client:
+        succeeded = call_run(client, node, wait=30, count=1)
+        failed = call_run(client, node, wait=30, code=2, count=1)
+    assert (succeeded["status"], failed["status"]) == ("done", "failed")
+    # The failed run ended after the succeeded one had: once its line is there, the other's
+    # would be too.
+    worker_log = wait_for_log(running, node, failed["run_id"])
+    (line,) = [line for line in worker_log.splitlines() if failed["run_id"] in line]
+    assert json.loads(line)["event"] == "run ended"
+    assert succeeded["run_id"] not in worker_log
+
+
+def wait_for_log(running: Fleet, label: str, text: str) -> str:
+    """The process's log once it holds `text` (its line follows the run's exit event)."""
+    return str(
+        wait_until(
+            lambda: text in (found := running.log_text(label)) and found, 10, f"{text} in the log"
+        )
+    )
 
 
 def test_a_failing_script_fails_the_call_with_its_output(running: Fleet, node: str):
