@@ -14,11 +14,11 @@ import functools
 from enum import StrEnum
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, or_, update
+from sqlalchemy import Table, bindparam, or_, update
 from sqlalchemy.orm import Session
 
 from relay import feed
-from store.db import DriverStatement, insert_row, save
+from store.db import DriverConnection, DriverStatement, insert_row, save
 from store.models import Chat, ToolCall, utcnow
 
 
@@ -43,17 +43,19 @@ _COUNTERS = {
 }
 TIMED_OUT = "timed_out"
 _CALLS = cast(Table, ToolCall.__table__)
+_CHATS = cast(Table, Chat.__table__)
 
 
 def record(
-    session: Session | Connection,
+    session: Session | DriverConnection,
     call: ToolCall,
     status: CallStatus,
     events: list[feed.OwnerEvent] | None = None,
 ) -> None:
     """Save a new call in `status` (its end, or pending_approval / running).
 
-    On a bare Connection the call must be new, and its event goes to `events` (see `answer`).
+    On a driver's connection the call must be new, and its event goes to `events` (see
+    `answer`).
     """
     call.status = status
     if status in END_STATES:
@@ -67,7 +69,7 @@ def record(
 
 
 def answer(
-    session: Session | Connection,
+    session: Session | DriverConnection,
     call_id: str,
     status: CallStatus,
     *,
@@ -79,7 +81,7 @@ def answer(
     """End (or start running) an open call; False when it was no longer open.
 
     The owner's event goes to `events` when given (the caller publishes it after the commit; a
-    bare Connection needs it), else it is noted on the session.
+    driver's connection needs it), else it is noted on the session.
     """
     values: dict[str, Any] = {"status": status}
     if status in END_STATES:
@@ -125,17 +127,30 @@ def _answer_statement(keys: frozenset[str]) -> DriverStatement:
 
 
 def _count(
-    session: Session | Connection, chat_id: int | None, status: CallStatus, code: str | None
+    session: Session | DriverConnection, chat_id: int | None, status: CallStatus, code: str | None
 ) -> None:
     if chat_id is None:
         return
     column = Chat.timed_out_calls if code == TIMED_OUT else _COUNTERS.get(status)
-    if column is not None:
+    if column is None:
+        return
+    if isinstance(session, Session):
         session.execute(update(Chat).where(Chat.id == chat_id).values({column: column + 1}))
+    else:
+        _counter_statement(column.key).execute(session, {"chat_id": chat_id})
+
+
+@functools.cache
+def _counter_statement(key: str) -> DriverStatement:
+    """The UPDATE that adds one to a chat's counter `key`, on a driver's connection."""
+    counter = _CHATS.c[key]
+    return DriverStatement(
+        update(_CHATS).where(_CHATS.c.id == bindparam("chat_id")).values({counter: counter + 1})
+    )
 
 
 def _announce(
-    session: Session | Connection,
+    session: Session | DriverConnection,
     owner_id: int,
     call_id: str,
     status: CallStatus,
@@ -149,5 +164,5 @@ def _announce(
     if events is not None:
         events.append((owner_id, "call.finished", data))
     else:
-        assert isinstance(session, Session), "a Connection's caller publishes its events"
+        assert isinstance(session, Session), "a driver connection's caller publishes its events"
         feed.note(session, owner_id, "call.finished", data)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
-from sqlalchemy import Connection, String, Table, bindparam, func, select, update
+from sqlalchemy import String, Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from broker import callstate
@@ -24,7 +24,14 @@ from broker.results import shape_result
 from relay import events, feed, heartbeat, naming
 from relay.errors import RunFinished, RunNotFound
 from relay.streams import RunStream, collected_output
-from store.db import DriverStatement, SessionFactory, core_transaction, detached, transaction
+from store.db import (
+    DriverConnection,
+    DriverStatement,
+    SessionFactory,
+    core_transaction,
+    detached,
+    transaction,
+)
 from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Run, utcnow
 
@@ -182,7 +189,7 @@ def finish(
 
 
 def _answer_call(
-    session: Session | Connection,
+    session: Session | DriverConnection,
     run: Run,
     code: str | None = None,
     events: list[feed.OwnerEvent] | None = None,

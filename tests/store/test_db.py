@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy.exc
-from sqlalchemy import bindparam, insert, inspect, select, update
+from sqlalchemy import bindparam, insert, inspect, make_url, select, update
 
 from store.db import (
     DriverStatement,
@@ -160,3 +160,16 @@ def test_a_driver_statement_raises_what_sqlalchemy_raises(database_url: str) -> 
     with core_transaction(sessions) as connection:  # the pool's connection still serves
         call.chat_id = None
         insert_row(connection, call)
+
+
+def test_a_database_that_cant_be_reached_raises_what_sqlalchemy_raises(
+    database_url: str, tmp_path: Path
+) -> None:
+    # The broker answers 503 to SQLAlchemy's errors; the driver's own would be a 500.
+    if database_url.startswith("sqlite"):
+        unreachable = f"sqlite:///{tmp_path}/no-such-folder/skillfleet.db"
+    else:
+        unreachable = make_url(database_url).set(port=1).render_as_string(hide_password=False)
+    sessions = make_sessions(make_engine(unreachable))
+    with pytest.raises(sqlalchemy.exc.OperationalError), core_transaction(sessions):
+        pytest.fail("a transaction began without a database")
