@@ -34,7 +34,7 @@ from broker.results import shape_result, tool_failure
 from broker.turns import admit, turn_key
 from relay import feed
 from relay.counters import POLICY_DECISIONS
-from store.db import SessionFactory, core_transaction, transaction
+from store.db import SessionFactory, core_transaction, transaction, transient
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
 from store.limits import MAX_CALLS_PER_TURN, MAX_WAIT_SECONDS
 from store.models import Approval, Chat, Job, JobRun, ToolCall, utcnow
@@ -78,17 +78,20 @@ class Broker:
             )
         except SQLAlchemyError as e:
             raise ServiceUnavailable("The database can't be reached; try again shortly.") from e
-        call = ToolCall(
-            id=str(uuid.uuid4()),
-            owner_id=owner_id,
-            chat_id=chat.id if chat else None,
-            job_run_id=request.job_run_id,
-            turn_id=request.turn_id,
-            tool=tool.name,
-            tier=str(tool.tier),
-            mode=request.mode,
-            status=CallStatus.DECIDING,
-            arguments=request.arguments,  # as sent, until classify reads them (chat review)
+        call = transient(
+            ToolCall,
+            {
+                "id": str(uuid.uuid4()),
+                "owner_id": owner_id,
+                "chat_id": chat.id if chat else None,
+                "job_run_id": request.job_run_id,
+                "turn_id": request.turn_id,
+                "tool": tool.name,
+                "tier": str(tool.tier),
+                "mode": request.mode,
+                "status": CallStatus.DECIDING,
+                "arguments": request.arguments,  # as sent, until classify reads them (chat review)
+            },
         )
         try:
             if request.repeated and tool.name in READ_EXACTLY:

@@ -26,7 +26,7 @@ from relay import naming
 from relay.streams import Event, _event, blocking_client
 from store.db import SessionFactory
 from store.limits import MAX_BLOCK_MS, MAX_OWNER_EVENTS
-from store.models import Approval, Run
+from store.models import Approval, RunFacts
 
 log = structlog.get_logger(__name__)
 
@@ -119,18 +119,18 @@ def note_approval(session: Session, approval: Approval) -> None:
     note(session, approval.owner_id, kind, snapshot)
 
 
-def note_run(session: Session, run: Run) -> None:
+def note_run(session: Session, run: RunFacts) -> None:
     """A run moved to a new state."""
     note(session, run.owner_id, *run_state(run))
 
 
-def add_run_state(events: list[OwnerEvent], run: Run) -> None:
+def add_run_state(events: list[OwnerEvent], run: RunFacts) -> None:
     """The event of a run's new state, for a caller that publishes its events itself."""
     if run.owner_id is not None:
         events.append((run.owner_id, *run_state(run)))
 
 
-def run_state(run: Run) -> tuple[str, dict[str, Any]]:
+def run_state(run: RunFacts) -> tuple[str, dict[str, Any]]:
     """The kind and data of the event saying a run moved to its current state."""
     data = {
         "run_id": run.id,

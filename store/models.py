@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import (
     JSON,
@@ -304,6 +304,28 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+
+
+class RunFacts(Protocol):
+    """What a run's row says: a `Run`, or the row a worker's claim or finish read back."""
+
+    id: str
+    call_id: str | None
+    owner_id: int | None
+    skill_name: str
+    skill_hash: str
+    script: str
+    arguments: dict[str, Any]
+    execution: str
+    node: str | None
+    network: str
+    isolation: str | None
+    status: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    error: str | None
+    timeout_seconds: int
 
 
 class Node(Base):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, cast
 
 import redis
@@ -29,11 +30,11 @@ from store.db import (
     DriverStatement,
     SessionFactory,
     core_transaction,
-    detached,
     transaction,
+    transient,
 )
 from store.limits import KEPT_OUTPUT_CHARS
-from store.models import Run, utcnow
+from store.models import Run, RunFacts, utcnow
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -92,21 +93,24 @@ def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
     """A queued Run for an allowed call's plan (not saved yet)."""
     assert plan.skill is not None and plan.script is not None
     execution = plan.skill.execution
-    return Run(
-        id=str(uuid.uuid4()),
-        call_id=call_id,
-        owner_id=owner_id,
-        skill_name=plan.skill.name,
-        skill_hash=plan.skill.hash,
-        script=plan.script,
-        arguments=plan.script_arguments,
-        execution=execution,
-        queue=naming.queue_for(execution, plan.node),
-        node=plan.node if execution == "node" else None,
-        network=plan.network,
-        status=QUEUED,
-        timeout_seconds=timeout,
-        created_at=utcnow(),
+    return transient(
+        Run,
+        {
+            "id": str(uuid.uuid4()),
+            "call_id": call_id,
+            "owner_id": owner_id,
+            "skill_name": plan.skill.name,
+            "skill_hash": plan.skill.hash,
+            "script": plan.script,
+            "arguments": plan.script_arguments,
+            "execution": execution,
+            "queue": naming.queue_for(execution, plan.node),
+            "node": plan.node if execution == "node" else None,
+            "network": plan.network,
+            "status": QUEUED,
+            "timeout_seconds": timeout,
+            "created_at": utcnow(),
+        },
     )
 
 
@@ -129,9 +133,16 @@ def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
             callstate.answer(session, run.call_id, CallStatus.FAILED, error=error)
 
 
+def _facts(row: dict[str, Any]) -> RunFacts:
+    """A run's row as read back by the claim or the finish, its columns as attributes: the
+    worker reads them and nothing saves them, so no ORM instance is built (two per run, about
+    0.09 ms each right after a script)."""
+    return cast(RunFacts, SimpleNamespace(**row))
+
+
 def claim(
     sessions: SessionFactory, run_id: str, worker: str, events: list[feed.OwnerEvent]
-) -> Run | None:
+) -> RunFacts | None:
     """Move a queued run to running for this worker; None if it was claimed or ended before.
 
     The owner's event for the move goes to `events`, for the caller to publish.
@@ -142,7 +153,7 @@ def claim(
         )
     if not rows:
         return None
-    claimed = detached(Run, rows[0])
+    claimed = _facts(rows[0])
     feed.add_run_state(events, claimed)
     return claimed
 
@@ -152,7 +163,7 @@ class Finished:
     """A run's end as recorded, and the answer its tool call got from it (None: the call was
     no longer open, or the run has none)."""
 
-    run: Run
+    run: RunFacts
     answer: dict[str, Any] | None
 
 
@@ -181,7 +192,7 @@ def finish(
         rows = _FINISH.execute(connection, {"run_id": run_id, **values})
         if not rows:
             return None
-        run = detached(Run, rows[0])
+        run = _facts(rows[0])
         feed.add_run_state(ended, run)
         answer = _answer_call(connection, run, outcome.code, ended)
     events.extend(ended)  # only once committed
@@ -190,7 +201,7 @@ def finish(
 
 def _answer_call(
     session: Session | DriverConnection,
-    run: Run,
+    run: RunFacts,
     code: str | None = None,
     events: list[feed.OwnerEvent] | None = None,
 ) -> dict[str, Any] | None:
@@ -218,7 +229,7 @@ def _answer_call(
     return answer
 
 
-def run_result(run: Run) -> dict[str, Any]:
+def run_result(run: RunFacts) -> dict[str, Any]:
     return {
         "run_id": run.id,
         "status": run.status,

@@ -15,7 +15,7 @@ from relay.errors import RunError
 from relay.heartbeat import Instance
 from relay.streams import RunStream
 from store.db import SessionFactory
-from store.models import Run
+from store.models import RunFacts
 from store.runs import (
     ANNOUNCED,
     FAILED,
@@ -69,7 +69,7 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
     return _end(context, stream, run_id, outcome)
 
 
-def _run(context: WorkerContext, run: Run, folder: Path, stream: RunStream) -> Outcome:
+def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream) -> Outcome:
     job = Job(
         run_id=run.id,
         skill_name=run.skill_name,

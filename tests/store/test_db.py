@@ -23,6 +23,7 @@ from store.db import (
     make_engine,
     make_sessions,
     transaction,
+    transient,
 )
 from store.models import Owner, ToolCall, utcnow
 
@@ -173,3 +174,23 @@ def test_a_database_that_cant_be_reached_raises_what_sqlalchemy_raises(
     sessions = make_sessions(make_engine(unreachable))
     with pytest.raises(sqlalchemy.exc.OperationalError), core_transaction(sessions):
         pytest.fail("a transaction began without a database")
+
+
+def test_a_transient_row_saves_as_its_constructor_would_make_it(database_url: str) -> None:
+    sessions = make_sessions(make_engine(database_url))
+    owner_id = new_call(sessions, "done").owner_id
+    values = {"id": str(uuid.uuid4()), "owner_id": owner_id, "tool": "list_skills",
+              "tier": "read", "status": "running", "arguments": {"a": [1]}}  # fmt: skip
+    made, constructed = transient(ToolCall, values), ToolCall(**values)
+    assert inspect(made).transient and made.mode is None is constructed.mode
+    made.status = "done"  # changed later, before it is saved
+    with core_transaction(sessions) as connection:
+        insert_row(connection, made)
+    with sessions() as session:
+        stored = session.get(ToolCall, values["id"])
+    assert stored is not None
+    assert (stored.status, stored.arguments, stored.mode) == ("done", {"a": [1]}, "execute")
+    assert stored.created_at == made.created_at
+
+    with pytest.raises(TypeError, match="stauts is not a column of ToolCall"):
+        transient(ToolCall, {**values, "stauts": "done"})
