@@ -17,12 +17,11 @@ import hmac
 import threading
 import time
 
-import redis
 from flask import Flask, current_app, g, request
 
 from api.errors import ApiError
 from api.services import services
-from relay import naming
+from relay import generations, naming
 from store import indexcache
 from store.tokens import OWNER_KIND, Principal, Role, authenticate, token_digest
 
@@ -109,24 +108,23 @@ class TokenCache:
 def _generation() -> bytes | None:
     """The current revocation generation; None when Redis can't be asked (then: no cache).
 
-    The skills index generation comes in the same round trip, for the store to answer this
-    request's lookups from what it read under it (store/indexcache.py).
+    The skills index generation comes with it, for the store to answer this request's lookups
+    from what it read under it (store/indexcache.py). Both come from the process's watch,
+    without a round trip while it is live (relay/generations.py).
     """
-    try:
-        tokens, skills = services().redis.mget(
-            [naming.tokens_generation(), naming.skills_generation()]
-        )
-    except redis.RedisError:
+    values = services().generations.read()
+    if values is None:
         indexcache.SEEN.set(None)
         return None
-    indexcache.SEEN.set(skills if isinstance(skills, bytes) else b"0")
-    return tokens if isinstance(tokens, bytes) else b"0"
+    tokens, skills = values
+    indexcache.SEEN.set(skills)
+    return tokens
 
 
 def bump_token_generation() -> None:
     """Make every API process forget the tokens it cached: call around deleting a token."""
     current_app.extensions[CACHE_EXTENSION].clear()
-    services().redis.incr(naming.tokens_generation())
+    generations.bump(services().redis, naming.tokens_generation())
 
 
 def _unauthorized(message: str) -> ApiError:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 from celery import Celery
@@ -14,10 +14,11 @@ from broker.broker import Broker
 from broker.context import Dispatcher, RecordingDispatcher
 from broker.policy import Policy, load_builtin_policy
 from broker.toolset import build_registry
-from relay import events, feed, naming
+from relay import events, feed, generations, naming
 from relay.app import create_celery
 from relay.connections import redis_client
 from relay.dispatch import CeleryDispatcher
+from relay.generations import GenerationWatch
 from relay.streams import wait_for_end
 from skillfleet.settings import Settings
 from store import indexcache
@@ -39,6 +40,12 @@ class Services:
     celery: Celery
     packages: PackageStore
     signing_key: Ed25519PrivateKey
+    # The token and skills generations every request reads, from memory while it can.
+    generations: GenerationWatch = field(init=False)
+
+    def __post_init__(self) -> None:
+        keys = (naming.tokens_generation(), naming.skills_generation())
+        self.generations = GenerationWatch(self.redis, keys)
 
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
@@ -48,7 +55,9 @@ class Services:
         store = SkillStore(sessions, settings.skills_dir)
         client = redis_client(settings)
         # Every process forgets what it read of the skills index once a skill changes.
-        indexcache.watch(sessions, store.index, lambda: client.incr(naming.skills_generation()))
+        indexcache.watch(
+            sessions, store.index, lambda: generations.bump(client, naming.skills_generation())
+        )
         store.sync_read_only(read_only_skills(BUILTIN_DIR, settings.skill_paths))
         policy = load_policy(settings)
         feed.attach(sessions, client)

@@ -88,6 +88,12 @@ def skills_generation() -> str:
     return f"{PREFIX}:skills:generation"
 
 
+def generations_channel(db: int) -> str:
+    """Pub/sub channel naming each generation of database `db` as it is bumped
+    (relay/generations.py); channels are the server's, not a database's, hence the number."""
+    return f"{PREFIX}:generations:{db}"
+
+
 def owner_events(owner_id: int) -> str:
     """The Redis Stream of one owner's changes (approvals, calls, runs, job runs) for frontends."""
     return f"{PREFIX}:owner:{owner_id}:events"

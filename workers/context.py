@@ -9,7 +9,7 @@ from typing import Any
 import redis
 
 from broker.broker import Broker
-from relay import feed, naming
+from relay import feed, generations, naming
 from relay.connections import redis_client
 from relay.heartbeat import Instance
 from skillfleet.settings import Settings
@@ -88,7 +88,9 @@ def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
     feed.attach(sessions, client)
     store = SkillStore(sessions, settings.skills_dir)
     # Drafts written here make the API processes forget what they read of the skills index.
-    indexcache.watch(sessions, store.index, lambda: client.incr(naming.skills_generation()))
+    indexcache.watch(
+        sessions, store.index, lambda: generations.bump(client, naming.skills_generation())
+    )
     policy = (
         Policy.from_file(settings.policy_file) if settings.policy_file else load_builtin_policy()
     )

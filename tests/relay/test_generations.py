@@ -1,0 +1,116 @@
+"""The generation watch: requests read the token and skills generations from memory, kept
+current by pub/sub, and ask Redis whenever the watch can't vouch for what it holds."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from conftest import REDIS_URL
+from fleet import wait_until
+
+from relay.generations import GenerationWatch, bump
+
+
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def client(request: pytest.FixtureRequest, redis_client: redis.Redis) -> Iterator[redis.Redis]:
+    """A client like the processes' own (short timeouts, health checks), on either protocol."""
+    connection = redis.Redis.from_url(
+        REDIS_URL, socket_timeout=5, health_check_interval=30, protocol=request.param
+    )
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def keys(redis_client: redis.Redis) -> Iterator[tuple[str, str]]:
+    run = uuid.uuid4().hex
+    names = (f"test:{run}:tokens", f"test:{run}:skills")
+    yield names
+    redis_client.delete(*names)
+
+
+def live(watch: GenerationWatch) -> GenerationWatch:
+    """Wait until the watch answers from memory (it subscribes on its first read)."""
+
+    def from_memory() -> bool:
+        asked = watch.asked
+        watch.read()
+        return watch.asked == asked
+
+    wait_until(from_memory, 5, "the watch to answer from memory")
+    return watch
+
+
+def test_every_bump_is_seen_by_the_next_read_without_asking_redis(client, keys):
+    watch = live(GenerationWatch(client, keys))
+    asked = watch.asked
+    for number in range(1, 201):
+        bump(client, keys[number % 2])  # as another process would, then at once a request
+        assert watch.read() == (str(number // 2).encode(), str((number + 1) // 2).encode())
+    assert watch.asked == asked
+    watch.close()
+
+
+def test_the_values_are_the_counters_whether_asked_or_watched(client, keys):
+    bump(client, keys[0])
+    asking = GenerationWatch(client, keys)
+    assert asking.read() == (b"1", b"0")  # the first read subscribes and asks
+    assert asking.asked == 1
+    assert live(asking).read() == (b"1", b"0")
+    asking.close()
+
+
+def test_a_watch_whose_connection_was_killed_asks_redis_until_it_is_back(
+    client, keys, redis_client
+):
+    watch = live(GenerationWatch(client, keys))
+    host, port = watch._connection._sock.getsockname()  # noqa: SLF001 - the one to cut off
+    assert redis_client.client_kill_filter(addr=f"{host}:{port}") == 1
+    bump(redis_client, keys[0])  # the watch can't hear this one
+    asked = watch.asked
+
+    assert watch.read() == (b"1", b"0")
+
+    assert watch.asked == asked + 1
+    # It subscribes again (after RETRY_SECONDS) and answers from memory once more.
+    assert live(watch).read() == (b"1", b"0")
+    bump(client, keys[1])
+    assert watch.read() == (b"1", b"1")
+    watch.close()
+
+
+def test_a_watch_not_heard_from_lately_asks_redis_and_pings(client, keys):
+    watch = live(GenerationWatch(client, keys, ping_seconds=0.05, live_seconds=0.2))
+    bump(client, keys[0])
+    time.sleep(0.3)  # quiet since: nothing proves the subscription still hears
+    asked = watch.asked
+
+    assert watch.read() == (b"1", b"0")
+
+    assert watch.asked == asked + 1
+    assert live(watch).read() == (b"1", b"0")  # the ping's answer proved it again
+    watch.close()
+
+
+def test_without_redis_there_are_no_generations(keys):
+    away = redis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=1)
+    watch = GenerationWatch(away, keys)
+
+    assert watch.read() is None
+    assert watch.read() is None  # and no retry storm: it subscribes again after a pause
+
+
+def test_bumps_in_another_database_are_not_heard(client, keys):
+    watch = live(GenerationWatch(client, keys))
+    other = redis.Redis.from_url(REDIS_URL.rsplit("/", 1)[0] + "/14")
+    try:
+        bump(other, keys[0])
+        assert watch.read() == (b"0", b"0")
+    finally:
+        other.delete(keys[0])
+        other.close()
+    watch.close()
