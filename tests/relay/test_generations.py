@@ -3,9 +3,12 @@ current by pub/sub, and ask Redis whenever the watch can't vouch for what it hol
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -114,3 +117,78 @@ def test_bumps_in_another_database_are_not_heard(client, keys):
         other.delete(keys[0])
         other.close()
     watch.close()
+
+
+class Relay:
+    """A TCP stand-in between a client and the test Redis, on loopback, which can silence the
+    subscriptions it carries: their bytes are dropped both ways from then on and nothing is
+    closed, as on a network that lost the route. Other connections, and later subscriptions,
+    keep working."""
+
+    def __init__(self) -> None:
+        target = urlsplit(REDIS_URL)
+        self.target = (target.hostname or "127.0.0.1", target.port or 6379)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.subscriptions: list[threading.Event] = []  # each set once the connection is cut
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/{urlsplit(REDIS_URL).path.strip('/') or 0}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self.listener.accept()
+            except OSError:
+                return
+            far = socket.create_connection(self.target)
+            cut = threading.Event()
+            threading.Thread(target=self._pump, args=(near, far, cut, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(far, near, cut, False), daemon=True).start()
+
+    def silence(self) -> int:
+        """Cut every subscription carried so far; returns how many."""
+        for cut in self.subscriptions:
+            cut.set()
+        return len(self.subscriptions)
+
+    def _pump(
+        self, source: socket.socket, sink: socket.socket, cut: threading.Event, upstream: bool
+    ) -> None:
+        while data := self._receive(source):
+            if upstream and b"SUBSCRIBE" in data.upper() and cut not in self.subscriptions:
+                self.subscriptions.append(cut)
+            if not cut.is_set():
+                sink.sendall(data)
+        sink.close()
+
+    @staticmethod
+    def _receive(source: socket.socket) -> bytes:
+        try:
+            return source.recv(65536)
+        except OSError:
+            return b""
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_watch_cut_off_silently_stops_answering_and_subscribes_again(redis_client, keys):
+    relay = Relay()
+    client = redis.Redis.from_url(relay.url(), socket_timeout=5)
+    watch = live(GenerationWatch(client, keys, ping_seconds=0.05, live_seconds=0.2))
+    assert relay.silence() == 1  # the subscription hears nothing more, and nothing says so
+    bump(redis_client, keys[0])
+    time.sleep(0.3)  # past the live window: no PING it sends now is answered
+
+    assert watch.read() == (b"1", b"0")  # asked Redis, on a connection that still works
+    # It gives up on the silent subscription, makes a new one (through the stand-in too, not
+    # cut) and answers from memory again.
+    assert live(watch).read() == (b"1", b"0")
+    assert len(relay.subscriptions) == 2
+    bump(redis_client, keys[1])
+    assert watch.read() == (b"1", b"1")
+    watch.close()
+    client.close()
+    relay.close()
