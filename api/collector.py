@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 from relay import counters, naming
+from relay.connections import reply_text
 from store.db import SessionFactory
 from store.models import Approval, Node, Run, ToolCall
 from store.runs import END_STATES
@@ -124,7 +125,7 @@ def _heartbeat_ages(beats: Iterable[Any]) -> GaugeMetricFamily:
     """Seconds since each node's (or role's) newest heartbeat, from instance ids `name@…`."""
     newest: dict[str, float] = {}
     for member, score in beats:
-        instance = member.decode() if isinstance(member, bytes) else str(member)
+        instance = reply_text(member)
         name = instance.split("@", 1)[0]
         newest[name] = max(newest.get(name, 0.0), float(score))
     family = GaugeMetricFamily(

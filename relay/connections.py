@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 
 from skillfleet.settings import Settings
@@ -16,3 +18,8 @@ def redis_client(settings: Settings) -> redis.Redis:
         socket_timeout=REDIS_SOCKET_TIMEOUT_SECONDS,
         health_check_interval=30,
     )
+
+
+def reply_text(value: Any) -> str:
+    """A field of a Redis reply as text (bytes from a client that does not decode)."""
+    return value.decode() if isinstance(value, bytes) else str(value)

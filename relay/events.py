@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from relay import feed, naming
+from relay.connections import reply_text
 
 # What a push tells the owner: things that wait for them or went wrong.
 PUSH_TITLES = {
@@ -51,15 +52,11 @@ def read(client: redis.Redis, owner_id: int, after: str = "0-0") -> list[OwnerEv
     found = []
     entries: Any = client.xrange(naming.owner_events(owner_id), f"({after}", "+")
     for entry_id, fields in entries:
-        decoded = {_text(k): _text(v) for k, v in fields.items()}
+        decoded = {reply_text(k): reply_text(v) for k, v in fields.items()}
         found.append(
-            OwnerEvent(_text(entry_id), decoded["kind"], json.loads(decoded.get("data", "{}")))
+            OwnerEvent(reply_text(entry_id), decoded["kind"], json.loads(decoded.get("data", "{}")))
         )
     return found
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def read_one(client: redis.Redis, owner_id: int, event_id: str) -> OwnerEvent | None:
@@ -70,8 +67,8 @@ def read_one(client: redis.Redis, owner_id: int, event_id: str) -> OwnerEvent | 
 
 def decode(entry_id: Any, fields: dict[Any, Any]) -> OwnerEvent:
     """An entry of a feed as Redis returns it (bytes or text)."""
-    decoded = {_text(k): _text(v) for k, v in fields.items()}
-    return OwnerEvent(_text(entry_id), decoded["kind"], json.loads(decoded.get("data", "{}")))
+    decoded = {reply_text(k): reply_text(v) for k, v in fields.items()}
+    return OwnerEvent(reply_text(entry_id), decoded["kind"], json.loads(decoded.get("data", "{}")))
 
 
 def ensure_group(client: redis.Redis, owner_id: int) -> None:

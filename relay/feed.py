@@ -23,6 +23,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from relay import naming
+from relay.connections import reply_text
 from relay.streams import Event, _event, blocking_client
 from store.db import SessionFactory
 from store.limits import MAX_BLOCK_MS, MAX_OWNER_EVENTS
@@ -52,7 +53,7 @@ def publish(client: redis.Redis, owner_id: int, kind: str, data: dict[str, Any])
     except redis.RedisError as e:
         log.warning("owner event not published", kind=kind, error=str(e))
         return None
-    return entry.decode() if isinstance(entry, bytes) else str(entry)
+    return reply_text(entry)
 
 
 def publish_all(
@@ -197,7 +198,7 @@ def follow(
     if after == "$":
         # "$" would skip what arrives between two reads: pin the position to the last entry.
         last: Any = client.xrevrange(naming.owner_events(owner_id), count=1)
-        after = _text(last[0][0]) if last else "0-0"
+        after = reply_text(last[0][0]) if last else "0-0"
     while True:
         events = read(client, owner_id, after, block_ms)
         if not events:
@@ -206,7 +207,3 @@ def follow(
         for found in events:
             after = found.id
             yield found
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -29,6 +29,7 @@ import redis
 import structlog
 
 from relay import naming
+from relay.connections import reply_text
 
 log = structlog.get_logger(__name__)
 
@@ -138,7 +139,7 @@ class GenerationWatch:
 
     def _take(self, message: Any) -> None:
         # RESP2 answers a PING while subscribed with ["pong", ""], RESP3 with plain PONG.
-        kind = _text(message[0]) if isinstance(message, list) else "pong"
+        kind = reply_text(message[0]) if isinstance(message, list) else "pong"
         if kind == "pong":
             self._heard, self._pinged = self._sent, False
         elif kind == "subscribe":  # bumps before it were not heard: read where they got to
@@ -147,7 +148,7 @@ class GenerationWatch:
                 raise redis.ConnectionError("the generations could not be read")
             self._values, self._subscribed, self._heard = values, True, self._sent
         elif kind == "message" and self._subscribed:
-            key, _, value = _text(message[2]).partition(" ")
+            key, _, value = reply_text(message[2]).partition(" ")
             if key in self.keys:  # counters only grow: a late message never moves one back
                 index = self.keys.index(key)
                 kept = list(self._values)
@@ -165,7 +166,3 @@ class GenerationWatch:
 
 def _channel(client: redis.Redis) -> str:
     return naming.generations_channel(int(client.connection_pool.connection_kwargs.get("db", 0)))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

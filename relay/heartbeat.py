@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from relay import naming
+from relay.connections import reply_text
 
 BEAT_SECONDS = 2.0
 # A worker that has not beaten for this long counts as gone.
@@ -84,7 +85,7 @@ def live_workers(client: redis.Redis, queue: str) -> list[str]:
     """Instances that beat for `queue` within the last ALIVE_SECONDS."""
     since = time.time() - ALIVE_SECONDS
     members = client.zrangebyscore(naming.queue_workers(queue), since, "+inf")
-    return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+    return [reply_text(m) for m in members]
 
 
 def workers(client: redis.Redis) -> list[dict[str, Any]]:
@@ -92,11 +93,11 @@ def workers(client: redis.Redis) -> list[dict[str, Any]]:
     since = time.time() - 60
     found = []
     for member in client.zrevrangebyscore(naming.all_workers(), "+inf", since):
-        instance_id = member.decode() if isinstance(member, bytes) else str(member)
+        instance_id = reply_text(member)
         raw = client.hgetall(naming.worker_key(instance_id))
         if not raw:
             continue
-        details: dict[str, Any] = {_text(k): _text(v) for k, v in raw.items()}
+        details: dict[str, Any] = {reply_text(k): reply_text(v) for k, v in raw.items()}
         details["id"] = instance_id
         details["features"] = json.loads(details.get("features") or "[]")
         details["hashes"] = json.loads(details.get("hashes") or "{}")
@@ -144,7 +145,3 @@ class Beater:
             stop(self.client, self.instance)
         except redis.RedisError:
             pass
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -15,6 +15,7 @@ import redis
 import structlog
 
 from relay import naming
+from relay.connections import reply_text
 from store.limits import (
     CHUNK_BYTES,
     FINISHED_STREAM_TTL_SECONDS,
@@ -60,7 +61,7 @@ class RunStream:
 
     def status(self, state: str, **details: Any) -> str:
         pipe = self._pipeline([("status", {"status": state, **details})])
-        return _text(pipe.execute()[-1])
+        return reply_text(pipe.execute()[-1])
 
     def status_later(self, state: str, **details: Any) -> None:
         """A status to publish with the next entries (see `send_pending`)."""
@@ -122,7 +123,7 @@ class RunStream:
         pipe.xadd(self.end_key, end)
         pipe.expire(self.key, FINISHED_STREAM_TTL_SECONDS)
         pipe.expire(self.end_key, FINISHED_STREAM_TTL_SECONDS)
-        return _text(pipe.execute()[-4])
+        return reply_text(pipe.execute()[-4])
 
     def _pipeline(self, entries: list[tuple[str, dict[str, Any]]]) -> Any:
         """A pipeline adding what is pending, then `entries`; the caller executes it."""
@@ -174,7 +175,7 @@ def parse_entry_id(text: str) -> tuple[int, int] | None:
 def last_entry_id(client: redis.Redis, key: str) -> str | None:
     """The id of the newest entry of the stream `key`, None when it is empty or gone."""
     newest: Any = client.xrevrange(key, count=1)
-    return _text(newest[0][0]) if newest else None
+    return reply_text(newest[0][0]) if newest else None
 
 
 def blocking_client(client: redis.Redis) -> redis.Redis:
@@ -249,12 +250,10 @@ def follow_stream(
 
 
 def _event(entry_id: Any, fields: dict[Any, Any]) -> Event:
-    decoded = {_text(k): _text(v) for k, v in fields.items()}
-    return Event(_text(entry_id), decoded.get("kind", ""), json.loads(decoded.get("data", "{}")))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    decoded = {reply_text(k): reply_text(v) for k, v in fields.items()}
+    return Event(
+        reply_text(entry_id), decoded.get("kind", ""), json.loads(decoded.get("data", "{}"))
+    )
 
 
 def collected_output(client: redis.Redis, run_id: str) -> tuple[str, str]:
@@ -292,5 +291,5 @@ def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> dict[str, 
             time.sleep(min(left, REDIS_RETRY_SECONDS))
             continue
         if reply:
-            fields = {_text(k): v for k, v in reply[0][1][0][1].items()}
+            fields = {reply_text(k): v for k, v in reply[0][1][0][1].items()}
             return json.loads(fields["answer"]) if "answer" in fields else None

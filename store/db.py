@@ -106,10 +106,17 @@ class DriverConnection:
         gone = self.dialect.is_disconnect(e, self.driver, cursor)
         if gone:
             self.pooled.invalidate(e)
-        return sqlalchemy.exc.DBAPIError.instance(
-            statement, parameters, e, self.dialect.loaded_dbapi.Error,
-            connection_invalidated=gone, dialect=self.dialect,
-        )  # fmt: skip
+        return _raised(self.dialect, e, statement, parameters, gone)
+
+
+def _raised(
+    dialect: Dialect, e: DBAPIModule.Error, statement: str | None, parameters: Any, gone: bool
+) -> Exception:
+    """The SQLAlchemy exception its own execution raises for the driver's error `e`."""
+    return sqlalchemy.exc.DBAPIError.instance(
+        statement, parameters, e, dialect.loaded_dbapi.Error,
+        connection_invalidated=gone, dialect=dialect,
+    )  # fmt: skip
 
 
 @contextmanager
@@ -127,10 +134,7 @@ def core_transaction(sessions: SessionFactory) -> Iterator[DriverConnection]:
     try:
         pooled = engine.raw_connection()
     except dialect.loaded_dbapi.Error as e:
-        gone = dialect.is_disconnect(e, None, None)
-        raise sqlalchemy.exc.DBAPIError.instance(
-            None, None, e, dialect.loaded_dbapi.Error, connection_invalidated=gone, dialect=dialect
-        ) from e
+        raise _raised(dialect, e, None, None, dialect.is_disconnect(e, None, None)) from e
     connection = DriverConnection(pooled, dialect)
     try:
         yield connection
