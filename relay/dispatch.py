@@ -15,7 +15,7 @@ from broker.callstate import CallStatus
 from broker.context import RunStarted, ToolContext
 from relay import feed, heartbeat, naming
 from relay.errors import BackendUnavailable, NoRunner
-from relay.taskmessage import push, task_message
+from relay.taskmessage import new_task_id, push, sent_event, sent_event_channel, task_message
 from store.db import SessionFactory, core_transaction, insert_row, transaction
 from store.packagestore import PackageStore
 from store.runs import abandon, new_run
@@ -48,6 +48,7 @@ class CeleryDispatcher:
         self.timeout = timeout
         self.packages = packages
         self._live: dict[str, float] = {}  # queue -> until when a live worker is assumed
+        self._db = int(client.connection_pool.connection_kwargs.get("db", 0))
 
     def _served(self, queue: str) -> bool:
         """A live worker beats for `queue`; a yes is remembered for LIVE_CHECK_SECONDS.
@@ -89,50 +90,41 @@ class CeleryDispatcher:
                 context.call.status = CallStatus.RUNNING
             insert_row(connection, run)
         feed.add_run_state(events, run)
-        # Flower shows the shadow name: what the task is, never the script's arguments.
-        shadow = f"run {run.id} on {queue}"
-        if self.celery.conf.task_send_sent_event:  # Flower asked for "sent" events: Celery's path
-            self._send_with_celery(run.id, queue, shadow, events, context)
-        else:
-            self._push(run.id, queue, shadow, events, context)
+        self._push(run.id, queue, events, context)
         return RunStarted(run.id)
 
     def _push(
-        self, run_id: str, queue: str, shadow: str, events: list[feed.OwnerEvent],
-        context: ToolContext,
-    ) -> None:  # fmt: skip
+        self, run_id: str, queue: str, events: list[feed.OwnerEvent], context: ToolContext
+    ) -> None:
         """The task message, the owner's events and the decision's count in one round trip."""
-        message = task_message(EXECUTE_TASK, [run_id], queue, shadow)
+        # Flower shows the shadow name: what the task is, never the script's arguments.
+        shadow = f"run {run_id} on {queue}"
+        task_id = new_task_id()
         pipe = self.client.pipeline(transaction=False)
-        push(pipe, queue, message)
+        sent = 0  # where the message's reply is: after Flower's "sent" event, when there is one
+        if self.celery.conf.task_send_sent_event:
+            exchange = self.celery.conf.event_exchange
+            clock = self.celery.clock.forward()
+            pipe.publish(
+                sent_event_channel(self._db, exchange),
+                sent_event(exchange, clock, task_id, shadow, [run_id], queue),
+            )
+            sent = 1
+        push(pipe, queue, task_message(task_id, EXECUTE_TASK, [run_id], queue, shadow))
         for add in context.riders:
             add(pipe)
         feed.add_to(pipe, events)
         try:
             replies = pipe.execute(raise_on_error=False)
         except redis.RedisError as e:  # the connection: whether the message got there is unknown
-            replies = [e]
-        if isinstance(replies[0], Exception):
+            replies = [e] * (sent + 1)
+        if isinstance(replies[sent], Exception):
             # Claimed already (the reply was lost, not the message)? Then abandon changes nothing.
             abandon(self.sessions, run_id, UNREACHABLE)
-            raise BackendUnavailable(UNREACHABLE) from replies[0]
-        lost = [reply for reply in replies[1:] if isinstance(reply, Exception)]
+            raise BackendUnavailable(UNREACHABLE) from replies[sent]
+        lost = [reply for reply in replies[sent + 1 :] if isinstance(reply, Exception)]
         if lost:
             log.warning("owner events not published", error=str(lost[0]))
-
-    def _send_with_celery(
-        self, run_id: str, queue: str, shadow: str, events: list[feed.OwnerEvent],
-        context: ToolContext,
-    ) -> None:  # fmt: skip
-        try:
-            self.celery.send_task(
-                EXECUTE_TASK, args=[run_id], queue=queue, shadow=shadow, ignore_result=True
-            )
-        except (redis.RedisError, kombu.exceptions.OperationalError) as e:
-            feed.publish_all(self.client, events)
-            abandon(self.sessions, run_id, UNREACHABLE)
-            raise BackendUnavailable(UNREACHABLE) from e
-        feed.publish_all(self.client, events, context.riders)  # the decision's count rides here
 
 
 def send_job_run(celery: Celery, job_run_id: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import io
+import json
 import socket
 import uuid
 from collections.abc import Iterator
@@ -15,7 +17,6 @@ from flask.testing import FlaskClient
 from api import create_app
 from api.services import Services
 from relay import heartbeat, naming
-from relay.app import create_celery
 from relay.dispatch import UNREACHABLE
 from skillfleet.settings import Settings
 from store.db import transaction
@@ -85,14 +86,35 @@ def test_a_run_the_queue_refuses_ends_failed_with_its_call_never_left_running(
     assert redis_client.get(naming.node_queue(node)) == b"not a list"
 
 
-def test_with_task_events_on_celery_sends_the_run_and_a_refusal_ends_it_the_same_way(
-    live_services: Services, node: str, settings: Settings
+def test_with_task_events_on_a_run_the_queue_refuses_ends_the_same_way(
+    live_services: Services, node: str, redis_client
 ):
-    # Flower's "sent" events come from Celery's own send_task; here its broker is not there,
-    # while the heartbeats and the owner's feed use the real Redis.
-    gone = dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{closed_port()}/0")
-    celery = create_celery(gone, broker_connection_retry=False, task_send_sent_event=True)
-    celery.conf.broker_transport_options = {"max_retries": 0}
-    live_services.broker.dispatcher.celery = celery  # type: ignore[attr-defined]
+    # The "sent" event for Flower goes first in the same round trip; the push's refusal counts.
+    live_services.celery.conf.task_send_sent_event = True
+    redis_client.set(naming.node_queue(node), "not a list")
     client, auth, answer = call_run(live_services, node)
     assert_failed_and_closed(client, auth, answer)
+
+
+def test_with_task_events_on_the_sent_event_names_the_run_and_its_message(
+    live_services: Services, node: str, redis_client
+):
+    live_services.celery.conf.task_send_sent_event = True
+    exchange = live_services.celery.conf.event_exchange
+    pubsub = redis_client.pubsub()
+    pubsub.psubscribe(f"/*.{exchange}/task.sent")
+    try:
+        pubsub.get_message(timeout=1)  # the subscription's confirmation
+        client, auth, answer = call_run(live_services, node)
+        assert answer.status_code == 200, answer.json
+        published = pubsub.get_message(timeout=5)
+    finally:
+        pubsub.close()
+    assert published is not None and published["type"] == "pmessage"
+    event = json.loads(base64.b64decode(json.loads(published["data"])["body"]))
+    [raw] = redis_client.lrange(naming.node_queue(node), 0, -1)
+    message = json.loads(raw)["headers"]
+    run_id = answer.json["run_id"]
+    assert event["type"] == "task-sent" and event["uuid"] == message["id"]
+    assert event["name"] == message["shadow"] == f"run {run_id} on {naming.node_queue(node)}"
+    assert event["args"] == message["argsrepr"] == repr([run_id])
