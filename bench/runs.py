@@ -18,6 +18,10 @@ REDIS_URL (default redis://127.0.0.1:6379/14), then measures:
   and pids limits; epicbox has no cap-drop or no-new-privileges) when epicbox is installed
   (`pip install epicbox`; a bench tool only, never a dependency of the project). All three are
   interleaved, SPARK_ROUNDS runs each. `--spark-only` skips the node measurements.
+
+`--task-events` runs both sides with Celery task events on, as a deployment Flower watches
+does (docker-compose.yml): skillfleet with SKILLFLEET_TASK_EVENTS=true, the floor's worker with
+`-E` and its clients sending "task-sent" events.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ def p95_ms(samples: list[float]) -> float:
 class System:
     """The API and workers as real processes on a temporary data dir."""
 
-    def __init__(self, root: Path, spark: bool) -> None:
+    def __init__(self, root: Path, spark: bool, task_events: bool = False) -> None:
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -108,6 +112,9 @@ class System:
             "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14"),
             "PYTHONPATH": str(ROOT),
         }
+        if task_events:
+            self.env["SKILLFLEET_TASK_EVENTS"] = "true"
+        self.task_events = task_events
         self.processes: list[subprocess.Popen[bytes]] = []
         self.spark = spark
 
@@ -148,13 +155,15 @@ class System:
         self.floor = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "bench.celery_floor", "worker", "-Q",
              self.floor_queue, "--pool", "threads", "--concurrency", "8", "--without-gossip",
-             "--without-mingle"],
+             "--without-mingle", *(["-E"] if self.task_events else [])],
             env=self.env, stdout=log, stderr=log, cwd=ROOT,
         )  # fmt: skip
         self.processes.append(self.floor)
 
     def floor_client(self) -> Celery:
-        return Celery("floor-client", broker=self.env["REDIS_URL"], backend=self.env["REDIS_URL"])
+        app = Celery("floor-client", broker=self.env["REDIS_URL"], backend=self.env["REDIS_URL"])
+        app.conf.task_send_sent_event = self.task_events
+        return app
 
     def floor_run(self, app: Celery, script: Path) -> str:
         result = app.send_task("floor.spawn", args=[[PYTHON3, str(script)]], queue=self.floor_queue)
@@ -394,6 +403,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spark", action="store_true", help="also measure the Spark runner")
     parser.add_argument("--spark-only", action="store_true", help="measure the Spark runner only")
+    parser.add_argument(
+        "--task-events", action="store_true", help="both sides with Celery task events on"
+    )
     options = parser.parse_args()
     options.spark = options.spark or options.spark_only
     image = os.environ.get("SKILLFLEET_RUNNER_IMAGE", "skillfleet/runner:latest")
@@ -401,7 +413,7 @@ def main() -> None:
         root = Path(tmp)
         script = root / "ok.py"
         script.write_text(TRIVIAL)
-        with System(root, options.spark) as system:
+        with System(root, options.spark, options.task_events) as system:
             system.install("trivial", "node", {"scripts/ok.py": TRIVIAL})
             system.install("stamped", "node", {"scripts/stamp.py": STAMPED})
             if options.spark:
