@@ -101,8 +101,9 @@ def test_with_task_events_on_the_sent_event_names_the_run_and_its_message(
 ):
     live_services.celery.conf.task_send_sent_event = True
     exchange = live_services.celery.conf.event_exchange
+    db = redis_client.connection_pool.connection_kwargs.get("db", 0)
     pubsub = redis_client.pubsub()
-    pubsub.psubscribe(f"/*.{exchange}/task.sent")
+    pubsub.psubscribe(f"/{db}.{exchange}/task.sent")
     try:
         pubsub.get_message(timeout=1)  # the subscription's confirmation
         client, auth, answer = call_run(live_services, node)

@@ -74,12 +74,12 @@ def test_the_sent_event_is_the_one_send_task_publishes_but_it_names_the_shadow(r
     shadow = "run r-1 on " + queue
     celery = create_celery(Settings(redis_url=REDIS_URL), task_send_sent_event=True)
     exchange = celery.conf.event_exchange
+    db = redis_client.connection_pool.connection_kwargs.get("db", 0)
     pubsub = redis_client.pubsub()
-    pubsub.psubscribe(f"/*.{exchange}/*")
+    pubsub.psubscribe(f"/{db}.{exchange}/*")  # whatever Celery publishes for this database
     try:
         celery.send_task(EXECUTE_TASK, args=["r-1"], queue=queue, shadow=shadow, ignore_result=True)
         celerys_channel, celerys, celerys_body = _next_event(pubsub)
-        db = redis_client.connection_pool.connection_kwargs.get("db", 0)
         clock = celery.clock.forward()
         event = sent_event(exchange, clock, "t-1", shadow, ["r-1"], queue)
         redis_client.publish(sent_event_channel(db, exchange), event)
