@@ -23,3 +23,8 @@ def redis_client(settings: Settings) -> redis.Redis:
 def reply_text(value: Any) -> str:
     """A field of a Redis reply as text (bytes from a client that does not decode)."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def database_number(client: redis.Redis) -> int:
+    """The Redis database `client` uses: pub/sub channels are server-wide, so ours name it."""
+    return int(client.connection_pool.connection_kwargs.get("db", 0))

@@ -14,6 +14,7 @@ from broker import callstate, jobstate
 from broker.callstate import CallStatus
 from broker.context import RunStarted, ToolContext
 from relay import feed, heartbeat, naming
+from relay.connections import database_number
 from relay.errors import BackendUnavailable, NoRunner
 from relay.taskmessage import new_task_id, push, sent_event, sent_event_channel, task_message
 from store.db import SessionFactory, core_transaction, insert_row, transaction
@@ -48,7 +49,8 @@ class CeleryDispatcher:
         self.timeout = timeout
         self.packages = packages
         self._live: dict[str, float] = {}  # queue -> until when a live worker is assumed
-        self._db = int(client.connection_pool.connection_kwargs.get("db", 0))
+        # Flower's "sent" events go where kombu's Redis transport publishes them for this database.
+        self._sent_channel = sent_event_channel(database_number(client), celery.conf.event_exchange)
 
     def _served(self, queue: str) -> bool:
         """A live worker beats for `queue`; a yes is remembered for LIVE_CHECK_SECONDS.
@@ -105,10 +107,8 @@ class CeleryDispatcher:
         if self.celery.conf.task_send_sent_event:
             exchange = self.celery.conf.event_exchange
             clock = self.celery.clock.forward()
-            pipe.publish(
-                sent_event_channel(self._db, exchange),
-                sent_event(exchange, clock, task_id, shadow, [run_id], queue),
-            )
+            event = sent_event(exchange, clock, task_id, shadow, [run_id], queue)
+            pipe.publish(self._sent_channel, event)
             sent = 1
         push(pipe, queue, task_message(task_id, EXECUTE_TASK, [run_id], queue, shadow))
         for add in context.riders:

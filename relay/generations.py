@@ -29,7 +29,7 @@ import redis
 import structlog
 
 from relay import naming
-from relay.connections import reply_text
+from relay.connections import database_number, reply_text
 
 log = structlog.get_logger(__name__)
 
@@ -165,4 +165,4 @@ class GenerationWatch:
 
 
 def _channel(client: redis.Redis) -> str:
-    return naming.generations_channel(int(client.connection_pool.connection_kwargs.get("db", 0)))
+    return naming.generations_channel(database_number(client))
