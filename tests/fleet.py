@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import signal
@@ -55,6 +56,34 @@ def wait_until(check: Callable[[], Any], limit: float, what: str, every: float =
             return value
         time.sleep(every)
     raise AssertionError(f"timed out after {limit} s waiting for {what}")
+
+
+def killed_worker_leaves_no_child(
+    worker_code: str, *arguments: str, what: str, running: Callable[[int], bool] = bool
+) -> tuple[Any, int]:
+    """Run `worker_code`, a stand-in worker that starts a child its way, prints a JSON line
+    with the child's "pid", and waits; once `running(pid)` holds, SIGKILL the worker and wait
+    for the child to end too.
+
+    Returns the worker's line and pid. Fails naming `what` when the child outlives its worker.
+    """
+    root = Path(__file__).resolve().parents[1]
+    worker = subprocess.Popen(
+        [PYTHON, "-c", worker_code, *arguments], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert worker.stdout is not None
+        started = json.loads(worker.stdout.readline())
+        pid = started["pid"]
+        wait_until(lambda: running(pid), 10, "the child to start")
+        assert not process_ended(pid)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        wait_until(lambda: process_ended(pid), 10, what)
+    finally:
+        worker.kill()
+        worker.wait()
+    return started, worker.pid
 
 
 @dataclass

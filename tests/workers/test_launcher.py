@@ -3,17 +3,15 @@ worker: real processes, a real SIGKILL of the process that started them."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from fleet import process_ended, wait_until
+from fleet import killed_worker_leaves_no_child
 
 from workers.runners.base import SCRIPT_PATH
 from workers.runners.node import LAUNCHER, SETPRIV, NodeRunner, launch_command
@@ -48,28 +46,18 @@ def test_make_builds_the_launcher_and_the_node_runner_finds_it():
 
 @pytest.mark.parametrize("launcher", WAYS)
 def test_a_script_dies_with_the_process_that_started_it(launcher):
-    worker = subprocess.Popen(
-        [sys.executable, "-c", WORKER, launcher or "", SCRIPT_PATH],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert worker.stdout is not None
-        started = json.loads(worker.stdout.readline())
-        pid = started["pid"]
+    started, worker_pid = killed_worker_leaves_no_child(
+        WORKER,
+        launcher or "",
+        SCRIPT_PATH,
+        what="the script to die with its worker",
         # The launcher (or setpriv) has exec'd sleep itself: the pid is the script's own.
-        wait_until(lambda: _command_of(pid) == ["sleep", "60"], 10, "sleep to start")
-        assert not process_ended(pid)
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
-        wait_until(lambda: process_ended(pid), 10, "the script to die with its worker")
-    finally:
-        worker.kill()
-        worker.wait()
+        running=lambda pid: _command_of(pid) == ["sleep", "60"],
+    )
+
     if launcher is not None:
         sleep = shutil.which("sleep", path=SCRIPT_PATH)
-        assert started["command"] == [launcher, str(worker.pid), sleep, "sleep", "60"]
+        assert started["command"] == [launcher, str(worker_pid), sleep, "sleep", "60"]
 
 
 @needs_launcher

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 import time
 import uuid
@@ -25,6 +26,7 @@ import redis
 import requests
 from conftest import IN_CI
 from docker.errors import DockerException
+from fleet import killed_worker_leaves_no_child
 
 from relay.errors import PackageUnverified
 from relay.streams import RunStream, read_events
@@ -32,6 +34,7 @@ from skillfleet.settings import Settings
 from store.hashing import content_hash
 from store.limits import COALESCE_SECONDS
 from workers.runners.base import Job, OutputCollector
+from workers.runners.node import LAUNCHER
 from workers.runners.sandbox import (
     ContainerSandboxRunner,
     SandboxRunner,
@@ -40,6 +43,7 @@ from workers.runners.sandbox import (
 )
 from workers.runners.spark import LABEL
 
+ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("SKILLFLEET_RUNNER_IMAGE", "skillfleet/runner:latest")
 WITH_KVM = os.environ.get("SKILLFLEET_TEST_KVM") == "1"
 kvm = [
@@ -118,6 +122,57 @@ def test_without_hyperlight_no_sandbox_runner_is_built_and_the_reason_is_given()
 
     assert runner is None
     assert reason is not None and "Hyperlight" in reason
+
+
+# A stand-in for hyperlight-sandbox (a KVM host is out of reach here): its "micro-VM" runs the
+# program in the child process itself, and a run can't be interrupted, as Hyperlight's can't.
+STAND_IN_HYPERLIGHT = """
+class Sandbox:
+    def __init__(self, **options):
+        self.tools = {}
+
+    def register_tool(self, name, tool):
+        self.tools[name] = tool
+
+    def allow_domain(self, domain):
+        pass
+
+    def run(self, program):
+        exec(program, dict(self.tools))
+
+    def snapshot(self):
+        return None
+
+    def restore(self, snapshot):
+        pass
+"""
+
+# A stand-in worker: it boots a micro-VM child the sandbox runner's way, starts a program that
+# never ends, says the child's pid, and waits to be killed.
+SANDBOX_WORKER = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from workers.runners.guests import PYTHON_GUEST
+from workers.runners.sandbox import _MicroVM, _send
+
+vm = _MicroVM(PYTHON_GUEST, ())
+assert vm.wait_ready(30) is None
+_send(vm.conn, "emit('stdout', 'started')\\nimport time\\ntime.sleep(60)")
+assert vm.conn.poll(30) and vm.conn.recv() == ("out", "stdout", "started")
+print(json.dumps({"pid": vm.process.pid, "command": vm.process.args}), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_micro_vm_child_dies_with_its_worker(tmp_path):
+    (tmp_path / "hyperlight_sandbox.py").write_text(STAND_IN_HYPERLIGHT)
+
+    started, worker_pid = killed_worker_leaves_no_child(
+        SANDBOX_WORKER, str(tmp_path), what="the micro-VM child to die with its worker"
+    )
+
+    if LAUNCHER is not None:  # a vfork and the launcher's exec, not a fork of the worker
+        assert started["command"][:3] == [LAUNCHER, str(worker_pid), sys.executable]
 
 
 @dataclass

@@ -41,7 +41,7 @@ from workers.runners.base import (
     outcome_of,
 )
 from workers.runners.guests import GUESTS, JAVASCRIPT_GUEST, PYTHON_GUEST, WARM_UP, guest_program
-from workers.runners.node import die_with_worker
+from workers.runners.node import LAUNCHER, launch_command
 from workers.runners.spark import SparkRunner, copy_skill
 from workers.verification import verify_folder
 
@@ -227,14 +227,20 @@ class _MicroVM:
         ours, theirs = socket.socketpair()
         self.conn = Connection(ours.detach())
         arguments = [str(theirs.fileno()), guest, str(self.input_dir), json.dumps(domains)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
+            # The child dies with the worker, as a node script does: through skillfleet-launch
+            # (or setpriv) when there is one, so the spawn is a vfork, not a fork of the worker.
+            command, preexec = launch_command(
+                [sys.executable, "-c", CHILD_COMMAND, *arguments], env, LAUNCHER
+            )
             self.process = subprocess.Popen(
-                [sys.executable, "-c", CHILD_COMMAND, *arguments],
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                command,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 pass_fds=[theirs.fileno()],
-                preexec_fn=die_with_worker,  # noqa: PLW1509 - only a prctl call
+                preexec_fn=preexec,  # noqa: PLW1509 - only a prctl call, with no launcher at all
             )
         finally:
             theirs.close()
