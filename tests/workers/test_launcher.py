@@ -16,7 +16,6 @@ from fleet import killed_worker_leaves_no_child
 from workers.runners.base import SCRIPT_PATH
 from workers.runners.node import LAUNCHER, SETPRIV, NodeRunner, launch_command
 
-ROOT = Path(__file__).resolve().parents[2]
 BUILDABLE = platform.machine() == "x86_64" and sys.platform == "linux" and shutil.which("cc")
 needs_launcher = pytest.mark.skipif(LAUNCHER is None, reason="skillfleet-launch is not built")
 # Each way a script can be started: the launcher, setpriv, and a preexec_fn's prctl.

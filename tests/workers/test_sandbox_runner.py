@@ -43,7 +43,6 @@ from workers.runners.sandbox import (
 )
 from workers.runners.spark import LABEL
 
-ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("SKILLFLEET_RUNNER_IMAGE", "skillfleet/runner:latest")
 WITH_KVM = os.environ.get("SKILLFLEET_TEST_KVM") == "1"
 kvm = [
