@@ -211,7 +211,12 @@ def test_flower_answers_401_without_credentials_and_lists_a_worker_with_them(tmp
     finally:
         for process in (flower, control):
             process.terminate()
-            process.wait(timeout=20)
+        for process in (flower, control):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:  # Flower can hang on its way out; a control
+                process.kill()  # worker left behind would take the later tests' tasks
+                process.wait()
         log.close()
     assert wrong.status_code == 401
     assert any(name.startswith("control-") for name in workers)
