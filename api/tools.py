@@ -6,9 +6,9 @@ from typing import Any
 
 from flask import request as http_request
 from flask.views import MethodView
-from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
+from api.blueprint import Blueprint
 from api.paging import paginate
 from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services
@@ -69,7 +69,14 @@ ENVELOPE_EXAMPLES = {
 @blp.response(200, ToolResultSchema, examples=ENVELOPE_EXAMPLES)
 def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[str, Any]:
     """Call one tool; the envelope says done, failed, denied, running or pending_approval"""
-    caller = owner_or_agent()
+    return call_and_wait(owner_or_agent(), tool, body, query["wait"], http_request.get_data())
+
+
+def call_and_wait(
+    caller: int, tool: str, body: dict[str, Any], wait: float, raw_body: bytes
+) -> dict[str, Any]:
+    """The envelope of a call of `tool` with `body` (ToolCallSchema's fields), waiting up to
+    `wait` seconds for its end; `raw_body` is the JSON text the body was read from."""
     arguments = body["arguments"]
     if arguments is None:
         arguments = {}
@@ -84,9 +91,9 @@ def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[st
         turn_id=body["turn_id"],
         job_run_id=body["job_run_id"],
         mode=body["mode"],
-        repeated=repeated_fields(http_request.get_data()) if exact else (),
+        repeated=repeated_fields(raw_body) if exact else (),
     )
     outcome = broker.call(caller, request)
-    if query["wait"] > 0 and outcome.status in OPEN_STATES:
-        outcome = broker.outcome(caller, outcome.call_id, query["wait"], outcome.run_id)
+    if wait > 0 and outcome.status in OPEN_STATES:
+        outcome = broker.outcome(caller, outcome.call_id, wait, outcome.run_id)
     return outcome.envelope()
