@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask_smorest import Blueprint
 from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.auth import owner_only, owner_or_agent
+from api.blueprint import Blueprint
 from api.nodes import broadcast_sync
 from api.paging import paginate, sql_page
 from api.schemas import ApprovalQuerySchema, ApprovalSchema, DecisionSchema

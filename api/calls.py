@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask_smorest import Blueprint
 from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 
 from api.auth import owner_or_agent
+from api.blueprint import Blueprint
 from api.paging import paginate, sql_page
 from api.schemas import CallQuerySchema, CallSchema, WaitSchema
 from api.services import services

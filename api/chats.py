@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 from sqlalchemy import delete, select
 
 from api.auth import owner_only
+from api.blueprint import Blueprint
 from api.paging import paginate
 from api.schemas import ChatSchema, GrantSchema
 from api.services import services

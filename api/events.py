@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from flask import Response
-from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
+from api.blueprint import Blueprint
 from api.metrics import counted_stream
 from api.schemas import sse_response
 from api.services import services

@@ -7,9 +7,9 @@ from typing import Any
 import redis
 import sqlalchemy.exc
 from flask.views import MethodView
-from flask_smorest import Blueprint
 from sqlalchemy import text
 
+from api.blueprint import Blueprint
 from api.errors import ApiError, ErrorSchema
 from api.schemas import HealthSchema
 from api.services import services

@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from flask.views import MethodView
-from flask_smorest import Blueprint
 from flask_smorest.pagination import PaginationParameters
 
 from api.auth import owner_only, owner_or_agent
+from api.blueprint import Blueprint
 from api.paging import list_page, paginate
 from api.schemas import JobBodySchema, JobRunSchema, JobRunStartedSchema, JobSchema
 from api.services import services

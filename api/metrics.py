@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from flask import Response
-from flask_smorest import Blueprint
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -26,6 +25,7 @@ from prometheus_client import (
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.auth import require_metrics_access
+from api.blueprint import Blueprint
 from api.collector import FleetCollector
 from api.schemas import file_response
 from api.services import services

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import marshmallow as ma
-from flask_smorest import Blueprint
 
 from api.auth import owner_only
+from api.blueprint import Blueprint
 from api.services import services
 from store import modelsettings
 from store.db import transaction

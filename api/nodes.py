@@ -8,10 +8,10 @@ from typing import Any
 import redis
 import structlog
 from flask import Response
-from flask_smorest import Blueprint
 from sqlalchemy import select
 
 from api.auth import node_or_owner, owner_only
+from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.paging import paginate
 from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema, file_response

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from flask_smorest import Blueprint, Page
+from flask_smorest import Page
 from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
+from api.blueprint import Blueprint
 from store.limits import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 
 Row = TypeVar("Row")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask_smorest import Blueprint
 from sqlalchemy import select
 
 from api.auth import owner_only
+from api.blueprint import Blueprint
 from api.schemas import ReviewSchema
 from api.services import services
 from broker import editplans

@@ -8,11 +8,11 @@ from typing import Any
 
 import redis
 from flask import Response
-from flask_smorest import Blueprint
 from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 
 from api.auth import owner_or_agent
+from api.blueprint import Blueprint
 from api.metrics import counted_stream
 from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from flask_smorest import Blueprint
-
 from api.auth import owner_only
+from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.schemas import SettingsSchema
 from api.services import services

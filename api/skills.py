@@ -7,9 +7,9 @@ from typing import Any
 
 from flask import Response, jsonify, request
 from flask.views import MethodView
-from flask_smorest import Blueprint
 
 from api.auth import owner_only, owner_or_agent
+from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.nodes import broadcast_sync
 from api.paging import paginate

@@ -7,9 +7,9 @@ from typing import Any
 import redis
 import structlog
 from flask.views import MethodView
-from flask_smorest import Blueprint
 
 from api.auth import bump_token_generation, owner_only
+from api.blueprint import Blueprint
 from api.paging import paginate
 from api.schemas import NewTokenSchema, TokenCreateSchema, TokenSchema
 from api.services import services

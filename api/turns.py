@@ -9,9 +9,9 @@ import kombu.exceptions
 import marshmallow as ma
 import redis
 from flask import Response
-from flask_smorest import Blueprint
 
 from api.auth import owner_or_agent
+from api.blueprint import Blueprint
 from api.metrics import counted_stream
 from api.schemas import sse_response
 from api.services import services

@@ -6,9 +6,9 @@ from typing import Any
 
 import marshmallow as ma
 from flask import Response
-from flask_smorest import Blueprint
 
 from api.auth import owner_only
+from api.blueprint import Blueprint
 from api.paging import paginate
 from api.services import services
 from relay.events import WEBHOOK_KINDS, start_listening

@@ -28,13 +28,19 @@ def encode(value: Any) -> str:
     return text.decode() if text is not None else json.dumps(value)
 
 
+TOO_DEEP = "The JSON nests too deep to be read"
+
+
 def decode(text: str | bytes | bytearray | memoryview) -> Any:
     """The value of JSON text; NaN and Infinity, which orjson refuses, are read as Python reads
-    them."""
+    them. Text nested deeper than either reads raises JSONDecodeError, as bad JSON does."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
-        return json.loads(bytes(text) if isinstance(text, memoryview) else text)
+        try:
+            return json.loads(bytes(text) if isinstance(text, memoryview) else text)
+        except RecursionError as e:
+            raise json.JSONDecodeError(TOO_DEEP, TOO_DEEP, 0) from e
 
 
 def compact(value: Any) -> bytes | None:

@@ -139,3 +139,23 @@ def test_a_plain_client_sending_six_mib_gets_the_413_not_a_broken_pipe(
     answer = json.loads(refused.value.read())
     assert answer["code"] == "zip_too_large"
     assert answer["message"] == "The upload is larger than 5 MiB, the limit for a skill."
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [("/api/tools/load_skill", "bad_request"), ("/api/skills", "invalid_json")],
+    ids=["a tool call (webargs reads it)", "a GitHub import (the view reads it)"],
+)
+def test_json_nested_too_deep_for_python_is_refused_as_bad_json_and_nothing_recorded(
+    client, auth, services, path, code
+):
+    body = '{"arguments": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    before = store_snapshot(services.settings.skills_dir, services.sessions)
+
+    response = client.post(path, data=body, headers={**auth, "Content-Type": "application/json"})
+
+    assert response.status_code == 400, response.json
+    assert response.json["code"] == code
+    with services.sessions() as session:
+        assert session.scalar(select(func.count()).select_from(ToolCall)) == 0
+    assert store_snapshot(services.settings.skills_dir, services.sessions) == before
