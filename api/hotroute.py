@@ -35,7 +35,7 @@ from store.tokens import OWNER_KIND
 PREFIX = "/api/tools/"
 # The only query string taken here; any other (repeated, blank, encoded) goes to Flask.
 QUERY = re.compile(r"(?:wait=(?P<wait>[0-9]{1,3}(?:\.[0-9]{1,6})?))?")
-
+# A Content-Length of ASCII digits (str.isdigit takes other digits, which int() refuses).
 LENGTH = re.compile(r"[0-9]{1,10}")
 # The caller's owner id, the tool, the loaded body, the seconds to wait and the raw body.
 PlainCall = tuple[int, str, dict[str, Any], float, bytes]
@@ -89,12 +89,12 @@ class HotRoute:
             or not token.strip()
         ):
             return None
-        raw = environ["wsgi.input"].read(int(length))
-        environ["wsgi.input"] = io.BytesIO(raw)  # Flask reads it from here, if it answers
         cache: TokenCache = self.app.extensions[CACHE_EXTENSION]
         found = cache.lookup(token.strip())
         if found is None or found.kind != OWNER_KIND or found.owner_id is None:
-            return None
+            return None  # before the body is read, as Flask refuses it
+        raw = environ["wsgi.input"].read(int(length))
+        environ["wsgi.input"] = io.BytesIO(raw)  # Flask reads it from here, if it answers
         try:
             body = self.call_schema.load(jsoncodec.decode(raw))
             wait = self.wait_schema.load({"wait": query["wait"]} if query["wait"] else {})
