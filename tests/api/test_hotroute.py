@@ -187,12 +187,12 @@ def test_with_cors_origins_every_call_is_served_by_flask_with_its_cors_headers(
     services, auth, probe
 ):
     origin = "https://console.example.org"
-    cors_app = create_app(
-        services=Services.build(services.settings.with_overrides(cors_origins=(origin,)))
-    )
+    cors_services = Services.build(services.settings.with_overrides(cors_origins=(origin,)))
+    cors_app = create_app(services=cors_services)
     assert not isinstance(cors_app.wsgi_app, HotRoute)
     response = cors_app.test_client().post(
         "/api/tools/load_skill", json=LOAD, headers={**auth, "Origin": origin}
     )
+    cors_services.engine.dispose()
     assert response.json["status"] == "done"
     assert response.headers["Access-Control-Allow-Origin"] == origin
