@@ -230,10 +230,46 @@ def test_output_still_buffered_at_the_end_goes_out_with_the_exit_in_one_round_tr
     stream = RunStream(redis_client, run_id)
     collector = OutputCollector(stream, coalesce_seconds=60)
     collector.started(pid=1)
-    collector.add("stdout", b"ok\n")  # a short run's only output, inside its window
+    collector.add("stdout", b"ok")  # a short run's only output, a partial line, inside its window
     collector.finish()  # the script exited
     assert read_events(redis_client, run_id) == []  # nothing sent on its own
     stream.exit("succeeded", 0)
     events = read_events(redis_client, run_id)
     assert [e.kind for e in events] == ["status", "stdout", "exit"]
-    assert events[1].data["text"] == "ok\n" and events[2].data["status"] == "succeeded"
+    assert events[1].data["text"] == "ok" and events[2].data["status"] == "succeeded"
+
+
+def test_a_whole_line_after_a_quiet_window_goes_out_at_once_with_the_status(redis_client):
+    run_id = f"run-{uuid.uuid4()}"
+    collector = OutputCollector(RunStream(redis_client, run_id), coalesce_seconds=60)
+    collector.started(pid=1)
+    collector.add("stdout", b"ready\n")  # the first line of the run: shown at once
+    assert [(e.kind, e.data.get("text")) for e in read_events(redis_client, run_id)] == [
+        ("status", None),
+        ("stdout", "ready\n"),
+    ]
+    collector.add("stdout", b"more\n")  # within the window of the last entry: it waits
+    collector.add("stderr", b"half a line")
+    assert len(read_events(redis_client, run_id)) == 2
+    collector.flush()
+    assert [(e.kind, e.data["text"]) for e in read_events(redis_client, run_id)[2:]] == [
+        ("stdout", "more\n"),
+        ("stderr", "half a line"),
+    ]
+
+
+def test_a_line_after_the_window_has_passed_goes_out_at_once_and_a_partial_one_waits(
+    redis_client,
+):
+    run_id = f"run-{uuid.uuid4()}"
+    collector = OutputCollector(RunStream(redis_client, run_id), coalesce_seconds=0.05)
+    collector.add("stdout", b"one\n")
+    time.sleep(0.06)  # the window since the last entry has passed: the next line is not held
+    collector.add("stdout", b"two\n")
+    time.sleep(0.06)
+    collector.add("stdout", b"thr")  # a partial line waits for its window
+    texts = [e.data["text"] for e in read_events(redis_client, run_id)]
+    assert texts == ["one\n", "two\n"]
+    assert collector.wait_left() is not None
+    collector.flush()
+    assert [e.data["text"] for e in read_events(redis_client, run_id)][2:] == ["thr"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,6 +88,8 @@ class OutputCollector:
 
     With `coalesce_seconds`, output is published in bursts: what arrived within that window
     after the first byte (up to COALESCE_BYTES) becomes one stream entry, not one per write.
+    A burst that opens with whole lines after a quiet window goes out at once, as a terminal
+    would show it; what follows within the window waits for the window's end.
     The caller then waits at most `wait_left()` and calls `flush_due()`, and `flush()` at the end.
 
     `started` notes the run's "running" status; it goes out with the first output, or alone
@@ -102,6 +105,7 @@ class OutputCollector:
         self.parts: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self.pending: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self.flush_at: float | None = None
+        self.published_at = -math.inf  # when the last entry went out
 
     def started(self, **details: Any) -> None:
         self.stream.status_later("running", **details)
@@ -118,7 +122,12 @@ class OutputCollector:
             return
         pending = self.pending[name]
         if not any(self.pending.values()):  # the first byte of a burst: publish within the window
-            burst_ends = time.monotonic() + self.coalesce_seconds
+            now = time.monotonic()
+            if data.endswith(b"\n") and now - self.published_at >= self.coalesce_seconds:
+                pending.extend(data)
+                self.flush()
+                return
+            burst_ends = now + self.coalesce_seconds
             self.flush_at = burst_ends if self.flush_at is None else min(self.flush_at, burst_ends)
         pending.extend(data)
         if len(pending) >= COALESCE_BYTES:
@@ -138,6 +147,7 @@ class OutputCollector:
         """Publish what is buffered, with the stream's pending entries, in one round trip."""
         self._hand_over()
         self.stream.send_pending()
+        self.published_at = time.monotonic()
 
     def finish(self) -> None:
         """At the script's end: what is still buffered goes out with the run's exit event.
@@ -158,6 +168,8 @@ class OutputCollector:
         if pending:
             self.stream.output(name, bytes(pending), later=later)
             pending.clear()
+            if not later:
+                self.published_at = time.monotonic()
         if not any(self.pending.values()):
             self.flush_at = None  # the next byte opens a new burst
 
