@@ -65,7 +65,8 @@ class SyncLoop:
 
     def _listen(self) -> None:
         """Subscribe first, so no request is missed, then sync when asked or when due."""
-        pubsub: Any = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        # Untyped before redis-py 8.2, typed since: the ignore holds for either.
+        pubsub: Any = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
         try:
             pubsub.subscribe(*self.channels)
             self.subscribed.set()
