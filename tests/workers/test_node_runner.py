@@ -258,6 +258,26 @@ def test_a_whole_line_after_a_quiet_window_goes_out_at_once_with_the_status(redi
     ]
 
 
+def test_a_line_written_in_parts_after_a_quiet_window_goes_out_once_it_is_whole(redis_client):
+    run_id = f"run-{uuid.uuid4()}"
+    collector = OutputCollector(RunStream(redis_client, run_id), coalesce_seconds=60)
+    collector.started(pid=1)
+    collector.add("stdout", b"1796358546.38")  # print() unbuffered: the text, then its newline
+    collector.add("stderr", b"warn")  # a partial line on the other stream holds the burst
+    collector.add("stdout", b"\n")
+    assert read_events(redis_client, run_id) == []
+    collector.add("stderr", b"ing\n")  # both whole now: shown at once, in one entry each
+    assert [(e.kind, e.data.get("text")) for e in read_events(redis_client, run_id)] == [
+        ("status", None),
+        ("stdout", "1796358546.38\n"),
+        ("stderr", "warning\n"),
+    ]
+    collector.add("stdout", b"next")  # within the window of the last entry: it waits, whole or not
+    collector.add("stdout", b"\n")
+    assert len(read_events(redis_client, run_id)) == 3
+    assert collector.wait_left() is not None
+
+
 def test_a_line_after_the_window_has_passed_goes_out_at_once_and_a_partial_one_waits(
     redis_client,
 ):

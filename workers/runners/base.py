@@ -88,8 +88,9 @@ class OutputCollector:
 
     With `coalesce_seconds`, output is published in bursts: what arrived within that window
     after the first byte (up to COALESCE_BYTES) becomes one stream entry, not one per write.
-    A burst that opens with whole lines after a quiet window goes out at once, as a terminal
-    would show it; what follows within the window waits for the window's end.
+    A burst that opens after a quiet window goes out as soon as it holds whole lines, as a
+    terminal would show it (a print's text and its newline may come as two writes); what follows
+    within the window waits for the window's end.
     The caller then waits at most `wait_left()` and calls `flush_due()`, and `flush()` at the end.
 
     `started` notes the run's "running" status; it goes out with the first output, or alone
@@ -106,6 +107,7 @@ class OutputCollector:
         self.pending: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self.flush_at: float | None = None
         self.published_at = -math.inf  # when the last entry went out
+        self.quiet_burst = False  # the burst buffered now opened a window after the last entry
 
     def started(self, **details: Any) -> None:
         self.stream.status_later("running", **details)
@@ -123,14 +125,13 @@ class OutputCollector:
         pending = self.pending[name]
         if not any(self.pending.values()):  # the first byte of a burst: publish within the window
             now = time.monotonic()
-            if data.endswith(b"\n") and now - self.published_at >= self.coalesce_seconds:
-                pending.extend(data)
-                self.flush()
-                return
+            self.quiet_burst = now - self.published_at >= self.coalesce_seconds
             burst_ends = now + self.coalesce_seconds
             self.flush_at = burst_ends if self.flush_at is None else min(self.flush_at, burst_ends)
         pending.extend(data)
-        if len(pending) >= COALESCE_BYTES:
+        if self.quiet_burst and all(part.endswith(b"\n") for part in self.pending.values() if part):
+            self.flush()
+        elif len(pending) >= COALESCE_BYTES:
             self._publish(name)
 
     def wait_left(self) -> float | None:
@@ -148,6 +149,7 @@ class OutputCollector:
         self._hand_over()
         self.stream.send_pending()
         self.published_at = time.monotonic()
+        self.quiet_burst = False
 
     def finish(self) -> None:
         """At the script's end: what is still buffered goes out with the run's exit event.
@@ -170,6 +172,7 @@ class OutputCollector:
             pending.clear()
             if not later:
                 self.published_at = time.monotonic()
+                self.quiet_burst = False
         if not any(self.pending.values()):
             self.flush_at = None  # the next byte opens a new burst
 
