@@ -149,7 +149,6 @@ class OutputCollector:
         self._hand_over()
         self.stream.send_pending()
         self.published_at = time.monotonic()
-        self.quiet_burst = False
 
     def finish(self) -> None:
         """At the script's end: what is still buffered goes out with the run's exit event.
@@ -172,7 +171,7 @@ class OutputCollector:
             pending.clear()
             if not later:
                 self.published_at = time.monotonic()
-                self.quiet_burst = False
+                self.quiet_burst = False  # a burst cut at the byte limit: the rest waits
         if not any(self.pending.values()):
             self.flush_at = None  # the next byte opens a new burst
 
