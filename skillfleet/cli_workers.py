@@ -117,9 +117,14 @@ def control(concurrency: int) -> None:
 def beat_command() -> click.Command:
     @click.command("beat")
     def beat() -> None:
-        """celery beat: job tick each minute, reaper every 5 s, approval expiry every 30 s."""
+        """celery beat: job tick on start and each minute, reaper every 5 s, approvals 30 s."""
+        from celery.signals import beat_init
+
         from relay.app import create_celery
 
+        # A first start (no schedule file yet) would wait for the next minute to tick, so a
+        # time that came while beat was starting would run a minute late, under the next one.
+        beat_init.connect(_tick_on_start, weak=False)
         settings = _settings()
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         schedule = settings.data_dir / "celerybeat-schedule"
@@ -127,6 +132,12 @@ def beat_command() -> click.Command:
         app.start(["beat", "--loglevel", "INFO", "--schedule", str(schedule)])
 
     return beat
+
+
+def _tick_on_start(sender: Any, **_: Any) -> None:
+    """Send the job tick once as beat starts; a tick is idempotent, so an extra one is free."""
+    scheduler = sender.scheduler
+    scheduler.apply_entry(scheduler.schedule["job-tick"])
 
 
 def _package_cache(settings: Settings, node: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,8 @@ from sqlalchemy import func, select
 from relay import events, naming
 from relay.streams import read_events
 from skillfleet.settings import Settings
-from store.models import ToolCall
+from store.db import transaction
+from store.models import Job, ToolCall, utcnow
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 
@@ -56,6 +57,30 @@ def test_beat_and_the_control_worker_start_a_due_job_within_a_minute(settings_fo
             assert [step["status"] for step in run["steps"]] == ["done", "done"]
             later = client.get(f"/api/jobs/{job['id']}").json()["next_run_at"]
             assert later > job["next_run_at"]
+
+
+def test_beat_ticks_as_it_starts_so_a_time_that_came_meanwhile_runs_in_its_own_minute(
+    settings_for,
+):
+    with fleet(settings_for(run_timeout=20)) as running:
+        with running.http() as client:
+            body = {"name": "every minute", "cron": "* * * * *", "steps": [{"tool": "list_skills"}]}
+            job = client.post("/api/jobs", json=body).json()
+            running.start("control", "worker", "control")
+            # Minute ticks come at :00; early in a minute, only a tick on start answers within it.
+            while (now := utcnow()).second >= 30:
+                time.sleep(1)
+            due = now.replace(second=0, microsecond=0)
+            with transaction(running.services.sessions) as session:
+                session.get(Job, job["id"]).next_run_at = due
+            running.start("beat", "beat")
+            run = wait_until(
+                lambda: (r := newest_run(client, job["id"])) and r["status"] == "succeeded" and r,
+                60,
+                "the tick beat sends as it starts to start the job",
+            )
+            assert datetime.fromisoformat(run["due_at"]) == due
+            assert datetime.fromisoformat(run["started_at"]) < due + timedelta(minutes=1)
 
 
 def test_a_killed_control_worker_leaves_its_job_run_interrupted_never_run_again(
