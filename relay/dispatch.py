@@ -18,6 +18,7 @@ from relay.connections import database_number
 from relay.errors import BackendUnavailable, NoRunner
 from relay.taskmessage import new_task_id, push, sent_event, sent_event_channel, task_message
 from store.db import SessionFactory, core_transaction, insert_row, transaction
+from store.limits import RUN_SAVE_SECONDS
 from store.packagestore import PackageStore
 from store.runs import abandon, new_run
 
@@ -26,6 +27,7 @@ LIVE_CHECK_SECONDS = 1.0
 RUN_JOB_TASK = "skillfleet.run_job"
 RUN_TURN_TASK = "skillfleet.run_turn"
 UNREACHABLE = "The run queue (Redis) can't be reached, so the script was not started."
+SAVE_TOO_SLOW = "The database took too long to save the run, so the script was not started."
 JOB_UNREACHABLE = "The control queue (Redis) can't be reached, so the job run was not started."
 NO_SANDBOX = "No server can run sandboxed skills: Hyperlight needs an x86_64 server with KVM."
 
@@ -78,9 +80,12 @@ class CeleryDispatcher:
         # Built now, while this hash is current: the runner may fetch it after an edit.
         self.packages.ensure_built(plan.skill)
         run = new_run(plan, context.call_id, context.owner_id, self.timeout)
-        # The call is saved with its run before the task is sent: the worker answers it.
         context.call.run_id = run.id
-        # The owner's events travel with the run's message, in the round trip that sends it.
+        # The message goes out first and the rows are saved while it travels: the worker claims
+        # the run only once they are there (store.runs.claim waits for them), and finds nothing
+        # to run if they never are. The call is saved with its run: the worker answers it.
+        refused = self._send(run.id, queue)
+        sent_at = time.monotonic()
         events: list[feed.OwnerEvent] = []
         with core_transaction(self.sessions) as connection:
             if context.call.status == CallStatus.DECIDING:
@@ -91,40 +96,38 @@ class CeleryDispatcher:
                 )
                 context.call.status = CallStatus.RUNNING
             insert_row(connection, run)
+            if time.monotonic() - sent_at > RUN_SAVE_SECONDS:
+                # Its worker may have stopped waiting for the rows: saved now, it would stay
+                # queued for good. Rolled back, the message finds nothing to run.
+                raise BackendUnavailable(SAVE_TOO_SLOW)
+        if refused is not None:
+            # Claimed already (the reply was lost, not the message)? Then abandon changes nothing.
+            abandon(self.sessions, run.id, UNREACHABLE)
+            raise BackendUnavailable(UNREACHABLE) from refused
+        # The owner's events only once the rows are saved, with the decision's count.
         feed.add_run_state(events, run)
-        self._push(run.id, queue, events, context)
+        feed.publish_all(self.client, events, context.riders)
         return RunStarted(run.id)
 
-    def _push(
-        self, run_id: str, queue: str, events: list[feed.OwnerEvent], context: ToolContext
-    ) -> None:
-        """The task message, the owner's events and the decision's count in one round trip."""
+    def _send(self, run_id: str, queue: str) -> Exception | None:
+        """The task message (after Flower's "sent" event, when there is one) in one round trip;
+        what kept it from its queue, if anything did."""
         # Flower shows the shadow name: what the task is, never the script's arguments.
         shadow = f"run {run_id} on {queue}"
         task_id = new_task_id()
         pipe = self.client.pipeline(transaction=False)
-        sent = 0  # where the message's reply is: after Flower's "sent" event, when there is one
         if self.celery.conf.task_send_sent_event:
             exchange = self.celery.conf.event_exchange
             clock = self.celery.clock.forward()
-            event = sent_event(exchange, clock, task_id, shadow, [run_id], queue)
-            pipe.publish(self._sent_channel, event)
-            sent = 1
+            pipe.publish(
+                self._sent_channel, sent_event(exchange, clock, task_id, shadow, [run_id], queue)
+            )
         push(pipe, queue, task_message(task_id, EXECUTE_TASK, [run_id], queue, shadow))
-        for add in context.riders:
-            add(pipe)
-        feed.add_to(pipe, events)
         try:
-            replies = pipe.execute(raise_on_error=False)
+            pushed = pipe.execute(raise_on_error=False)[-1]
         except redis.RedisError as e:  # the connection: whether the message got there is unknown
-            replies = [e] * (sent + 1)
-        if isinstance(replies[sent], Exception):
-            # Claimed already (the reply was lost, not the message)? Then abandon changes nothing.
-            abandon(self.sessions, run_id, UNREACHABLE)
-            raise BackendUnavailable(UNREACHABLE) from replies[sent]
-        lost = [reply for reply in replies[sent + 1 :] if isinstance(reply, Exception)]
-        if lost:
-            log.warning("owner events not published", error=str(lost[0]))
+            return e
+        return pushed if isinstance(pushed, Exception) else None
 
 
 def send_job_run(celery: Celery, job_run_id: str) -> None:

@@ -70,6 +70,11 @@ MAX_YAML_DEPTH = 32
 # that sends its whole body before reading the answer gets the 413 instead of a broken pipe.
 MAX_DRAINED_BYTES = 64 * MIB
 
+# A run's message goes out before its row is saved, so that the save overlaps the message's
+# way to the worker. The API saves the row within RUN_SAVE_SECONDS of sending it or rolls it
+# back; a worker that finds no row waits RUN_SAVE_WAIT_SECONDS for it, then drops the message.
+RUN_SAVE_SECONDS = 10.0
+RUN_SAVE_WAIT_SECONDS = 30.0
 # Run output: one stream entry per burst (what arrived within COALESCE_SECONDS of its first
 # byte), at most CHUNK_BYTES per entry.
 CHUNK_BYTES = 64 * KIB

@@ -9,6 +9,7 @@ is one conditional UPDATE, so a redelivered task or a racing cancel changes noth
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -29,11 +30,12 @@ from store.db import (
     DriverConnection,
     DriverStatement,
     SessionFactory,
+    core_connection,
     core_transaction,
     transaction,
     transient,
 )
-from store.limits import KEPT_OUTPUT_CHARS
+from store.limits import KEPT_OUTPUT_CHARS, RUN_SAVE_WAIT_SECONDS
 from store.models import Run, RunFacts, utcnow
 
 QUEUED = "queued"
@@ -145,17 +147,37 @@ def claim(
 ) -> RunFacts | None:
     """Move a queued run to running for this worker; None if it was claimed or ended before.
 
-    The owner's event for the move goes to `events`, for the caller to publish.
+    The API sends a run's message before it saves the run (relay/dispatch.py), so a message
+    can come before its row: the claim then waits for the row, up to RUN_SAVE_WAIT_SECONDS
+    (the API saves it well within that or not at all). The owner's event for the move goes to
+    `events`, for the caller to publish.
     """
-    with core_transaction(sessions) as connection:
-        rows = _CLAIM.execute(
-            connection, {"run_id": run_id, "new_worker": worker, "new_started_at": utcnow()}
-        )
+    pause = 0.0005
+    deadline = time.monotonic() + RUN_SAVE_WAIT_SECONDS
+    saved = False
+    while True:
+        with core_transaction(sessions) as connection:
+            rows = _CLAIM.execute(
+                connection, {"run_id": run_id, "new_worker": worker, "new_started_at": utcnow()}
+            )
+        if rows or saved or time.monotonic() > deadline:
+            break
+        # Saved since the claim missed it, the next claim finds it; saved before, it was
+        # claimed or ended, and the next claim says so.
+        saved = _saved(sessions, run_id)
+        if not saved:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
     if not rows:
         return None
     claimed = _facts(rows[0])
     feed.add_run_state(events, claimed)
     return claimed
+
+
+def _saved(sessions: SessionFactory, run_id: str) -> bool:
+    with core_connection(sessions) as connection:
+        return connection.scalar(select(Run.id).where(Run.id == run_id)) is not None
 
 
 @dataclass(frozen=True)

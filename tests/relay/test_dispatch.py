@@ -1,12 +1,15 @@
-"""Sending a run to its queue: when the queue can't take it, nothing is left open."""
+"""Sending a run to its queue: when the queue can't take it, nothing is left open; a message
+that comes before its run is saved waits for it, and one whose run never is runs nothing."""
 
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import dataclasses
 import io
 import json
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -16,10 +19,12 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from api.services import Services
-from relay import heartbeat, naming
+from relay import dispatch, heartbeat, naming
 from relay.dispatch import UNREACHABLE
 from skillfleet.settings import Settings
+from store import runs
 from store.db import transaction
+from store.models import Run
 from store.tokens import create_owner_token
 
 
@@ -119,3 +124,61 @@ def test_with_task_events_on_the_sent_event_names_the_run_and_its_message(
     assert event["type"] == "task-sent" and event["uuid"] == message["id"]
     assert event["name"] == message["shadow"] == f"run {run_id} on {naming.node_queue(node)}"
     assert event["args"] == message["argsrepr"] == repr([run_id])
+
+
+def queued_run_ids(redis_client, node: str) -> list[str]:
+    """The run id each message in the node's queue carries."""
+    raws = redis_client.lrange(naming.node_queue(node), 0, -1)
+    return [json.loads(base64.b64decode(json.loads(raw)["body"]))[0][0] for raw in raws]
+
+
+def test_a_sent_run_is_saved_queued_and_its_message_carries_its_id(
+    live_services: Services, node: str, redis_client
+):
+    client, auth, answer = call_run(live_services, node)
+    assert answer.status_code == 200, answer.json
+    assert queued_run_ids(redis_client, node) == [answer.json["run_id"]]
+    [run] = client.get("/api/runs", headers=auth).json
+    assert run["run_id"] == answer.json["run_id"] and run["status"] == "queued"
+
+
+def test_a_claim_that_comes_before_its_run_is_saved_waits_and_claims_it_once(
+    live_services: Services, node: str
+):
+    client, auth, answer = call_run(live_services, node)
+    with live_services.sessions() as session:
+        saved = session.get(Run, answer.json["run_id"])
+        columns = {c.key: getattr(saved, c.key) for c in Run.__table__.columns}
+    early = str(uuid.uuid4())  # the same run under an id not saved yet
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        claims = [pool.submit(runs.claim, live_services.sessions, early, "w", []) for _ in "ab"]
+        time.sleep(0.2)  # both have looked, found nothing and wait
+        assert not any(claim.done() for claim in claims)
+        with transaction(live_services.sessions) as session:
+            session.add(Run(**{**columns, "id": early}))
+        claimed = [claim.result(timeout=10) for claim in claims]
+    [won] = [run for run in claimed if run is not None]
+    assert won.id == early and won.status == "running"
+    assert claimed.count(None) == 1  # the other found it claimed: it never runs twice
+
+
+def test_a_message_whose_run_is_never_saved_runs_nothing(
+    live_services: Services, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(runs, "RUN_SAVE_WAIT_SECONDS", 0.3)
+    started = time.monotonic()
+    assert runs.claim(live_services.sessions, str(uuid.uuid4()), "w", []) is None
+    assert time.monotonic() - started >= 0.3
+
+
+def test_a_run_saved_too_late_for_its_worker_is_rolled_back_and_its_message_finds_nothing(
+    live_services: Services, node: str, redis_client, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(dispatch, "RUN_SAVE_SECONDS", -1.0)  # every save is too late
+    client, auth, answer = call_run(live_services, node)
+    assert answer.status_code == 503, answer.json
+    assert answer.json["code"] == "service_unavailable"
+    assert client.get("/api/runs", headers=auth).json == []
+    [run_id] = queued_run_ids(redis_client, node)
+    monkeypatch.setattr(runs, "RUN_SAVE_WAIT_SECONDS", 0.1)
+    assert runs.claim(live_services.sessions, run_id, "w", []) is None
