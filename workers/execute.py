@@ -51,11 +51,12 @@ class WorkerContext:
 
 
 def execute(context: WorkerContext, run_id: str) -> str | None:
-    """Run `run_id` once; a redelivered message finds it claimed and does nothing."""
+    """Run `run_id` once; a redelivered message finds it claimed, and one whose run was never
+    saved finds nothing (after waiting for it): both do nothing."""
     events: list[feed.OwnerEvent] = []
     run = claim(context.sessions, run_id, context.instance.id, events)
     if run is None:
-        log.info("run already claimed or ended; nothing to do", run_id=run_id)
+        log.info("run already claimed or ended, or never saved; nothing to do", run_id=run_id)
         return None
     stream = RunStream(context.redis, run_id)
     # The owner hears "running" with the run's first stream entries: the script starts sooner.
