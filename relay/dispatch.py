@@ -119,9 +119,8 @@ class CeleryDispatcher:
         if self.celery.conf.task_send_sent_event:
             exchange = self.celery.conf.event_exchange
             clock = self.celery.clock.forward()
-            pipe.publish(
-                self._sent_channel, sent_event(exchange, clock, task_id, shadow, [run_id], queue)
-            )
+            event = sent_event(exchange, clock, task_id, shadow, [run_id], queue)
+            pipe.publish(self._sent_channel, event)
         push(pipe, queue, task_message(task_id, EXECUTE_TASK, [run_id], queue, shadow))
         try:
             pushed = pipe.execute(raise_on_error=False)[-1]

@@ -5,9 +5,8 @@ Writers note an event on the database session that makes the change; it is publi
 change that was rolled back. The rows every call and run write go through a bare connection
 instead (store.db.core_transaction): their writers collect the events in a list and send them
 once committed, in a round trip they make anyway where they can (`add_to`), else in one of
-their own (`publish_all`). Publishing is
-best effort: with Redis away the change still stands and the event is only logged as lost.
-`GET /api/events` serves the stream as SSE.
+their own (`publish_all`). Publishing is best effort: with Redis away the change still stands
+and the event is only logged as lost. `GET /api/events` serves the stream as SSE.
 
 Kinds: `approval.created`, `approval.answered`, `call.finished`, `run.state`, `job_run.state`.
 """
