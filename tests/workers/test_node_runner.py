@@ -148,6 +148,19 @@ def test_a_missing_interpreter_fails_the_run_clearly(tmp_path, redis_client):
         assert outcome.status in ("succeeded", "failed")
 
 
+def test_a_script_runs_as_its_worker_s_user_with_that_user_s_home(tmp_path, redis_client):
+    # HOME set, Python never asks the password database for it (site.py's user base).
+    folder = skill(
+        tmp_path,
+        "home.py",
+        "import os, pwd, site\n"
+        "print(os.environ['HOME'] == pwd.getpwuid(os.getuid()).pw_dir)\n"
+        "print(site.getuserbase() == os.path.join(os.environ['HOME'], '.local'))\n",
+    )
+    outcome = run_to_end(NodeRunner(), job("scripts/home.py"), folder, redis_client)
+    assert (outcome.status, outcome.stdout) == ("succeeded", "True\nTrue\n")
+
+
 @pytest.mark.parametrize("launcher", WAYS)
 def test_the_node_runner_runs_a_script_each_way(launcher, tmp_path, redis_client):
     folder = skill(

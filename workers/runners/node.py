@@ -49,6 +49,9 @@ def find_launcher() -> str | None:
 
 
 LAUNCHER = find_launcher()
+# A script's HOME is its user's, the worker's: tools that keep files under ~ work, and Python
+# need not look the user up in the password database as it starts (0.2-0.3 ms a run).
+SCRIPT_HOME = os.path.expanduser("~")
 
 
 def die_with_worker() -> None:
@@ -87,7 +90,7 @@ class NodeRunner:
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
         collector = OutputCollector(stream, coalesce_seconds=self.coalesce_seconds)
-        env = script_environment(job)
+        env = script_environment(job, {"HOME": SCRIPT_HOME})
         try:
             command, preexec = launch_command(command_for(job.script), env, self.launcher)
             process = subprocess.Popen(
