@@ -16,6 +16,7 @@ from broker.calls import OPEN_STATES, CallRequest
 from broker.classify import READ_EXACTLY
 from broker.editargs import repeated_fields
 from broker.errors import InvalidCall
+from relay import feed, wire
 
 blp = Blueprint("tools", __name__, url_prefix="/api/tools", description="Tools for agents")
 
@@ -93,7 +94,13 @@ def call_and_wait(
         mode=body["mode"],
         repeated=repeated_fields(raw_body) if exact else (),
     )
-    outcome = broker.call(caller, request)
-    if wait > 0 and outcome.status in OPEN_STATES:
-        outcome = broker.outcome(caller, outcome.call_id, wait, outcome.run_id)
+    if wait <= 0:
+        return broker.call(caller, request).envelope()
+    # A run's events ride the wait's first read rather than a round trip of their own.
+    with wire.holding(feed.send):
+        outcome = broker.call(caller, request)
+        if outcome.status in OPEN_STATES:
+            if outcome.run_id is None:  # no run to wait for: the owner is asked, now
+                wire.send_held()
+            outcome = broker.outcome(caller, outcome.call_id, wait, outcome.run_id)
     return outcome.envelope()

@@ -13,7 +13,7 @@ from celery import Celery
 from broker import callstate, jobstate
 from broker.callstate import CallStatus
 from broker.context import RunStarted, ToolContext
-from relay import feed, heartbeat, naming
+from relay import feed, heartbeat, naming, wire
 from relay.connections import database_number
 from relay.errors import BackendUnavailable, NoRunner
 from relay.taskmessage import new_task_id, push, sent_event, sent_event_channel, task_message
@@ -123,7 +123,7 @@ class CeleryDispatcher:
             pipe.publish(self._sent_channel, event)
         push(pipe, queue, task_message(task_id, EXECUTE_TASK, [run_id], queue, shadow))
         try:
-            pushed = pipe.execute(raise_on_error=False)[-1]
+            pushed = wire.execute(pipe, raise_on_error=False)[-1]
         except redis.RedisError as e:  # the connection: whether the message got there is unknown
             return e
         return pushed if isinstance(pushed, Exception) else None

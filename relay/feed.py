@@ -22,7 +22,7 @@ import structlog
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from relay import naming
+from relay import naming, wire
 from relay.connections import reply_text
 from relay.streams import Event, _event, blocking_client
 from store.db import SessionFactory
@@ -67,14 +67,16 @@ def publish_all(
     for add in riders:
         add(pipe)
     add_to(pipe, events)
+    if not wire.hold(pipe):  # held: it rides the wait's first read (see relay.wire)
+        send(pipe, [kind for _owner, kind, _data in events])
+
+
+def send(pipe: Any, kinds: Sequence[str] = ()) -> None:
+    """Send a pipeline of owner events (`kinds`) and riders; best effort, as publish."""
     try:
-        pipe.execute()
+        wire.execute(pipe)
     except redis.RedisError as e:
-        log.warning(
-            "owner events not published",
-            kinds=[kind for _owner, kind, _data in events],
-            error=str(e),
-        )
+        log.warning("owner events not published", kinds=list(kinds), error=str(e))
 
 
 def add_to(pipe: Any, events: list[OwnerEvent]) -> None:

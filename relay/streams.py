@@ -14,7 +14,7 @@ from typing import Any
 import redis
 import structlog
 
-from relay import naming
+from relay import naming, wire
 from relay.connections import reply_text
 from store.limits import (
     CHUNK_BYTES,
@@ -61,7 +61,7 @@ class RunStream:
 
     def status(self, state: str, **details: Any) -> str:
         pipe = self._pipeline([("status", {"status": state, **details})])
-        return reply_text(pipe.execute()[-1])
+        return reply_text(wire.execute(pipe)[-1])
 
     def status_later(self, state: str, **details: Any) -> None:
         """A status to publish with the next entries (see `send_pending`)."""
@@ -73,7 +73,7 @@ class RunStream:
 
     def send_pending(self) -> None:
         if self.pending or self.riders:
-            self._pipeline([]).execute()
+            wire.execute(self._pipeline([]))
 
     def output(self, stream: str, data: bytes, later: bool = False) -> None:
         """Publish stdout/stderr bytes in entries of at most CHUNK_BYTES, up to the stream cap.
@@ -99,7 +99,7 @@ class RunStream:
         if later:
             self.pending.extend(entries)
         else:
-            self._pipeline(entries).execute()
+            wire.execute(self._pipeline(entries))
 
     def exit(
         self,
@@ -123,7 +123,7 @@ class RunStream:
         pipe.xadd(self.end_key, end)
         pipe.expire(self.key, FINISHED_STREAM_TTL_SECONDS)
         pipe.expire(self.end_key, FINISHED_STREAM_TTL_SECONDS)
-        return reply_text(pipe.execute()[-4])
+        return reply_text(wire.execute(pipe)[-4])
 
     def _pipeline(self, entries: list[tuple[str, dict[str, Any]]]) -> Any:
         """A pipeline adding what is pending, then `entries`; the caller executes it."""
@@ -274,7 +274,8 @@ def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> dict[str, 
     Returns the answer the run's call got when the end entry carries it (see RunStream.exit),
     else None: the time ran out, or whoever ended the run left the answer to the database.
     It wakes once, at the end, however much the run prints. A Redis outage is waited out too:
-    the caller then reads the run's state from the database.
+    the caller then reads the run's state from the database. Commands held for this request's
+    next round trip (relay.wire.hold: the owner's events of the call) go before the first read.
     """
     deadline = time.monotonic() + timeout
     reader = blocking_client(client)
@@ -283,13 +284,22 @@ def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> dict[str, 
         left = deadline - time.monotonic()
         if left <= 0:
             return None
+        pipe = reader.pipeline(transaction=False)
+        held = wire.take_held()  # only the first read finds any
+        pipe.command_stack.extend(held)
+        pipe.xread({key: "0-0"}, count=1, block=max(1, min(MAX_BLOCK_MS, int(left * 1000))))
         try:
-            reply: Any = reader.xread(
-                {key: "0-0"}, count=1, block=max(1, min(MAX_BLOCK_MS, int(left * 1000)))
-            )
-        except (redis.ConnectionError, redis.TimeoutError):
+            replies = wire.execute(pipe, raise_on_error=False)
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            if held:
+                log.warning("owner events not published", error=str(e))
             time.sleep(min(left, REDIS_RETRY_SECONDS))
             continue
+        reply: Any = replies[-1]
+        if isinstance(reply, Exception):
+            raise reply
+        for failed in (r for r in replies[:-1] if isinstance(r, Exception)):
+            log.warning("owner events not published", error=str(failed))
         if reply:
             fields = {reply_text(k): v for k, v in reply[0][1][0][1].items()}
             return json.loads(fields["answer"]) if "answer" in fields else None

@@ -7,11 +7,11 @@ from datetime import timedelta
 
 import pytest
 from factories import skill_files, zip_bytes
-from sqlalchemy import update
+from sqlalchemy import select, update
 from test_metrics import sample
 
 from store.db import transaction
-from store.models import Approval, Grant, utcnow
+from store.models import Approval, Grant, Owner, utcnow
 
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 
@@ -405,6 +405,46 @@ def test_wait_long_polls_until_the_owner_answers(client, auth, wiper, app):
     waited = client.get(f"/api/calls/{envelope['call_id']}?wait=10", headers=auth).json
     thread.join()
     assert waited["status"] == "done"
+
+
+def test_the_owner_is_asked_while_the_call_still_waits_for_the_answer(
+    client, auth, wiper, app, services
+):
+    # A waited call holds its events for its run's first read; one that waits for its owner
+    # has no run yet, so the owner's "approval.created" must go out before the wait.
+    import json
+    import threading
+    import time
+
+    from relay import naming
+
+    with services.sessions() as session:
+        owner_id = session.scalar(select(Owner.id).where(Owner.name == "alice"))
+    stream = naming.owner_events(owner_id)
+    last = services.redis.xrevrange(stream, count=1)
+    after = last[0][0] if last else b"0-0"
+    waited: dict[str, object] = {}
+    other = app.test_client()
+    body = {"arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",
+                          "arguments": {"node": "web01", "path": "/tmp/x"}}}  # fmt: skip
+
+    def call() -> None:
+        response = other.post("/api/tools/run_skill_script?wait=10", headers=auth, json=body)
+        waited.update(response.json)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    asked = None
+    deadline = time.monotonic() + 5
+    while asked is None and time.monotonic() < deadline:
+        for _id, fields in services.redis.xrange(stream, min=f"({after.decode()}"):
+            if fields[b"kind"] == b"approval.created":
+                asked = json.loads(fields[b"data"])
+        time.sleep(0.02)
+    assert asked is not None and thread.is_alive()  # heard while the call waits
+    answer(client, auth, asked["approval_id"], "approve")
+    thread.join()
+    assert waited["status"] == "done" and waited["call_id"] == asked["call_id"]
 
 
 def test_each_decision_is_counted_once_whichever_way_the_call_goes(client, auth, wiper):
