@@ -14,6 +14,7 @@ import yaml
 
 from broker.errors import PolicyError
 from broker.tiers import Tier
+from store.safeyaml import YamlTooLarge, load_yaml
 
 ACTIONS = frozenset({"allow", "deny", "require_approval"})
 RULE_FIELDS = ("name", "condition", "action", "priority")
@@ -126,7 +127,9 @@ class Policy:
     def from_yaml(cls, text: str, source: str = "<policy>") -> "Policy":
         """Parse and compile a policy document; refuse it with PolicyError if anything is off."""
         try:
-            document = yaml.safe_load(text)
+            document = load_yaml(text)
+        except YamlTooLarge as e:
+            raise PolicyError(f"{source}: too large to read: {_first_line(e)}") from e
         except yaml.YAMLError as e:
             raise PolicyError(f"{source}: not valid YAML: {_first_line(e)}") from e
         if not isinstance(document, dict):

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from store.safeyaml import load_yaml
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8750
 DEFAULT_DATA_DIR = "var"
@@ -271,7 +273,7 @@ def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...], default
 
 def _read_config(path: Path) -> dict[str, Any]:
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = load_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SettingsError(f"The config file {path} does not exist.") from None
     except yaml.YAMLError as e:

@@ -63,8 +63,11 @@ MAX_OWNER_EVENTS = 10_000
 # List routes: the page size when none is asked for, and the largest one served.
 DEFAULT_PAGE_SIZE = 250
 MAX_PAGE_SIZE = 1000
-# YAML nesting a SKILL.md header may have (PyYAML recurses per level and would overflow).
+# YAML people write (SKILL.md headers, policies, the config file): the nesting it may have
+# (PyYAML recurses per level and would overflow) and the values it may hold, counting each
+# alias as the whole value it repeats (nested aliases multiply).
 MAX_YAML_DEPTH = 32
+MAX_YAML_VALUES = 10_000
 
 # Request bodies: a refused upload is still read (and dropped) up to this much, so a client
 # that sends its whole body before reading the answer gets the 413 instead of a broken pipe.

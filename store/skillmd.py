@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from store.errors import SkillInvalid
-from store.limits import MAX_YAML_DEPTH
+from store.safeyaml import YamlTooLarge, load_yaml
 
 FENCE = "---"
 BOM = "\ufeff"
@@ -46,7 +46,7 @@ def split_front_matter(text: str) -> tuple[str, str]:
 
 
 def parse_skill_md(text: str) -> tuple[dict[str, Any], str]:
-    """Parse SKILL.md text into its header mapping and its body, with `yaml.safe_load`."""
+    """Parse SKILL.md text into its header mapping and its body (safe YAML, within bounds)."""
     yaml_text, body = split_front_matter(text)
     return load_header(yaml_text), body
 
@@ -59,7 +59,10 @@ def has_front_matter(text: str) -> bool:
 def load_header(yaml_text: str) -> dict[str, Any]:
     """The header mapping of the front matter's YAML text; SkillInvalid says why not."""
     try:
-        header = yaml.load(yaml_text, Loader=BoundedSafeLoader)  # noqa: S506 - a SafeLoader
+        header = load_yaml(yaml_text)
+    except YamlTooLarge as e:
+        problem = f"The front matter is too large to read: {_yaml_reason(e)}."
+        raise SkillInvalid("SKILL.md can't be read.", errors=[problem]) from e
     except yaml.YAMLError as e:
         problem = f"The front matter is not valid YAML: {_yaml_reason(e)}."
         raise SkillInvalid("SKILL.md can't be read.", errors=[problem]) from e
@@ -72,28 +75,6 @@ def load_header(yaml_text: str) -> dict[str, Any]:
         )
         raise SkillInvalid("SKILL.md can't be read.", errors=[problem])
     return header
-
-
-class BoundedSafeLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader refusing nesting deeper than MAX_YAML_DEPTH.
-
-    The composer recurses once per level, so a header of a few hundred `[` would otherwise end
-    in a RecursionError instead of a problem the author can read.
-    """
-
-    depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.depth >= MAX_YAML_DEPTH:
-            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-            raise yaml.composer.ComposerError(
-                None, None, f"it nests deeper than {MAX_YAML_DEPTH} levels", mark
-            )
-        self.depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
 
 
 def read_skill_md(data: bytes) -> tuple[dict[str, Any], str]:

@@ -277,3 +277,23 @@ def test_a_condition_nested_too_deeply_to_combine_refuses_the_policy() -> None:
     deep = "(" * 95 + "true" + ")" * 95
 
     assert refusal(policy_text(rule("deep", deep))) == 'Rule "deep": condition is nested too deeply'
+
+
+def test_a_policy_whose_aliases_multiply_is_refused_before_any_rule_is_read() -> None:
+    # Nine levels of ten aliases: a billion values, which an error message would print.
+    lines = ["      a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"      a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]" for n in range(1, 9)]
+    text = policy_text(rule("bomb", "true")).replace(
+        "action: allow", "action:\n" + "\n".join(lines)
+    )
+
+    assert refusal(text) == (
+        "<policy>: too large to read: with its aliases written out it holds more than "
+        "10,000 values."
+    )
+
+
+def test_a_policy_nested_thousands_deep_is_refused_as_too_large() -> None:
+    assert refusal("rules: " + "[" * 5000 + "]" * 5000) == (
+        "<policy>: too large to read: it nests deeper than 32 levels."
+    )

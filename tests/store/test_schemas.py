@@ -86,7 +86,7 @@ def test_a_parameters_schema_that_is_not_json_is_refused() -> None:
     ]
 
 
-def test_a_parameters_schema_built_from_yaml_aliases_is_refused_as_too_large(
+def test_a_parameters_schema_built_from_yaml_aliases_is_refused_as_the_header_is_read(
     tmp_path: Path,
 ) -> None:
     lines = ["  parameters_schema:", "    type: object"]
@@ -94,7 +94,10 @@ def test_a_parameters_schema_built_from_yaml_aliases_is_refused_as_too_large(
     for level in range(1, 7):
         lines.append(f"    a{level}: &a{level} [" + ", ".join([f"*a{level - 1}"] * 10) + "]")
     root = skill_dir(tmp_path, "\n".join(lines) + "\n")
-    assert dir_problems(root) == ["The parameters_schema is too large or nested too deeply."]
+    assert dir_problems(root) == [
+        "The front matter is too large to read: with its aliases written out it holds more "
+        "than 10,000 values (line 10 of SKILL.md)."
+    ]
 
 
 def test_a_map_of_script_schemas_is_read(tmp_path: Path) -> None:
