@@ -12,6 +12,7 @@ from api.auth import owner_only, owner_or_agent
 from api.blueprint import Blueprint
 from api.nodes import broadcast_sync
 from api.paging import paginate, sql_page
+from api.roles import owner_route
 from api.schemas import ApprovalQuerySchema, ApprovalSchema, DecisionSchema
 from api.services import services
 from broker import editplans
@@ -73,6 +74,7 @@ def get_approval(approval_id: str) -> ApprovalCard:
 
 
 @blp.route("/<approval_id>", methods=["POST"])
+@owner_route
 @blp.arguments(DecisionSchema())
 @blp.response(200, ApprovalSchema)
 def answer_approval(body: dict[str, Any], approval_id: str) -> ApprovalCard:

@@ -7,6 +7,7 @@ from sqlalchemy import delete, select
 from api.auth import owner_only
 from api.blueprint import Blueprint
 from api.paging import paginate
+from api.roles import owner_route
 from api.schemas import ChatSchema, GrantSchema
 from api.services import services
 from broker.errors import ChatNotFound
@@ -28,6 +29,7 @@ def _chat(owner_id: int, chat_id: str) -> Chat:
 
 
 @blp.route("")
+@owner_route
 @blp.response(200, ChatSchema(many=True))
 @paginate(blp, in_memory=True)
 def list_chats() -> list[Chat]:
@@ -57,6 +59,7 @@ def delete_chat(chat_id: str) -> None:
 
 
 @blp.route("/<chat_id>/grants")
+@owner_route
 @blp.response(200, GrantSchema(many=True))
 @paginate(blp, in_memory=True)
 def chat_grants(chat_id: str) -> list[Grant]:

@@ -8,6 +8,7 @@ import marshmallow as ma
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
+from api.roles import owner_route
 from api.services import services
 from store import modelsettings
 from store.db import transaction
@@ -46,6 +47,7 @@ def get_model() -> dict[str, Any]:
 
 
 @blp.route("", methods=["PUT"])
+@owner_route
 @blp.arguments(ModelSettingSchema())
 @blp.response(200, ModelSettingShownSchema)
 def put_model(body: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from api.auth import node_or_owner, owner_only
 from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.paging import paginate
+from api.roles import owner_route
 from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema, file_response
 from api.services import services
 from relay import heartbeat, naming
@@ -27,6 +28,7 @@ blp = Blueprint("nodes", __name__, url_prefix="/api/nodes", description="Managed
 
 
 @blp.route("")
+@owner_route
 @blp.response(200, NodeSchema(many=True))
 @paginate(blp, in_memory=True)
 def list_nodes() -> list[dict[str, Any]]:

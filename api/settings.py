@@ -8,6 +8,7 @@ from typing import Any
 from api.auth import owner_only
 from api.blueprint import Blueprint
 from api.errors import ApiError
+from api.roles import owner_route
 from api.schemas import SettingsSchema
 from api.services import services
 from broker.errors import UnknownTool
@@ -33,6 +34,7 @@ def get_settings() -> dict[str, Any]:
 
 
 @blp.route("", methods=["PUT"])
+@owner_route
 @blp.arguments(SettingsSchema())
 @blp.response(200, SettingsSchema)
 def put_settings(body: dict[str, Any]) -> dict[str, Any]:

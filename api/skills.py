@@ -13,6 +13,7 @@ from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.nodes import broadcast_sync
 from api.paging import paginate
+from api.roles import owner_route
 from api.schemas import (
     BundleImportSchema,
     DuplicateSchema,
@@ -62,6 +63,7 @@ class Skills(MethodView):
             skills = [s for s in skills if s.enabled == query["enabled"]]
         return skills
 
+    @owner_route
     @blp.arguments(ImportQuerySchema(), location="query")
     @blp.doc(requestBody=IMPORT_BODY)
     @blp.response(201, ImportedSkillSchema)
@@ -194,6 +196,7 @@ class SkillFile(MethodView):
             mimetype = "text/plain; charset=utf-8"
         return Response(data, mimetype=mimetype)
 
+    @owner_route
     @blp.arguments(FileEditSchema())
     @blp.response(200, SkillDetailSchema)
     def put(self, body: dict[str, Any], name: str, path: str) -> dict[str, Any]:
@@ -207,6 +210,7 @@ class SkillFile(MethodView):
             )
         return _owner_edit(name, {path: content}, body["hash"])
 
+    @owner_route
     @blp.arguments(FileDeleteQuerySchema(), location="query")
     @blp.response(200, SkillDetailSchema)
     def delete(self, query: dict[str, Any], name: str, path: str) -> dict[str, Any]:
@@ -225,6 +229,7 @@ def _owner_edit(name: str, changes: dict[str, str | None], expected: str | None)
 
 
 @blp.route("/<name>/duplicate", methods=["POST"])
+@owner_route
 @blp.arguments(DuplicateSchema())
 @blp.response(201, SkillSchema)
 def duplicate(body: dict[str, Any], name: str) -> Skill:
@@ -235,6 +240,7 @@ def duplicate(body: dict[str, Any], name: str) -> Skill:
 
 
 @blp.route("/<name>/enabled", methods=["PUT"])
+@owner_route
 @blp.arguments(EnabledSchema())
 @blp.response(200, SkillSchema)
 def set_enabled(body: dict[str, Any], name: str) -> Skill:

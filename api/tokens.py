@@ -11,6 +11,7 @@ from flask.views import MethodView
 from api.auth import bump_token_generation, owner_only
 from api.blueprint import Blueprint
 from api.paging import paginate
+from api.roles import owner_route
 from api.schemas import NewTokenSchema, TokenCreateSchema, TokenSchema
 from api.services import services
 from store.db import transaction
@@ -24,6 +25,7 @@ blp = Blueprint("tokens", __name__, url_prefix="/api/tokens", description="API t
 
 @blp.route("")
 class Tokens(MethodView):
+    @owner_route
     @blp.response(200, TokenSchema(many=True))
     @paginate(blp, in_memory=True)
     def get(self) -> list[ApiToken]:
@@ -32,6 +34,7 @@ class Tokens(MethodView):
         with services().sessions() as session:
             return owner_tokens(session, caller)
 
+    @owner_route
     @blp.arguments(TokenCreateSchema())
     @blp.response(201, NewTokenSchema)
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
