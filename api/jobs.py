@@ -1,6 +1,6 @@
 """Scheduled jobs: cron in the owner's time zone, steps, grants, runs and their history.
 
-Every write here is the owner's alone (agent tokens may only read).
+All of it is the owner's alone: an agent token gets 403 `owner_only`, reads included.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from typing import Any
 from flask.views import MethodView
 from flask_smorest.pagination import PaginationParameters
 
-from api.auth import owner_only, owner_or_agent
+from api.auth import owner_only
 from api.blueprint import Blueprint
 from api.paging import list_page, paginate
+from api.roles import owner_route
 from api.schemas import JobBodySchema, JobRunSchema, JobRunStartedSchema, JobSchema
 from api.services import services
 from broker.jobs import Jobs, JobSpec, grants_of
@@ -56,13 +57,15 @@ def _shown(job: Job) -> dict[str, Any]:
 
 @blp.route("")
 class JobList(MethodView):
+    @owner_route
     @blp.response(200, JobSchema(many=True))
     @paginate(blp)
     def get(self, pagination_parameters: PaginationParameters) -> list[dict[str, Any]]:
         """List your jobs, by name"""
-        jobs = _jobs().list_jobs(owner_or_agent())
+        jobs = _jobs().list_jobs(owner_only())
         return [_shown(job) for job in list_page(jobs, pagination_parameters)]
 
+    @owner_route
     @blp.arguments(JobBodySchema())
     @blp.response(201, JobSchema)
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -75,8 +78,9 @@ class JobItem(MethodView):
     @blp.response(200, JobSchema)
     def get(self, job_id: str) -> dict[str, Any]:
         """Show a job with its grants and next run"""
-        return _shown(_jobs().get(owner_or_agent(), job_id))
+        return _shown(_jobs().get(owner_only(), job_id))
 
+    @owner_route
     @blp.arguments(JobBodySchema())
     @blp.response(200, JobSchema)
     def put(self, body: dict[str, Any], job_id: str) -> dict[str, Any]:
@@ -99,8 +103,9 @@ def run_job(job_id: str) -> dict[str, str]:
 
 
 @blp.route("/<job_id>/runs")
+@owner_route
 @blp.response(200, JobRunSchema(many=True))
 @paginate(blp, in_memory=True)
 def list_runs(job_id: str) -> list[JobRun]:
     """The job's runs, newest first (the newest 50 are kept)"""
-    return _jobs().runs(owner_or_agent(), job_id)
+    return _jobs().runs(owner_only(), job_id)
