@@ -3,6 +3,10 @@
 The broker counts each chat's declined, expired, failed and timed-out calls as they end
 (broker/callstate.py); these tools read the counts and the calls, and record reviewed chats
 (at most MAX_REVIEWED_CHATS per owner, the oldest dropped) so the next review skips them.
+
+They are read tools, open to an agent token like every tool, so an agent reads every chat's calls
+with their arguments and results although the chat routes refuse it: the authoring loop needs
+them to learn from chats that went badly. No grant is ever part of what they return.
 """
 
 from __future__ import annotations
