@@ -10,12 +10,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
-from store.errors import CronInvalid, TimeZoneUnknown
+from store.errors import CronInvalid, CronNeverFires, TimeZoneUnknown
 from store.limits import MAX_CRON_CHARS
 
 FIELDS = 5
+# Where check_cron looks for a first time: any fixed start will do, and a fixed one keeps the
+# answer the same on every call.
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def time_zone(name: object) -> ZoneInfo:
@@ -44,9 +47,16 @@ def check_cron(expression: object) -> str:
         )
     normalised = " ".join(fields)
     try:
-        croniter(normalised)
+        schedule = croniter(normalised, _EPOCH)
     except (CroniterError, ValueError, KeyError) as e:
         raise CronInvalid(f"'cron' is not a valid cron expression: '{normalised}' ({e}).") from e
+    try:
+        schedule.get_next(datetime)
+    except CroniterBadDateError as e:
+        raise CronNeverFires(
+            f"'cron' never fires: '{normalised}' names no date that exists, such as the 31st "
+            "of a month that has 30 days or fewer."
+        ) from e
     return normalised
 
 

@@ -224,6 +224,12 @@ class CronInvalid(JobInvalid):
     code = "cron_invalid"
 
 
+class CronNeverFires(CronInvalid):
+    """Raised when a job's cron is well formed but names no date that exists (`0 0 31 2 *`)."""
+
+    code = "cron_never_fires"
+
+
 class TimeZoneUnknown(JobInvalid):
     """Raised when a job's time zone is not an IANA time zone name."""
 

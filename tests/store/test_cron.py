@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from store.cron import check_cron, latest_time, next_time, time_zone
-from store.errors import CronInvalid, TimeZoneUnknown
+from store.errors import CronInvalid, CronNeverFires, TimeZoneUnknown
 
 
 def times(expression: str, zone: str, start: datetime, count: int) -> list[str]:
@@ -82,3 +82,19 @@ def test_unknown_time_zones_are_refused(name):
     with pytest.raises(TimeZoneUnknown) as refused:
         time_zone(name)
     assert "IANA time zone" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "expression", ["0 0 31 2 *", "0 0 30 2 *", "15 4 31 4,6,9,11 *", "*/5 * 30,31 2 *"]
+)
+def test_a_cron_naming_no_date_that_exists_is_refused_as_never_firing(expression):
+    with pytest.raises(CronNeverFires) as refused:
+        check_cron(expression)
+    assert refused.value.code == "cron_never_fires" and refused.value.status == 422
+    assert refused.value.message.startswith(f"'cron' never fires: '{expression}'")
+
+
+@pytest.mark.parametrize("expression", ["0 0 29 2 *", "0 0 31 * *", "0 0 31 2 1", "0 0 30 1-3 *"])
+def test_a_cron_that_fires_rarely_or_on_some_months_is_kept(expression):
+    assert check_cron(expression) == expression
+    assert next_time(expression, "UTC", datetime(2024, 3, 1, tzinfo=UTC)) is not None
