@@ -11,6 +11,7 @@ are handed to the caller's `default` as the standard library would hand them.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -28,19 +29,28 @@ def encode(value: Any) -> str:
     return text.decode() if text is not None else json.dumps(value)
 
 
-TOO_DEEP = "The JSON nests too deep to be read"
+# Reasons of the JSONDecodeError raised where the standard library raises something else; the
+# error's `doc` is the reason too, as no text is at fault at a position.
+TOO_DEEP = "it nests too deep to be read"
+TOO_LONG = "it holds an integer of more than {digits:,} digits"
 
 
 def decode(text: str | bytes | bytearray | memoryview) -> Any:
     """The value of JSON text; NaN and Infinity, which orjson refuses, are read as Python reads
-    them. Text nested deeper than either reads raises JSONDecodeError, as bad JSON does."""
+    them. Text nested deeper than either reads, or holding an integer longer than Python reads
+    from text (4,300 digits), raises JSONDecodeError, as bad JSON does."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         try:
             return json.loads(bytes(text) if isinstance(text, memoryview) else text)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise
         except RecursionError as e:
             raise json.JSONDecodeError(TOO_DEEP, TOO_DEEP, 0) from e
+        except ValueError as e:  # int() refuses the digits: Python's guard against slow parsing
+            message = TOO_LONG.format(digits=sys.get_int_max_str_digits())
+            raise json.JSONDecodeError(message, message, 0) from e
 
 
 def compact(value: Any) -> bytes | None:

@@ -143,7 +143,7 @@ def test_a_plain_client_sending_six_mib_gets_the_413_not_a_broken_pipe(
 
 @pytest.mark.parametrize(
     ("path", "code"),
-    [("/api/tools/load_skill", "bad_request"), ("/api/skills", "invalid_json")],
+    [("/api/tools/load_skill", "invalid_json"), ("/api/skills", "invalid_json")],
     ids=["a tool call (webargs reads it)", "a GitHub import (the view reads it)"],
 )
 def test_json_nested_too_deep_for_python_is_refused_as_bad_json_and_nothing_recorded(

@@ -46,3 +46,74 @@ def test_changing_a_job_to_a_cron_that_never_fires_is_422_and_the_job_unchanged(
     assert response.status_code == 422, response.json
     assert response.json["code"] == "cron_never_fires"
     assert client.get(path, headers=auth).json == created.json
+
+
+# -- a JSON integer longer than Python reads from text ---------------------------------------
+
+LONG = "1" * 4301
+INTEGER_TOO_LONG = (
+    "The request body is not valid JSON: it holds an integer of more than 4,300 digits."
+)
+
+
+def post_json(client, method: str, path: str, auth: dict[str, str], text: str):
+    headers = {**auth, "Content-Type": "application/json"}
+    return client.open(path, method=method, data=text, headers=headers)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "text"),
+    [
+        ("POST", "/api/tools/list_skills", '{"arguments": {"page": %s}, "chat_id": "c1"}'),
+        ("POST", "/api/tools/run_skill_script", '{"arguments": {}, "chat_id": %s}'),
+        ("PUT", "/api/settings", '{"allowed": [%s]}'),
+        ("PUT", "/api/settings/model", '{"max_tokens": %s}'),
+        ("POST", "/api/jobs", '{"name": "n", "cron": "* * * * *", "steps": [%s]}'),
+        ("POST", "/api/tokens", '{"role": "agent", "label": %s}'),
+        ("POST", "/api/skills", '{"github": %s}'),
+    ],
+)
+def test_an_integer_of_over_4300_digits_is_400_invalid_json_on_every_route(
+    client, auth, services, method, path, text
+):
+    response = post_json(client, method, path, auth, text % LONG)
+
+    assert response.status_code == 400, response.json
+    assert response.json["code"] == "invalid_json"
+    if path != "/api/skills":  # the import reads its body itself and says what it wants
+        assert response.json["message"] == INTEGER_TOO_LONG
+    assert job_count(services) == 0
+    with services.sessions() as session:
+        assert session.scalar(select(func.count()).select_from(ToolCall)) == 0
+
+
+def test_an_integer_of_exactly_4300_digits_is_read_as_a_number(client, auth):
+    text = '{"arguments": {"query": %s}, "chat_id": "c1"}' % ("1" * 4300)
+
+    response = post_json(client, "POST", "/api/tools/list_skills", auth, text)
+
+    # Read, then refused by the tool for not being text: the body itself was JSON.
+    assert response.status_code == 200, response.json
+    assert response.json["status"] == "failed"
+
+
+def test_a_body_that_is_not_json_says_where_and_is_400_invalid_json(client, auth):
+    response = post_json(client, "PUT", "/api/settings", auth, '{"allowed": [1,}')
+
+    assert response.status_code == 400, response.json
+    assert response.json == {
+        "code": "invalid_json",
+        "status": 400,
+        "message": "The request body is not valid JSON: Expecting value (line 1, column 16).",
+    }
+
+
+def test_a_body_that_is_not_utf8_is_400_invalid_json(client, auth):
+    headers = {**auth, "Content-Type": "application/json"}
+    body = b'{"arguments": {"query": "\xff"}, "chat_id": "c1"}'
+
+    response = client.post("/api/tools/list_skills", data=body, headers=headers)
+
+    assert response.status_code == 400, response.json
+    assert response.json["code"] == "invalid_json"
+    assert response.json["message"] == "The request body is not valid JSON: it is not UTF-8 text."

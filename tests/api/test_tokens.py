@@ -206,7 +206,7 @@ def test_a_body_that_is_not_a_json_object_is_refused_and_nothing_is_stored(
     assert 400 <= response.status_code < 500
     assert response.json["code"] in (
         "invalid_request",
-        "bad_request",
+        "invalid_json",
         "invalid_role",
         "unsupported_media_type",
     )
