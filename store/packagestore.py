@@ -92,11 +92,18 @@ class PackageStore:
         return self._info(skill.name, skill.hash, path)
 
     def _build(self, skill: Skill, path: Path) -> None:
-        data = build_package(self.store.folder(skill))
+        try:
+            data = build_package(self.store.folder(skill))
+        except (FileNotFoundError, NotADirectoryError) as e:  # its folder moved away mid-read
+            raise PackageNotFound(
+                f"No package {skill.name}@{skill.hash} is served: the skill was deleted or "
+                "replaced while its package was being built."
+            ) from e
         # Hash what was packed, not the folder: an edit racing the build can't slip through.
         if package_hash(data) != skill.hash:
             raise PackageNotFound(
-                f"The files of '{skill.name}' no longer have hash {skill.hash}; the skill changed."
+                f"The files of '{skill.name}' no longer have hash {skill.hash}: the skill "
+                "changed, or was deleted, while its package was being built."
             )
         temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:

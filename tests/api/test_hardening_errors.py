@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
+from factories import owner_id_of, skill_folder, skill_zip
 from sqlalchemy import func, select
 
 from store.models import Job, ToolCall
@@ -117,3 +124,87 @@ def test_a_body_that_is_not_utf8_is_400_invalid_json(client, auth):
     assert response.status_code == 400, response.json
     assert response.json["code"] == "invalid_json"
     assert response.json["message"] == "The request body is not valid JSON: it is not UTF-8 text."
+
+
+# -- a skill deleted while its node package is built -----------------------------------------
+
+
+class DeleteDuringBuild:
+    """Deletes a skill through the store at the moment its package build opens its first file.
+
+    An audit hook ("open" is raised by os.open) stands between the build listing the skill's
+    files and reading them: the window in which a delete by the owner lands in production.
+    Audit hooks stay for the life of the process, so this one is disarmed after its one delete.
+    """
+
+    def __init__(self) -> None:
+        self.armed: tuple[Any, int, str, str] | None = None
+        self.deleted = False
+        sys.addaudithook(self.hook)
+
+    def arm(self, services: Any, owner_id: int, name: str) -> None:
+        folder = str(skill_folder(services, name))
+        self.armed = (services, owner_id, name, folder)
+
+    def hook(self, event: str, args: tuple[object, ...]) -> None:
+        armed = self.armed
+        if armed is None or event != "open" or not isinstance(args[0], str):
+            return
+        services, owner_id, name, folder = armed
+        if args[0].startswith(folder + os.sep):
+            self.armed = None  # before deleting: the delete opens files too
+            services.store.delete(owner_id, name)
+            self.deleted = True
+
+
+_DELETER: DeleteDuringBuild | None = None
+
+
+@pytest.fixture
+def delete_during_build() -> Iterator[DeleteDuringBuild]:
+    global _DELETER
+    if _DELETER is None:
+        _DELETER = DeleteDuringBuild()
+    _DELETER.deleted = False
+    yield _DELETER
+    _DELETER.armed = None
+
+
+def upload_node_skill(client, auth, name: str) -> dict:
+    body = {"file": (io.BytesIO(skill_zip(name)), "skill.zip")}
+    response = client.post(
+        "/api/skills", headers=auth, data=body, content_type="multipart/form-data"
+    )
+    assert response.status_code == 201, response.json
+    return response.json
+
+
+def test_a_skill_deleted_while_the_manifest_builds_its_package_is_left_out_not_a_500(
+    client, auth, services, delete_during_build
+):
+    upload_node_skill(client, auth, "disk-report")
+    delete_during_build.arm(services, owner_id_of(services), "disk-report")
+
+    response = client.get("/api/nodes/web01/manifest", headers=auth)
+
+    assert delete_during_build.deleted
+    assert response.status_code == 200, response.json
+    names = [entry["name"] for entry in response.json["manifest"]["packages"]]
+    assert "disk-report" not in names
+    assert client.get("/api/skills/disk-report", headers=auth).status_code == 404
+    assert list(services.packages.packages_dir.glob("disk-report@*")) == []
+
+
+def test_a_skill_deleted_while_its_package_download_builds_it_is_404_not_a_500(
+    client, auth, services, delete_during_build
+):
+    skill = upload_node_skill(client, auth, "disk-report")
+    delete_during_build.arm(services, owner_id_of(services), "disk-report")
+
+    response = client.get(f"/api/nodes/web01/packages/disk-report@{skill['hash']}", headers=auth)
+
+    assert delete_during_build.deleted
+    assert response.status_code == 404, response.json
+    assert response.json["code"] == "package_not_found"
+    assert "deleted" in response.json["message"]
+    assert list(services.packages.packages_dir.glob("disk-report@*")) == []
