@@ -14,7 +14,6 @@ from api.bodies import install_body_checks
 from api.console import install_console
 from api.cors import install_cors
 from api.errors import SkillfleetApi, register_error_handlers
-from api.hotroute import install_hot_route
 from api.jsonprovider import JSONProvider
 from api.services import Services
 from skillfleet import __version__
@@ -43,7 +42,6 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     _register_blueprints(api)
     _serve_swagger_assets(app)
     install_console(app)
-    install_hot_route(app, settings.cors_origins)
     return app
 
 

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from flask import Response
 from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
+from api.live import WaitCall, hand_off
 from api.paging import paginate, sql_page
 from api.schemas import CallQuerySchema, CallSchema, WaitSchema
 from api.services import services
+from broker.calls import OPEN_STATES
+from broker.callstate import CallStatus
 from store.models import Chat, ToolCall
 
 blp = Blueprint("calls", __name__, url_prefix="/api/calls", description="Tool call outcomes")
@@ -48,7 +52,11 @@ def list_calls(
 @blp.route("/<call_id>")
 @blp.arguments(WaitSchema(), location="query")
 @blp.response(200, CallSchema)
-def get_call(query: dict[str, Any], call_id: str) -> ToolCall:
+def get_call(query: dict[str, Any], call_id: str) -> ToolCall | Response:
     """Show one tool call's outcome; `?wait=S` waits for an end state"""
     caller = owner_or_agent()
-    return services().broker.get_call(caller, call_id, wait=query["wait"])
+    call = services().broker.get_call(caller, call_id)
+    if query["wait"] <= 0 or call.status not in OPEN_STATES:
+        return call
+    run_id = call.run_id if call.status == CallStatus.RUNNING else None
+    return hand_off(WaitCall(caller, call_id, run_id, query["wait"], "call"))

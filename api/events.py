@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from flask import Response
 
-from api.auth import owner_or_agent
+from api.auth import owner_only
 from api.blueprint import Blueprint
-from api.metrics import counted_stream
+from api.live import FollowFeed, hand_off
 from api.schemas import sse_response
 from api.services import services
-from api.sse import KEEPALIVE, event_stream, frame, resume_after
-from relay import feed, naming
-from relay.streams import Event
+from api.sse import resume_after
+from relay import naming
 
 blp = Blueprint("events", __name__, url_prefix="/api/events", description="Owner event feed")
 
@@ -37,18 +34,6 @@ FEED_EXAMPLE = (
 @blp.doc(responses={"200": sse_response(FEED_DOC, FEED_EXAMPLE)})
 def owner_events() -> Response:
     """Your changes as they happen (approvals, calls, runs, job runs), as Server-Sent Events"""
-    caller = owner_or_agent()
-    client = services().redis
-    after = resume_after(client, naming.owner_events(caller), "feed") or "$"
-    client.ping()  # a feed that can never deliver answers 503 now, not an empty stream
-    return event_stream(counted_stream("feed", _frames(feed.follow(client, caller, after))))
-
-
-def _frames(events: Iterator[Event | None]) -> Iterator[str]:
-    # The first frame tells the client the stream is open (and how long to wait to reconnect).
-    yield "retry: 1000\n\n"
-    for event in events:
-        if event is None:
-            yield KEEPALIVE
-        else:
-            yield frame(event)
+    caller = owner_only()
+    after = resume_after(services().redis, naming.owner_events(caller), "feed") or "$"
+    return hand_off(FollowFeed(caller, after))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -13,20 +11,18 @@ from sqlalchemy import select
 
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
-from api.metrics import counted_stream
+from api.live import FollowRun, hand_off
 from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
-from api.sse import FROM_START, KEEPALIVE, event_stream, frame, resume_after
+from api.sse import FROM_START, event_stream, frame, resume_after
 from relay import naming
 from relay.streams import (
     Event,
     collected_output,
-    follow,
     read_events,
 )
-from store.db import SessionFactory
-from store.limits import KEPT_OUTPUT_CHARS, REDIS_RETRY_SECONDS, SSE_KEEPALIVE_SECONDS
+from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Chat, Run, ToolCall
 from store.runs import END_STATES, get_run, request_cancel
 
@@ -62,68 +58,16 @@ def cancel_run(run_id: str) -> Run:
 @blp.doc(responses={"200": sse_response("stdout, stderr, status and exit events", RUN_EXAMPLE)})
 def run_events(run_id: str) -> Response:
     """Live output as Server-Sent Events; reconnect with Last-Event-ID to replay what you missed"""
-    sessions = services().sessions
-    run = get_run(sessions, run_id, owner_or_agent())
+    run = get_run(services().sessions, run_id, owner_or_agent())
     client = services().redis
     after = resume_after(client, naming.run_stream(run_id), "run") or FROM_START
     if run.status in END_STATES and not read_events(client, run_id, FROM_START):
-        events: Iterator[str] = iter(_from_row(run))  # the stream expired; the row remains
-    else:
-        events = counted_stream("run", _events_until_end(sessions, client, run, after))
-    return event_stream(events)
+        return event_stream(iter(_from_row(run)))  # the stream expired; the row remains
+    return hand_off(FollowRun(run_id, after))
 
 
-def _events_until_end(
-    sessions: SessionFactory, client: redis.Redis, run: Run, after: str
-) -> Iterator[str]:
-    """Stream events until the exit event; the client always gets the run's final state.
-
-    A quiet run gets a comment every SSE_KEEPALIVE_SECONDS. A Redis outage keeps the connection
-    open and resumes after the last event sent; a run that ended without its exit event in the
-    stream (the stream was lost with Redis) ends with the state recorded in its row.
-    """
-    last_sent = time.monotonic()
-    while True:
-        try:
-            for event in follow(client, run.id, after):
-                if event is not None:
-                    after = event.id
-                    last_sent = time.monotonic()
-                    yield frame(event)
-                    continue
-                ended = _ended(sessions, run.id)
-                if ended is not None:
-                    yield from _finish_from_row(client, ended, after)
-                    return
-                last_sent = time.monotonic()
-                yield KEEPALIVE
-            return
-        except (redis.ConnectionError, redis.TimeoutError):
-            ended = _ended(sessions, run.id)
-            if ended is not None:
-                yield frame(_exit_of(ended))
-                return
-            if time.monotonic() - last_sent >= SSE_KEEPALIVE_SECONDS:
-                last_sent = time.monotonic()
-                yield KEEPALIVE
-            time.sleep(REDIS_RETRY_SECONDS)
-
-
-def _ended(sessions: SessionFactory, run_id: str) -> Run | None:
-    run = get_run(sessions, run_id)
-    return run if run.status in END_STATES else None
-
-
-def _finish_from_row(client: redis.Redis, run: Run, after: str) -> Iterator[str]:
-    """What the stream still holds after `after`, then the row's end if the stream lacks it."""
-    for event in read_events(client, run.id, after):
-        yield frame(event)
-        if event.kind == "exit":
-            return
-    yield frame(_exit_of(run))
-
-
-def _exit_of(run: Run) -> Event:
+def exit_of(run: Run) -> Event:
+    """The exit event of an ended run, as its row records it."""
     end = {"status": run.status, "exit_code": run.exit_code, "error": run.error}
     return Event("0-3", "exit", end)
 
@@ -134,7 +78,7 @@ def _from_row(run: Run) -> list[str]:
     for index, (kind, text) in enumerate((("stdout", run.stdout), ("stderr", run.stderr)), 1):
         if text:
             frames.append(frame(Event(f"0-{index}", kind, {"text": text})))
-    frames.append(frame(_exit_of(run)))
+    frames.append(frame(exit_of(run)))
     return frames
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from flask import Response
 from flask import request as http_request
 from flask.views import MethodView
 
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
+from api.live import WaitCall, hand_off
 from api.paging import paginate
 from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services
@@ -16,7 +18,6 @@ from broker.calls import OPEN_STATES, CallRequest
 from broker.classify import READ_EXACTLY
 from broker.editargs import repeated_fields
 from broker.errors import InvalidCall
-from relay import feed, wire
 
 blp = Blueprint("tools", __name__, url_prefix="/api/tools", description="Tools for agents")
 
@@ -68,14 +69,14 @@ ENVELOPE_EXAMPLES = {
 @blp.arguments(WaitSchema(), location="query")
 @blp.arguments(ToolCallSchema())
 @blp.response(200, ToolResultSchema, examples=ENVELOPE_EXAMPLES)
-def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[str, Any]:
+def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[str, Any] | Response:
     """Call one tool; the envelope says done, failed, denied, running or pending_approval"""
     return call_and_wait(owner_or_agent(), tool, body, query["wait"], http_request.get_data())
 
 
 def call_and_wait(
     caller: int, tool: str, body: dict[str, Any], wait: float, raw_body: bytes
-) -> dict[str, Any]:
+) -> dict[str, Any] | Response:
     """The envelope of a call of `tool` with `body` (ToolCallSchema's fields), waiting up to
     `wait` seconds for its end; `raw_body` is the JSON text the body was read from."""
     arguments = body["arguments"]
@@ -96,11 +97,7 @@ def call_and_wait(
     )
     if wait <= 0:
         return broker.call(caller, request).envelope()
-    # A run's events ride the wait's first read rather than a round trip of their own.
-    with wire.holding(feed.send):
-        outcome = broker.call(caller, request)
-        if outcome.status in OPEN_STATES:
-            if outcome.run_id is None:  # no run to wait for: the owner is asked, now
-                wire.send_held()
-            outcome = broker.outcome(caller, outcome.call_id, wait, outcome.run_id)
-    return outcome.envelope()
+    outcome = broker.call(caller, request)
+    if outcome.status not in OPEN_STATES:
+        return outcome.envelope()
+    return hand_off(WaitCall(caller, outcome.call_id, outcome.run_id, wait, "envelope"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kombu.exceptions
@@ -12,15 +11,15 @@ from flask import Response
 
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
-from api.metrics import counted_stream
+from api.live import FollowTurn, hand_off
 from api.schemas import sse_response
 from api.services import services
-from api.sse import FROM_START, KEEPALIVE, event_stream, frame, resume_after
+from api.sse import FROM_START, event_stream, frame, resume_after
 from broker.calls import MODES
 from relay import naming, turnstate
 from relay.dispatch import send_turn
 from relay.errors import BackendUnavailable, NoModel, TurnFinished
-from relay.streams import TURN_END_KINDS, Event, TurnStream, follow_stream, read_stream
+from relay.streams import Event, TurnStream, read_stream
 from relay.turnstate import TurnStatus
 from store import modelsettings
 from store.db import transaction
@@ -118,15 +117,8 @@ def turn_events(turn_id: str) -> Response:
     key = naming.turn_stream(turn_id)
     after = resume_after(client, key, "turn") or FROM_START
     if turn.status not in turnstate.OPEN_STATES and not read_stream(client, key, FROM_START):
-        events: Iterator[str] = iter(_from_row(turn))  # the stream expired; the row remains
-    else:
-        events = counted_stream("turn", _from_stream(client, key, after))
-    return event_stream(events)
-
-
-def _from_stream(client: Any, key: str, after: str) -> Iterator[str]:
-    for event in follow_stream(client, key, TURN_END_KINDS, after):
-        yield KEEPALIVE if event is None else frame(event)
+        return event_stream(iter(_from_row(turn)))  # the stream expired; the row remains
+    return hand_off(FollowTurn(turn_id, after))
 
 
 def _from_row(turn: Turn) -> list[str]:

@@ -69,7 +69,7 @@ def up(host: str | None, port: int | None, data_dir: Path | None) -> None:
 @cli.command()
 @click.option("--workers", default=2, show_default=True, help="gunicorn worker processes")
 def api(workers: int) -> None:
-    """Run the REST API alone (gunicorn with threaded workers)."""
+    """Run the REST API alone (gunicorn with uvicorn workers: Flask plus the live tier)."""
     from skillfleet.up import exec_api
 
     exec_api(load_settings(), workers)

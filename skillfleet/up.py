@@ -71,7 +71,7 @@ def _wait_until_up(
 
 
 def exec_api(settings: Settings, workers: int = 2) -> None:
-    """Replace this process with gunicorn serving the API."""
+    """Replace this process with gunicorn serving the API (and its live tier)."""
     check_start_up(settings)
     if settings.bootstrap_token:
         owner_token(settings)  # registers SKILLFLEET_BOOTSTRAP_TOKEN for the owner
@@ -83,15 +83,15 @@ def _gunicorn_command(settings: Settings, workers: int) -> list[str]:
         sys.executable,
         "-m",
         "gunicorn",
-        "api:create_app()",
+        "api.asgi:create_asgi_app()",
         "--config",
         "python:skillfleet.serving",  # Prometheus multiprocess mode
+        # Each worker an event loop (uvicorn): open streams and waits cost coroutines; Flask's
+        # requests run on SKILLFLEET_API_THREADS threads of each (api/asgi.py).
         "--worker-class",
-        "gthread",
+        "uvicorn_worker.UvicornWorker",
         "--workers",
         str(workers),
-        "--threads",
-        "16",
         "--bind",
         f"{settings.host}:{settings.port}",
         "--timeout",

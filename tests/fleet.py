@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -22,10 +23,12 @@ from typing import Any
 import httpx
 import pytest
 import redis
+import uvicorn
 from factories import skill_files, zip_bytes
-from werkzeug.serving import make_server
+from flask import Flask
 
 from api import create_app
+from api.asgi import LiveTier
 from api.services import Services
 from relay import heartbeat, naming
 from skillfleet.settings import Settings
@@ -95,6 +98,7 @@ class Fleet:
     env: dict[str, str]
     logs: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    server: Any = None  # the LiveServer serving the API in this process
 
     @property
     def redis(self) -> redis.Redis:
@@ -169,10 +173,8 @@ def fleet(settings: Settings) -> Iterator[Fleet]:
     """The API served over real HTTP on a free loopback port, plus what workers need."""
     services = Services.build(settings)
     app = create_app(services=services)
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_port}"
+    server = LiveServer(app)
+    url = server.url
     with transaction(services.sessions) as session:
         owner = create_owner_token(session, f"owner-{uuid.uuid4().hex[:6]}")
     key = public_key_text(load_or_create_key(settings.keys_dir))
@@ -188,15 +190,35 @@ def fleet(settings: Settings) -> Iterator[Fleet]:
     }
     logs = settings.data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    running = Fleet(settings, services, url, owner, env, logs)
+    running = Fleet(settings, services, url, owner, env, logs, server=server)
     try:
         yield running
     finally:
         for label in list(running.processes):
             running.kill(label)
-        server.shutdown()
-        thread.join(timeout=10)
+        server.stop()
         services.engine.dispose()
+
+
+class LiveServer:
+    """The API as `skillfleet api` serves it (its ASGI app under uvicorn), on a free loopback
+    port, in a thread of the test's process."""
+
+    def __init__(self, app: Flask) -> None:
+        self.tier = LiveTier(app)
+        config = uvicorn.Config(
+            self.tier, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.url = f"http://127.0.0.1:{config.port}"
+        self.thread = threading.Thread(target=asyncio.run, args=(self.server.serve(),))
+        self.thread.daemon = True
+        self.thread.start()
+        wait_until(lambda: self.server.started, START_LIMIT, "the API to listen")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
 
 
 def free_port() -> int:

@@ -1,0 +1,289 @@
+"""The API as an ASGI application: Flask for every request, an asynchronous tier for what stays
+open (SSE streams, `?wait=` long-polls).
+
+Every request goes through the Flask app (on a2wsgi's thread pool), so each passes the same
+authentication, hooks, argument checks and error handling. A view that hands off (api/live.py)
+returns at once; its response's headers go out as Flask made them, and its body is produced here,
+on the event loop, from the process's stream hub. The thread is free again as soon as the view
+returned, so thousands of open streams cost coroutines and small queues, not request workers.
+
+Each open stream holds a slot of its token (relay/slots.py; its lease renewed here) and ends
+when the first of these happens: the body ends, the client goes away, a chunk can't be written
+within the send timeout (a client that doesn't read), the stream's absolute time limit passes,
+or its token is revoked (heard through the tokens generation, and checked again every
+`SKILLFLEET_STREAM_RECHECK` seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from a2wsgi import WSGIMiddleware
+from flask import Flask
+from sqlalchemy import select
+
+from api import create_app
+from api.live import PICKUP, Handoff, Pickup, WaitCall
+from api.livestreams import LiveContext, body_of
+from api.services import Services
+from relay import naming, slots
+from relay.connections import database_number
+from relay.hub import OUTAGES, StreamHub, async_client
+from skillfleet.settings import Settings
+from store.models import ApiToken
+
+log = structlog.get_logger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+def create_asgi_app(settings: Settings | None = None) -> LiveTier:
+    """The API for `settings` (read from the environment when not given), served by ASGI."""
+    return LiveTier(create_app(settings))
+
+
+@dataclass(eq=False)
+class _Open:
+    """One stream or wait being served: what ends it early."""
+
+    handoff: Handoff
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    why: str = ""
+
+
+class LiveTier:
+    """An ASGI application: the Flask app, and the live tier behind its hand-offs."""
+
+    def __init__(self, app: Flask) -> None:
+        self.flask = app
+        self.services: Services = app.extensions["skillfleet"]
+        settings = self.services.settings
+        self.wsgi = WSGIMiddleware(app, workers=settings.api_threads)  # type: ignore[arg-type]
+        self.hub: StreamHub | None = None
+        self.client: Any = None  # redis.asyncio, made on the server's loop at start-up
+        self.open: set[_Open] = set()
+        self._chores: list[asyncio.Task[None]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+        else:
+            await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
+
+    # -- requests ------------------------------------------------------------------
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pickup = Pickup()
+        held: list[Message] = []
+
+        async def from_flask(message: Message) -> None:
+            if pickup.handoff is None:
+                await send(message)
+            elif message["type"] == "http.response.start":
+                message["headers"] = [
+                    (k, v) for k, v in message["headers"] if k != b"content-length"
+                ]
+                held.append(message)
+            # else: the hand-off's (empty) body; the live tier sends the real one
+
+        reset = PICKUP.set(pickup)
+        try:
+            await self.wsgi(scope, receive, from_flask)  # type: ignore[arg-type]
+        finally:
+            PICKUP.reset(reset)
+        if pickup.handoff is not None:
+            await self._serve(pickup.handoff, held[0], receive, send)
+
+    async def _serve(self, handoff: Handoff, start: Message, receive: Receive, send: Send) -> None:
+        """Send the hand-off's response: its headers as Flask made them, its body from here.
+
+        A stream's headers go out at once (the client knows it is connected); a wait's with its
+        answer, so a failure while waiting can still be answered as an error.
+        """
+        settings = self.services.settings
+        if isinstance(handoff.job, WaitCall):
+            body = self._answer(handoff, start, send)
+        else:
+            await send(start)
+            body = self._pump(handoff, send, settings.stream_send_timeout)
+        serving = _Open(handoff)
+        self.open.add(serving)
+        pump = asyncio.create_task(body)
+        gone = asyncio.create_task(_disconnected(receive))
+        stopped = asyncio.create_task(serving.stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {pump, gone, stopped},
+                timeout=settings.stream_max,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            for task in (pump, gone, stopped):
+                task.cancel()
+            await asyncio.gather(pump, gone, stopped, return_exceptions=True)
+            self.open.discard(serving)
+            await self._release(handoff)
+        if gone in done:
+            return
+        failed = pump.done() and not pump.cancelled() and pump.exception() is not None
+        finished = pump in done and not failed and pump.result()
+        if not finished:
+            if failed:
+                log.warning("stream failed", error=repr(pump.exception()))
+            why = serving.why or ("failed" if failed else "slow client" if pump.done() else "")
+            log.info("stream closed", why=why or "time limit", job=type(handoff.job).__name__)
+        with contextlib.suppress(TimeoutError, OSError):
+            if isinstance(handoff.job, WaitCall) and not finished:
+                await send(_error_start(start))
+                await send({"type": "http.response.body", "body": _UNAVAILABLE})
+                return
+            final = {"type": "http.response.body", "body": b"", "more_body": False}
+            await asyncio.wait_for(send(final), settings.stream_send_timeout)
+
+    async def _pump(self, handoff: Handoff, send: Send, send_timeout: float) -> bool:
+        """Send the body's chunks; False when a chunk could not be written in time."""
+        assert self.hub is not None
+        chunks = body_of(handoff.job, LiveContext(self.hub, self.services))
+        try:
+            async for chunk in chunks:
+                message = {"type": "http.response.body", "body": chunk, "more_body": True}
+                try:
+                    await asyncio.wait_for(send(message), send_timeout)
+                except TimeoutError:
+                    return False
+            return True
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+    async def _answer(self, handoff: Handoff, start: Message, send: Send) -> bool:
+        """The wait's answer, in one body after its headers."""
+        assert self.hub is not None
+        chunks = body_of(handoff.job, LiveContext(self.hub, self.services))
+        body = b"".join([chunk async for chunk in chunks])
+        await send(start)
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+        return True
+
+    async def _release(self, handoff: Handoff) -> None:
+        try:
+            await slots.release(self.client, handoff.token, handoff.slot)
+        except OUTAGES:
+            pass  # the lease lapses by itself
+
+    # -- the process's chores ----------------------------------------------------
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def start(self) -> None:
+        settings = self.services.settings
+        self.client = async_client(settings)
+        self.hub = StreamHub(settings)
+        await self.hub.start()
+        self._chores = [
+            asyncio.create_task(self._renew_leases(), name="renew-leases"),
+            asyncio.create_task(self._hear_revocations(), name="hear-revocations"),
+            asyncio.create_task(self._recheck_tokens(), name="recheck-tokens"),
+        ]
+
+    async def stop(self) -> None:
+        for serving in list(self.open):
+            serving.why = "shutting down"
+            serving.stop.set()
+        for chore in self._chores:
+            chore.cancel()
+        await asyncio.gather(*self._chores, return_exceptions=True)
+        if self.hub is not None:
+            await self.hub.stop()
+            self.hub = None
+        await self.client.aclose()
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(slots.LEASE_RENEW_SECONDS)
+            held = [(s.handoff.token, s.handoff.slot) for s in self.open]
+            if held:
+                try:
+                    await slots.renew(self.client, held)
+                except OUTAGES as e:
+                    log.warning("stream leases not renewed", error=str(e))
+
+    async def _hear_revocations(self) -> None:
+        """Check the open streams' tokens whenever a token is deleted (the tokens generation's
+        bump, published by relay/generations.py)."""
+        channel = naming.generations_channel(database_number(self.services.redis))
+        wanted = naming.tokens_generation()
+        while True:
+            try:
+                async with self.client.pubsub() as pubsub:
+                    await pubsub.subscribe(channel)
+                    await self.check_tokens()  # a deletion may have come before we listened
+                    async for message in pubsub.listen():
+                        data = message.get("data")
+                        if isinstance(data, bytes) and data.decode().startswith(wanted + " "):
+                            await self.check_tokens()
+            except OUTAGES as e:
+                log.warning("token revocations not heard", error=str(e))
+                await asyncio.sleep(1)
+
+    async def _recheck_tokens(self) -> None:
+        while True:
+            await asyncio.sleep(self.services.settings.stream_recheck)
+            await self.check_tokens()
+
+    async def check_tokens(self) -> None:
+        """End every open stream whose token no longer exists."""
+        tokens = {serving.handoff.token for serving in self.open}
+        if not tokens:
+            return
+        try:
+            alive = await asyncio.to_thread(_existing_tokens, self.services, tokens)
+        except Exception as e:  # a database outage: the next check tries again
+            log.warning("stream tokens not checked", error=str(e))
+            return
+        for serving in list(self.open):
+            if serving.handoff.token not in alive:
+                serving.why = "token revoked"
+                serving.stop.set()
+
+
+_UNAVAILABLE = (
+    b'{"code":"service_unavailable","status":503,'
+    b'"message":"The wait could not be finished; ask for the call again shortly."}\n'
+)
+
+
+def _error_start(start: Message) -> Message:
+    headers = [(k, v) for k, v in start["headers"] if k not in (b"content-type",)]
+    headers.append((b"content-type", b"application/json"))
+    return {"type": "http.response.start", "status": 503, "headers": headers}
+
+
+def _existing_tokens(found: Services, digests: set[str]) -> set[str]:
+    query = select(ApiToken.token_hash).where(ApiToken.token_hash.in_(digests))
+    with found.sessions() as session:
+        return set(session.scalars(query))
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return once the client has gone away."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

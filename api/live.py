@@ -1,0 +1,140 @@
+"""Hand-off to the live tier: what stays open after Flask accepted a request.
+
+An SSE stream or a `?wait=` long-poll passes Flask's whole request path (authentication, hooks,
+argument checks, errors) like any request; the view then takes one of the token's stream slots
+(429 `too_many_streams` past its limit) and hands what remains (following a stream, waiting for
+a call) to `hand_off`. Under the API's ASGI server (api/asgi.py) that is all the view does: the
+response's body comes from the asynchronous tier, which costs a coroutine, not a thread. Under a
+plain WSGI server (Flask's test client, a development server) the same body is produced in the
+request's thread, on an event loop of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis
+from flask import Response, request, stream_with_context
+
+from api.errors import ApiError
+from api.services import Services, services
+from relay import slots
+from relay.hub import StreamHub
+from store.tokens import token_digest
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+RETRY_AFTER_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class FollowRun:
+    run_id: str
+    after: str
+
+
+@dataclass(frozen=True)
+class FollowTurn:
+    turn_id: str
+    after: str
+
+
+@dataclass(frozen=True)
+class FollowFeed:
+    owner_id: int
+    after: str  # an entry id, or "$" for only what comes next
+
+
+@dataclass(frozen=True)
+class WaitCall:
+    owner_id: int
+    call_id: str
+    run_id: str | None
+    seconds: float
+    shape: Literal["envelope", "call"]  # POST /api/tools/<tool> or GET /api/calls/<id>
+
+
+Job = FollowRun | FollowTurn | FollowFeed | WaitCall
+
+
+@dataclass(frozen=True)
+class Handoff:
+    job: Job
+    token: str  # the token's digest: what revoking it and its slot limit key on
+    slot: str
+
+
+@dataclass
+class Pickup:
+    """Where a view leaves its hand-off for the ASGI tier (one per request)."""
+
+    handoff: Handoff | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Set by the ASGI tier around each request it passes to Flask; the view's thread runs in a copy
+# of the request's context, so it finds the same Pickup.
+PICKUP: contextvars.ContextVar[Pickup | None] = contextvars.ContextVar("pickup", default=None)
+
+
+def hand_off(job: Job) -> Response:
+    """The response of a view whose body the live tier produces (see the module's text)."""
+    found = services()
+    token = token_digest(_bearer())
+    slot = _take_slot(found, token)
+    handoff = Handoff(job, token, slot)
+    mimetype = "application/json" if isinstance(job, WaitCall) else "text/event-stream"
+    headers = {} if isinstance(job, WaitCall) else SSE_HEADERS
+    pickup = PICKUP.get()
+    if pickup is not None:
+        pickup.handoff = handoff
+        return Response(iter(()), mimetype=mimetype, headers=headers)
+    body = _in_this_thread(found, handoff)
+    return Response(stream_with_context(body), mimetype=mimetype, headers=headers)
+
+
+def _bearer() -> str:
+    _scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip()
+
+
+def _take_slot(found: Services, token: str) -> str:
+    limit = found.settings.stream_limit
+    slot = slots.take(found.redis, token, limit)  # Redis away: 503, as every Redis route
+    if slot is None:
+        raise ApiError(
+            429,
+            "too_many_streams",
+            f"This token already holds {limit} open streams and waits; close one first.",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+    return slot
+
+
+def _in_this_thread(found: Services, handoff: Handoff) -> Iterator[bytes]:
+    """The hand-off's body produced in the calling thread (a plain WSGI server)."""
+    from api.livestreams import LiveContext, body_of
+
+    loop = asyncio.new_event_loop()
+    hub = StreamHub(found.settings)
+    chunks: AsyncIterator[bytes] | None = None
+    try:
+        loop.run_until_complete(hub.start())
+        chunks = body_of(handoff.job, LiveContext(hub, found))
+        while True:
+            try:
+                yield loop.run_until_complete(anext(chunks))
+            except StopAsyncIteration:
+                return
+    finally:
+        if chunks is not None:
+            loop.run_until_complete(chunks.aclose())  # type: ignore[attr-defined]
+        loop.run_until_complete(hub.stop())
+        loop.close()
+        try:
+            slots.release_sync(found.redis, handoff.token, handoff.slot)
+        except redis.RedisError:
+            pass  # the lease lapses by itself

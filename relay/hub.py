@@ -1,0 +1,231 @@
+"""The stream hub: one blocking XREAD per process for every Redis Stream its open connections
+follow (runs' output, turns, owners' feeds, runs' ends), read with `redis.asyncio`.
+
+A live connection subscribes to a key from an entry id; the hub's reader task reads all the
+subscribed keys in one XREAD and hands each new entry to every subscription of its key. A
+thousand watchers cost a thousand small queues and one Redis connection, not a thousand threads
+or connections. A key subscribed for the first time wakes the reader (an entry on the process's
+own wake stream), so it joins the next read at once.
+
+A subscription first reads what its key already holds after its entry id (the catch-up), then
+what the reader hands it; entries it already has are skipped, so none is lost or repeated
+however the two overlap. A subscriber that falls more than MAX_QUEUED entries behind is dropped
+(`Overflow`): its client reconnects with Last-Event-ID and loses nothing. While Redis is away
+the reader retries every REDIS_RETRY_SECONDS and subscriptions see only silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+import structlog
+
+from relay import naming
+from relay.connections import reply_text
+from relay.streams import Event, parse_entry_id
+from skillfleet.settings import Settings
+from store.limits import (
+    MAX_BLOCK_MS,
+    REDIS_CONNECT_TIMEOUT_SECONDS,
+    REDIS_RETRY_SECONDS,
+    REDIS_SOCKET_TIMEOUT_SECONDS,
+)
+
+log = structlog.get_logger(__name__)
+
+MAX_QUEUED = 2_000  # entries a subscription may hold unread before it is dropped
+READ_COUNT = 500  # entries per key per read
+WAKE_TTL_SECONDS = 3_600
+OUTAGES = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+class Overflow(Exception):
+    """Raised by a subscription whose reader fell too far behind; its client should reconnect."""
+
+
+def async_client(settings: Settings, blocking: bool = False) -> aioredis.Redis:
+    """A `redis.asyncio` client of the same server; a blocking one outlasts the longest block."""
+    timeout = REDIS_SOCKET_TIMEOUT_SECONDS + (MAX_BLOCK_MS / 1000 if blocking else 0)
+    return aioredis.Redis.from_url(
+        settings.redis,
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
+        socket_timeout=timeout,
+        health_check_interval=30,
+    )
+
+
+def entry_event(entry_id: Any, fields: dict[Any, Any]) -> Event:
+    decoded = {reply_text(k): reply_text(v) for k, v in fields.items()}
+    data = json.loads(decoded.get("data", "{}"))
+    if "answer" in decoded:  # a run's end entry carries its call's answer (RunStream.exit)
+        data = {**data, "answer": json.loads(decoded["answer"])}
+    return Event(reply_text(entry_id), decoded.get("kind", ""), data)
+
+
+def _after(a: str, b: str) -> bool:
+    """True when entry id `a` comes after `b`."""
+    return (parse_entry_id(a) or (0, 0)) > (parse_entry_id(b) or (0, 0))
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One connection's view of one key: events after its position, in order, once each."""
+
+    hub: StreamHub
+    key: str
+    position: str
+    queue: asyncio.Queue[list[Event]] = field(default_factory=asyncio.Queue)
+    queued: int = 0
+    overflowed: bool = False
+    quiet_since: float = field(default_factory=time.monotonic)  # when its last events came
+
+    def deliver(self, events: list[Event]) -> None:
+        if self.overflowed:
+            return
+        self.queued += len(events)
+        if self.queued > MAX_QUEUED:
+            self.overflowed = True
+        self.queue.put_nowait(events)
+
+    async def next(self, timeout: float) -> list[Event]:
+        """The next new events, or [] when `timeout` seconds pass without any."""
+        try:
+            batch = await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return []
+        self.queued -= len(batch)
+        if self.overflowed:
+            raise Overflow(f"{self.key}: the client fell more than {MAX_QUEUED} entries behind")
+        fresh = [event for event in batch if _after(event.id, self.position)]
+        if fresh:
+            self.position = fresh[-1].id
+        return fresh
+
+    def close(self) -> None:
+        self.hub.unsubscribe(self)
+
+
+@dataclass
+class _Watched:
+    position: str
+    subscribers: set[Subscription] = field(default_factory=set)
+
+
+class StreamHub:
+    """Follows the keys its subscriptions ask for; see the module's text."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.reader = async_client(settings, blocking=True)
+        self.client = async_client(settings)
+        self.wake_key = naming.hub_wake(uuid.uuid4().hex)
+        self.watched: dict[str, _Watched] = {}
+        self.outages = 0  # reads that failed; a follower checks the database after one
+        self._wake_position = "0-0"
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._read_forever(), name="stream-hub")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for client in (self.client, self.reader):
+            try:
+                if self._task is not None:
+                    await client.delete(self.wake_key)
+            except OUTAGES:
+                pass
+            await client.aclose()
+
+    @property
+    def subscriptions(self) -> int:
+        return sum(len(watched.subscribers) for watched in self.watched.values())
+
+    async def subscribe(self, key: str, after: str) -> tuple[Subscription, list[Event]]:
+        """Follow `key` after entry id `after` (a concrete id): the subscription and the events
+        the key already holds after `after` (the catch-up, in order).
+
+        A key new to the hub wakes the reader in the catch-up's round trip.
+        """
+        subscription = Subscription(self, key, after)
+        watched = self.watched.get(key)
+        new = watched is None
+        if watched is None:
+            watched = self.watched[key] = _Watched(after)
+        watched.subscribers.add(subscription)
+        try:
+            caught_up = await self.read_after(key, after, wake=new)
+        except BaseException:
+            self.unsubscribe(subscription)
+            raise
+        if caught_up:
+            subscription.position = caught_up[-1].id
+        return subscription, caught_up
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        watched = self.watched.get(subscription.key)
+        if watched is None:
+            return
+        watched.subscribers.discard(subscription)
+        if not watched.subscribers:
+            del self.watched[subscription.key]  # the next read leaves it out
+
+    async def read_after(self, key: str, after: str, wake: bool = False) -> list[Event]:
+        """Every entry of `key` after `after`, read in pages without blocking; with `wake`, the
+        first page's round trip also wakes the reader (so it reads `key` from now on)."""
+        events: list[Event] = []
+        while True:
+            async with self.client.pipeline(transaction=False) as pipe:
+                if wake:
+                    pipe.xadd(self.wake_key, {"k": "1"}, maxlen=1)
+                    pipe.expire(self.wake_key, WAKE_TTL_SECONDS)
+                    wake = False
+                pipe.xread({key: after}, count=READ_COUNT)
+                replies: Any = await pipe.execute()
+            reply = replies[-1]
+            page = [entry_event(i, f) for _k, entries in reply or [] for i, f in entries]
+            events.extend(page)
+            if len(page) < READ_COUNT:
+                return events
+            after = page[-1].id
+
+    async def last_id(self, key: str) -> str:
+        """The id of `key`'s newest entry ("0-0" for none): where "only what comes next" starts."""
+        newest: Any = await self.client.xrevrange(key, count=1)
+        return reply_text(newest[0][0]) if newest else "0-0"
+
+    async def _read_forever(self) -> None:
+        while True:
+            streams: dict[Any, Any] = {k: w.position for k, w in self.watched.items()}
+            streams[self.wake_key] = self._wake_position
+            try:
+                reply: Any = await self.reader.xread(streams, block=MAX_BLOCK_MS, count=READ_COUNT)
+            except OUTAGES as e:
+                self.outages += 1
+                log.warning("stream hub read failed", error=str(e))
+                await asyncio.sleep(REDIS_RETRY_SECONDS)
+                continue
+            for raw_key, entries in reply or []:
+                self._hand_out(reply_text(raw_key), entries)
+
+    def _hand_out(self, key: str, entries: Iterable[Any]) -> None:
+        listed = list(entries)
+        if key == self.wake_key:
+            self._wake_position = reply_text(listed[-1][0])
+            return
+        watched = self.watched.get(key)
+        if watched is None or not listed:
+            return  # every subscriber left while the read was on its way
+        events = [entry_event(entry_id, fields) for entry_id, fields in listed]
+        watched.position = events[-1].id
+        for subscription in list(watched.subscribers):
+            subscription.deliver(events)

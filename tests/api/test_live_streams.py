@@ -1,0 +1,339 @@
+"""Many waiting clients: open streams and long-polls served by the live tier (api/asgi.py) of a
+real API under uvicorn, with a real node worker, Redis and database.
+
+Hundreds of owner feeds, run watchers and waiting calls stay open while health, a tool call
+and approvals still answer; every waiter gets its answer; a token's streams are capped, and
+closing or revoking them frees everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from conftest import REDIS_URL
+from fleet import Fleet, fleet, wait_until
+
+from relay import naming
+from skillfleet.settings import Settings
+from store.tokens import token_digest
+
+pytestmark = pytest.mark.redis
+
+TICKER = (
+    "import json, os, time\n"
+    "args = json.loads(os.environ['SKILLFLEET_ARGS'])\n"
+    "for i in range(args.get('count', 3)):\n"
+    "    print(f'line {i}', flush=True)\n"
+    "    time.sleep(args.get('every', 0))\n"
+)
+READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
+WRITE_NODE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
+FEEDS, WATCHERS, WAITERS = 100, 100, 100
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    folder = tmp_path_factory.mktemp("live")
+    settings = Settings(
+        data_dir=folder / "var",
+        database_url=f"sqlite:///{folder / 'live.db'}",
+        redis_url=REDIS_URL,
+        stream_limit=FEEDS + 5,
+        stream_keepalive=1,
+    )
+    from store.migrate import upgrade
+
+    upgrade(settings.database)
+    with fleet(settings) as started:
+        node = f"live-{uuid.uuid4().hex[:6]}"
+        started.start_node(node, concurrency=4)
+        started.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICKER})
+        started.import_skill("wiper", WRITE_NODE, {"scripts/tick.py": TICKER})
+        started.env["TEST_NODE"] = node
+        yield started
+
+
+def agent_token(running: Fleet) -> tuple[int, str]:
+    with running.http() as client:
+        made = client.post("/api/tokens", json={"role": "agent", "label": "live"}).json()
+    return made["id"], made["token"]
+
+
+def slots_of(running: Fleet, token: str) -> int:
+    return int(running.redis.zcard(naming.stream_slots(token_digest(token))))
+
+
+def tier(running: Fleet):  # the API's ASGI app, served in this process
+    return running.server.tier
+
+
+async def read_events(response: httpx.Response, count: int) -> list[dict]:
+    """The first `count` data lines of an SSE response, as JSON."""
+    found: list[dict] = []
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            found.append(json.loads(line[6:]))
+            if len(found) == count:
+                break
+    return found
+
+
+def run_call(node: str, skill: str, chat: str, **arguments: object) -> dict:
+    return {
+        "arguments": {
+            "skill_name": skill,
+            "script": "scripts/tick.py",
+            "arguments": {"node": node, **arguments},
+        },
+        "chat_id": chat,
+    }
+
+
+def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fleet):
+    node = running.env["TEST_NODE"]
+    feed_token = running.owner_token
+    _, watch_token = agent_token(running)
+    _, wait_token = agent_token(running)
+
+    async def scenario() -> dict:
+        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
+        timeout = httpx.Timeout(60)
+
+        def client(token: str) -> httpx.AsyncClient:
+            headers = {"Authorization": f"Bearer {token}"}
+            return httpx.AsyncClient(
+                base_url=running.url, headers=headers, limits=limits, timeout=timeout
+            )
+
+        async with (
+            client(feed_token) as owner,
+            client(watch_token) as watcher,
+            client(wait_token) as waiter,
+        ):
+            # A run that prints a line a second for a while, for the watchers.
+            slow = run_call(node, "ticker", "live", count=30, every=0.5)
+            started = (await watcher.post("/api/tools/run_skill_script", json=slow)).json()
+            run_id = started["run_id"]
+
+            async def follow_feed(ready: asyncio.Event) -> list[dict]:
+                async with owner.stream("GET", "/api/events") as response:
+                    assert response.status_code == 200
+                    ready.set()
+                    return await read_events(response, 1)
+
+            async def watch_run() -> list[dict]:
+                url = f"/api/runs/{run_id}/events"
+                async with watcher.stream("GET", url) as response:
+                    assert response.status_code == 200
+                    return await read_events(response, 3)
+
+            async def wait_for_call(index: int) -> dict:
+                body = run_call(node, "wiper", f"wait-{index}", count=1)
+                answer = await waiter.post(
+                    "/api/tools/run_skill_script", params={"wait": 60}, json=body
+                )
+                return answer.json()
+
+            ready = [asyncio.Event() for _ in range(FEEDS)]
+            feeds = [asyncio.create_task(follow_feed(r)) for r in ready]
+            watchers = [asyncio.create_task(watch_run()) for _ in range(WATCHERS)]
+            await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready)), 60)
+            waiters = [asyncio.create_task(wait_for_call(i)) for i in range(WAITERS)]
+
+            # Every waiting call is put to the owner while all of that stays open.
+            pending: list[dict] = []
+            deadline = time.monotonic() + 60
+            while len(pending) < WAITERS and time.monotonic() < deadline:
+                listed = await owner.get(
+                    "/api/approvals", params={"status": "pending", "page_size": WAITERS}
+                )
+                pending = listed.json()
+                await asyncio.sleep(0.2)
+            assert len(pending) == WAITERS, len(pending)
+
+            health = await owner.get("/api/health")
+            tool = await owner.post("/api/tools/list_skills", json={})
+            open_now = len(tier(running).open)
+            assert open_now >= FEEDS + WATCHERS + WAITERS - 5, open_now
+
+            for approval in pending:
+                answered = await owner.post(
+                    f"/api/approvals/{approval['id']}", json={"decision": "approve"}
+                )
+                assert answered.status_code == 200, answered.text
+            answers = await asyncio.wait_for(asyncio.gather(*waiters), 90)
+            heard = await asyncio.wait_for(asyncio.gather(*feeds), 30)
+            lines = await asyncio.wait_for(asyncio.gather(*watchers), 60)
+            return {
+                "health": health,
+                "tool": tool,
+                "answers": answers,
+                "heard": heard,
+                "lines": lines,
+            }
+
+    seen = asyncio.run(scenario())
+
+    assert seen["health"].status_code == 200
+    assert seen["tool"].json()["status"] == "done"
+    assert [a["status"] for a in seen["answers"]] == ["done"] * WAITERS
+    assert all(a["result"]["exit_code"] == 0 for a in seen["answers"])
+    assert all(len(events) == 1 for events in seen["heard"])
+    for events in seen["lines"]:
+        assert [e.get("text") for e in events if "text" in e][:3] == [
+            "line 0\n",
+            "line 1\n",
+            "line 2\n",
+        ]
+    # Closing every connection frees every slot and every subscription.
+    wait_until(lambda: not tier(running).open, 30, "every stream to close")
+    assert tier(running).hub.subscriptions == 0
+    assert slots_of(running, running.owner_token) == 0
+
+
+def test_past_its_limit_a_token_gets_429_too_many_streams_until_one_closes(running: Fleet):
+    _, token = agent_token(running)
+    limit = running.settings.stream_limit
+    headers = {"Authorization": f"Bearer {token}"}
+    with running.http() as owner_client:
+        run = owner_client.post(
+            "/api/tools/run_skill_script",
+            json=run_call(running.env["TEST_NODE"], "ticker", "cap", count=200, every=0.5),
+        ).json()
+    path = f"/api/runs/{run['run_id']}/events"
+    try:
+        sockets = [open_stream(running, path, token) for _ in range(limit)]
+        wait_until(lambda: slots_of(running, token) == limit, 30, "every stream to hold a slot")
+        with httpx.Client(base_url=running.url, headers=headers, timeout=30) as client:
+            refused = client.get(path)
+            assert refused.status_code == 429
+            assert refused.json()["code"] == "too_many_streams"
+            assert int(refused.headers["Retry-After"]) > 0
+            # Nor may it wait on a call: the same slots.
+            waited = client.get(f"/api/calls/{run['call_id']}", params={"wait": 5})
+            assert waited.status_code == 429
+            sockets.pop().close()
+            wait_until(lambda: slots_of(running, token) == limit - 1, 30, "the slot to free")
+            with client.stream("GET", path) as again:
+                assert again.status_code == 200
+    finally:
+        for sock in sockets:
+            sock.close()
+    wait_until(lambda: slots_of(running, token) == 0, 30, "every slot to free")
+
+
+def test_revoking_a_token_closes_its_feed_and_run_streams(running: Fleet):
+    token_id, token = agent_token(running)
+    with running.http() as owner_client:
+        run = owner_client.post(
+            "/api/tools/run_skill_script",
+            json=run_call(running.env["TEST_NODE"], "ticker", "revoke", count=200, every=0.5),
+        ).json()
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=running.url, headers=headers, timeout=30) as client:
+        with client.stream("GET", f"/api/runs/{run['run_id']}/events") as stream:
+            assert stream.status_code == 200
+            lines = stream.iter_lines()
+            assert any(line.startswith("data: ") for line in lines)
+            with running.http() as owner_client:
+                deleted = owner_client.delete(f"/api/tokens/{token_id}")
+                assert deleted.status_code == 204
+            rest = list(lines)  # ends: the server closed the stream
+        assert len(rest) < 200
+        assert client.get("/api/tools").status_code == 401
+    wait_until(lambda: slots_of(running, token) == 0, 30, "the revoked token's slots to free")
+
+
+def open_stream(running: Fleet, path: str, token: str) -> socket.socket:
+    """A raw connection that asks for `path` and then never reads what comes."""
+    host, port = running.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    sock.sendall(request.encode())
+    return sock
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """A fleet whose streams have short limits: idle, absolute and send time."""
+    folder = tmp_path_factory.mktemp("strict")
+    settings = Settings(
+        data_dir=folder / "var",
+        database_url=f"sqlite:///{folder / 'strict.db'}",
+        redis_url=REDIS_URL,
+        stream_keepalive=0.2,
+        stream_idle=1,
+        stream_max=4,
+        stream_send_timeout=1,
+    )
+    from store.migrate import upgrade
+
+    upgrade(settings.database)
+    with fleet(settings) as started:
+        yield started
+
+
+def owner_id_of(running: Fleet) -> int:
+    from sqlalchemy import select
+
+    from store.models import ApiToken
+
+    with running.services.sessions() as session:
+        row = session.scalar(
+            select(ApiToken).where(ApiToken.token_hash == token_digest(running.owner_token))
+        )
+        assert row is not None and row.owner_id is not None
+        return row.owner_id
+
+
+def test_a_quiet_feed_ends_after_the_idle_limit_and_frees_its_slot(strict: Fleet):
+    with strict.http(timeout=30) as client:
+        with client.stream("GET", "/api/events") as stream:
+            assert stream.status_code == 200
+            lines = list(stream.iter_lines())  # ends by itself
+    assert lines[0] == "retry: 1000"
+    assert ": keep-alive" in lines
+    wait_until(lambda: slots_of(strict, strict.owner_token) == 0, 30, "the slot to free")
+
+
+def test_a_busy_feed_ends_at_the_absolute_limit(strict: Fleet):
+    owner = owner_id_of(strict)
+    key = naming.owner_events(owner)
+    with strict.http(timeout=30) as client:
+        with client.stream("GET", "/api/events") as stream:
+            assert stream.status_code == 200
+            heard = 0
+            for line in stream.iter_lines():
+                if line.startswith("retry") or line.startswith("data: "):
+                    heard += 1
+                    strict.redis.xadd(key, {"kind": "test.tick", "data": "{}"})
+                    time.sleep(0.1)
+            # Never idle, yet it ended: the absolute limit (4 s at 10 events a second).
+    assert 5 < heard < 100
+
+
+def test_a_client_that_never_reads_is_dropped_and_frees_its_slot(strict: Fleet):
+    owner = owner_id_of(strict)
+    key = naming.owner_events(owner)
+    sock = open_stream(strict, "/api/events", strict.owner_token)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        wait_until(lambda: slots_of(strict, strict.owner_token) == 1, 30, "the stream to open")
+        blob = json.dumps({"text": "x" * 60_000})
+        for _ in range(200):  # far more than the socket buffers hold
+            strict.redis.xadd(key, {"kind": "test.big", "data": blob})
+            if slots_of(strict, strict.owner_token) == 0:
+                break
+            time.sleep(0.02)
+        wait_until(lambda: slots_of(strict, strict.owner_token) == 0, 30, "the reader's drop")
+        assert not strict.server.tier.open
+    finally:
+        sock.close()
+        strict.redis.delete(key)
