@@ -14,6 +14,7 @@ from api.bodies import install_body_checks
 from api.console import install_console
 from api.cors import install_cors
 from api.errors import SkillfleetApi, register_error_handlers
+from api.headers import install_headers
 from api.jsonprovider import JSONProvider
 from api.services import Services
 from skillfleet import __version__
@@ -39,6 +40,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     install_body_checks(app)
     install_auth(app)
     install_cors(app, settings.cors_origins)
+    install_headers(app)
     _register_blueprints(api)
     _serve_swagger_assets(app)
     install_console(app)

@@ -36,7 +36,6 @@ def _file(filename: str) -> Response:
     response = send_from_directory(STATIC, filename, max_age=0)
     response.headers["Cache-Control"] = CACHE
     response.headers["Content-Security-Policy"] = POLICY
-    response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "no-referrer"
     return response
 
