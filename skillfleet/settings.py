@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -72,6 +73,8 @@ class Settings:
     turn_timeout: int = DEFAULT_TURN_TIMEOUT
     push_services: tuple[str, ...] = DEFAULT_PUSH_SERVICES
     push_contact: str = DEFAULT_PUSH_CONTACT
+    # Hosts requests to owners' URLs may reach though they are not public (store/egress.py).
+    egress_allow: tuple[str, ...] = ()
     metrics_dir: Path | None = None
     flower_host: str = DEFAULT_HOST
     flower_port: int = DEFAULT_FLOWER_PORT
@@ -173,6 +176,7 @@ class Settings:
             turn_timeout=_int(env, "SKILLFLEET_TURN_TIMEOUT", DEFAULT_TURN_TIMEOUT),
             push_services=_hosts(env, "SKILLFLEET_PUSH_SERVICES", DEFAULT_PUSH_SERVICES),
             push_contact=env.get("SKILLFLEET_PUSH_CONTACT") or DEFAULT_PUSH_CONTACT,
+            egress_allow=_egress_allow(env.get("SKILLFLEET_EGRESS_ALLOW")),
             metrics_token=_secret(env, "SKILLFLEET_METRICS_TOKEN"),
             # prometheus_client reads this name itself; gunicorn's workers share the folder.
             metrics_dir=_path(env.get("PROMETHEUS_MULTIPROC_DIR")),
@@ -262,6 +266,30 @@ def _hosts(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple
     if not raw:
         return default
     return tuple(host.strip().lower() for host in raw.split(",") if host.strip())
+
+
+# A host name of SKILLFLEET_EGRESS_ALLOW (underscores too: container names may have them).
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
+
+
+def _egress_allow(raw: str | None) -> tuple[str, ...]:
+    """Host names, addresses and networks (`10.1.0.0/16`), separated by commas or spaces."""
+    entries = tuple(part.strip().lower() for part in (raw or "").replace(" ", ",").split(","))
+    for entry in entries:
+        if entry and not (_is_network(entry) or _HOST_NAME.fullmatch(entry.rstrip("."))):
+            raise SettingsError(
+                f"SKILLFLEET_EGRESS_ALLOW holds {entry!r}; give host names, addresses or "
+                "networks like 10.1.0.0/16."
+            )
+    return tuple(entry for entry in entries if entry)
+
+
+def _is_network(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return False
+    return True
 
 
 def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
