@@ -15,6 +15,7 @@ from relay import push
 from relay.events import start_listening
 from store import notifications
 from store.db import transaction
+from store.egress import Egress, EgressRefused
 from store.limits import MAX_URL_CHARS
 from store.models import PushSubscription
 
@@ -70,11 +71,17 @@ def subscribe(body: dict[str, Any]) -> Any:
     """Keep a browser's subscription (at most 20; only endpoints of allowed push services)"""
     caller = owner_only()
     endpoint = body["endpoint"]
-    if not push.endpoint_allowed(endpoint, services().settings.push_services):
+    settings = services().settings
+    egress = Egress(settings.egress_allow)
+    if not push.endpoint_allowed(endpoint, settings.push_services, egress):
         raise notifications.EndpointNotAllowed(
-            "The endpoint is not an https URL of an allowed push service "
+            "The endpoint is not an https URL on port 443 of an allowed push service "
             "(SKILLFLEET_PUSH_SERVICES)."
         )
+    try:  # push services are public by the list; their names are resolved at each delivery
+        egress.check_url(endpoint, lookup=False)
+    except EgressRefused as e:
+        raise notifications.EndpointNotAllowed(f"The endpoint is refused: {e.message}") from e
     keys = body["keys"]
     with transaction(services().sessions) as session:
         first = not notifications.is_listening(session, caller)

@@ -14,6 +14,7 @@ from api.services import services
 from relay.events import WEBHOOK_KINDS, start_listening
 from store import notifications
 from store.db import transaction
+from store.egress import Egress
 from store.models import Webhook
 from store.secrets import Sealer
 
@@ -22,7 +23,10 @@ blp = Blueprint("webhooks", __name__, url_prefix="/api/webhooks", description="W
 
 class WebhookSchema(ma.Schema):
     id = ma.fields.String(dump_only=True)
-    url = ma.fields.String(required=True)
+    url = ma.fields.String(
+        required=True,
+        metadata={"description": "An http(s) URL of a public host; other addresses are refused"},
+    )
     events = ma.fields.List(
         ma.fields.String(),
         required=True,
@@ -50,9 +54,11 @@ def list_webhooks() -> list[Webhook]:
 @blp.arguments(WebhookSchema())
 @blp.response(201, NewWebhookSchema)
 def add_webhook(body: dict[str, Any]) -> dict[str, Any]:
-    """Add a webhook; its signing secret is shown once"""
+    """Add a webhook (public hosts only); its signing secret is shown once"""
     caller = owner_only()
-    sealer = Sealer(services().settings.keys_dir)
+    settings = services().settings
+    notifications.check_webhook_url(body["url"], Egress(settings.egress_allow))
+    sealer = Sealer(settings.keys_dir)
     with transaction(services().sessions) as session:
         first = not notifications.is_listening(session, caller)
         hook, secret = notifications.add_webhook(

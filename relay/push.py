@@ -4,7 +4,6 @@ the push services an endpoint may belong to. Sending is workers/webpush.py."""
 from __future__ import annotations
 
 import base64
-import ipaddress
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -12,6 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from py_vapid import Vapid
 
+from store.egress import Egress
 from store.secrets import write_once
 
 VAPID_FILE = "vapid.pem"
@@ -40,23 +40,26 @@ def application_server_key(vapid: Vapid) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def endpoint_allowed(endpoint: str, services: tuple[str, ...]) -> bool:
-    """Whether `endpoint` is an https URL of an allowed push service (loopback may be http)."""
-    parts = urlsplit(endpoint)
+def endpoint_allowed(endpoint: str, services: tuple[str, ...], egress: Egress) -> bool:
+    """Whether `endpoint` is an https URL on port 443 of an allowed push service.
+
+    A host the operator lets requests reach (SKILLFLEET_EGRESS_ALLOW, `egress`) may also use
+    http and any port: that is how a push service on loopback receives pushes in tests.
+    """
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port
+    except ValueError:  # a bad port or IPv6 address
+        return False
     host = (parts.hostname or "").lower()
     if not host or not any(_matches(host, allowed) for allowed in services):
         return False
-    return parts.scheme == "https" or (parts.scheme == "http" and _loopback(host))
+    if egress.allows_host(host):
+        return parts.scheme in ("http", "https")
+    return parts.scheme == "https" and port in (None, 443)
 
 
 def _matches(host: str, allowed: str) -> bool:
     if allowed.startswith("*."):
         return host.endswith(allowed[1:])
     return host == allowed
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"

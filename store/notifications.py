@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from store.egress import Egress, EgressRefused
 from store.errors import StoreError
 from store.limits import MAX_PUSH_KEY_CHARS, MAX_PUSH_SUBSCRIPTIONS, MAX_URL_CHARS, MAX_WEBHOOKS
 from store.models import PushSubscription, Webhook, utcnow
@@ -27,6 +28,13 @@ class EndpointNotAllowed(NotificationError):
     """Raised when a push endpoint is not on the allow-list of push services."""
 
     code = "endpoint_not_allowed"
+    status = 422
+
+
+class WebhookUrlRefused(NotificationError):
+    """Raised when a webhook's host is, or resolves to, an address requests may not reach."""
+
+    code = "webhook_url_refused"
     status = 422
 
 
@@ -99,14 +107,26 @@ def subscriptions(session: Session, owner_id: int) -> list[PushSubscription]:
     return list(session.scalars(query.order_by(PushSubscription.created_at, PushSubscription.id)))
 
 
+def check_webhook_url(url: str, egress: Egress) -> None:
+    """Refuse a webhook URL that is malformed or whose host may not be reached now.
+
+    It resolves the host (a DNS lookup): call it before the transaction that adds the webhook.
+    Each delivery checks the host again (workers/webhooks.py).
+    """
+    _check_url_form(url)
+    try:
+        egress.check_url(url)
+    except EgressRefused as e:
+        raise WebhookUrlRefused(f"The webhook URL is refused: {e.message}") from e
+
+
 def add_webhook(
     session: Session, sealer: Sealer, owner_id: int, url: str, events: list[str],
     known: Collection[str],
 ) -> tuple[Webhook, str]:  # fmt: skip
-    """A new webhook and its signing secret (shown once, kept encrypted)."""
-    parts = urlsplit(url)
-    if len(url) > MAX_URL_CHARS or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise NotificationError("'url' must be an http(s) URL of at most 1000 characters.")
+    """A new webhook and its signing secret (shown once, kept encrypted); `url` passed
+    check_webhook_url."""
+    _check_url_form(url)
     unknown = sorted(set(events) - set(known) - {"*"})
     if not events or unknown:
         raise NotificationError(
@@ -125,6 +145,16 @@ def add_webhook(
     )  # fmt: skip
     session.add(hook)
     return hook, secret
+
+
+def _check_url_form(url: str) -> None:
+    try:
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # brackets that hold no IPv6 address
+        usable = False
+    if len(url) > MAX_URL_CHARS or not usable:
+        raise NotificationError("'url' must be an http(s) URL of at most 1000 characters.")
 
 
 def remove_webhook(session: Session, owner_id: int, webhook_id: str) -> None:

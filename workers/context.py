@@ -14,6 +14,7 @@ from relay.connections import redis_client
 from relay.heartbeat import Instance
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
+from store.egress import Egress
 from store.secrets import Sealer
 from workers.execute import WorkerContext
 from workers.jobruns import JobContext
@@ -148,6 +149,7 @@ def notify_context(app: Any) -> NotifyContext:
                 load_or_create_vapid(settings.keys_dir),
                 settings.push_contact,
                 settings.push_services,
+                Egress(settings.egress_allow),
             )
             app.skillfleet_notify = context
         return context

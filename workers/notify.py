@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -22,6 +22,7 @@ from relay.counters import DELIVERIES
 from relay.events import PUSH_TITLES, WEBHOOK_KINDS, ensure_group
 from store import notifications
 from store.db import SessionFactory, transaction
+from store.egress import Egress
 from store.errors import ConfigError
 from store.models import Webhook
 from store.secrets import Sealer
@@ -45,6 +46,8 @@ class NotifyContext:
     vapid: Any  # py_vapid.Vapid
     contact: str
     push_services: tuple[str, ...]
+    # Where deliveries may go: public addresses, and the hosts SKILLFLEET_EGRESS_ALLOW names.
+    egress: Egress = field(default_factory=Egress)
 
 
 def pump(context: NotifyContext) -> int:
@@ -96,9 +99,9 @@ def _push(context: NotifyContext, owner_id: int, event: events.OwnerEvent, title
             for row in notifications.subscriptions(session, owner_id)
         ]
     for subscription_id, target in targets:
-        if not push.endpoint_allowed(target.endpoint, context.push_services):
+        if not push.endpoint_allowed(target.endpoint, context.push_services, context.egress):
             continue  # the allow-list shrank since it was saved
-        status = webpush.send(target, payload, context.vapid, context.contact)
+        status = webpush.send(target, payload, context.vapid, context.contact, context.egress)
         DELIVERIES.add(context.redis, "push", DELIVERED if 200 <= status < 300 else FAILED)
         if status in webpush.GONE:
             with transaction(context.sessions) as session:
@@ -115,7 +118,7 @@ def _deliver(
         log.warning("webhook secret unreadable", webhook_id=hook.id)
         DELIVERIES.add(context.redis, "webhook", FAILED)
         return
-    delivered = webhooks.deliver(hook.url, secret, event.id, event.kind, event.data)
+    delivered = webhooks.deliver(context.egress, hook.url, secret, event.id, event.kind, event.data)
     DELIVERIES.add(context.redis, "webhook", DELIVERED if delivered else FAILED)
     if delivered:
         return

@@ -1,4 +1,9 @@
-"""Webhook deliveries: a JSON body signed with HMAC-SHA256 over a timestamp and the body."""
+"""Webhook deliveries: a JSON body signed with HMAC-SHA256 over a timestamp and the body.
+
+Each delivery resolves the webhook's host again and goes only to an address that is allowed
+(store/egress.py): a name that resolved to a public address when the webhook was added may not
+be pointed at a private one later.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ from typing import Any
 
 import httpx
 import structlog
+
+from store.egress import Egress, EgressRefused
 
 log = structlog.get_logger(__name__)
 
@@ -31,7 +38,9 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
     return f"t={timestamp},v1={mac.hexdigest()}"
 
 
-def deliver(url: str, secret: str, event_id: str, kind: str, data: dict[str, Any]) -> bool:
+def deliver(
+    egress: Egress, url: str, secret: str, event_id: str, kind: str, data: dict[str, Any]
+) -> bool:
     """POST one event; True when the receiver answered 2xx."""
     body = body_of(event_id, kind, data)
     headers = {
@@ -42,9 +51,11 @@ def deliver(url: str, secret: str, event_id: str, kind: str, data: dict[str, Any
         "User-Agent": "skillfleet-webhooks",
     }
     try:
-        response = httpx.post(
-            url, content=body, headers=headers, timeout=TIMEOUT_SECONDS, follow_redirects=False
-        )
+        with egress.client(timeout=TIMEOUT_SECONDS, follow_redirects=False) as client:
+            response = client.post(url, content=body, headers=headers)
+    except EgressRefused as e:
+        log.warning("webhook address refused", event_id=event_id, reason=e.message)
+        return False
     except httpx.HTTPError as e:
         log.info("webhook not delivered", event_id=event_id, error_type=type(e).__name__)
         return False

@@ -1,19 +1,32 @@
-"""Sending Web Push messages (RFC 8030, 8291, 8292) with pywebpush: aes128gcm, TTL 1 day."""
+"""Sending Web Push messages (RFC 8030, 8291, 8292): aes128gcm, TTL 1 day.
+
+pywebpush encrypts the message and py_vapid signs the VAPID header; the message goes out through
+an egress client (store/egress.py), so it reaches only an address the push service's host
+resolved to and that was checked, as webhooks do.
+"""
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 import structlog
 from py_vapid import Vapid
-from pywebpush import WebPushException, webpush
+from pywebpush import WebPusher, WebPushException
+
+from store.egress import Egress, EgressRefused
 
 log = structlog.get_logger(__name__)
 
 TTL_SECONDS = 86400
 SEND_TIMEOUT_SECONDS = 10
+CONTENT_ENCODING = "aes128gcm"
+# How long the VAPID signature holds (RFC 8292 allows at most a day).
+VAPID_SECONDS = 12 * 3600
 # A push service answering one of these says the subscription is gone for good.
 GONE = (404, 410)
 
@@ -25,27 +38,39 @@ class Target:
     auth: str
 
 
-def send(target: Target, payload: dict[str, Any], vapid: Vapid, contact: str) -> int:
+def send(
+    target: Target, payload: dict[str, Any], vapid: Vapid, contact: str, egress: Egress
+) -> int:
     """Encrypt and send one message; the push service's HTTP status (0 when unreachable)."""
     subscription = {
         "endpoint": target.endpoint,
         "keys": {"p256dh": target.p256dh, "auth": target.auth},
     }
     try:
-        response: Any = webpush(
-            subscription,
-            data=json.dumps(payload),
-            vapid_private_key=vapid,
-            vapid_claims={"sub": contact},
-            content_encoding="aes128gcm",
-            ttl=TTL_SECONDS,
-            timeout=SEND_TIMEOUT_SECONDS,
-        )
-    except WebPushException as e:
-        status = int(e.response.status_code) if e.response is not None else 0
-        log.info("push not delivered", status=status)
-        return status
-    except (ValueError, TypeError) as e:  # keys the browser sent that can't be used
+        encrypted = WebPusher(subscription).encode(json.dumps(payload).encode(), CONTENT_ENCODING)
+    except (WebPushException, ValueError, TypeError) as e:  # keys the browser sent are unusable
         log.info("push not encrypted", error_type=type(e).__name__)
         return 0
-    return int(response.status_code)
+    parts = urlsplit(target.endpoint)
+    claims = {
+        "sub": contact,
+        "aud": f"{parts.scheme}://{parts.netloc}",
+        "exp": int(time.time()) + VAPID_SECONDS,
+    }
+    headers = {
+        **vapid.sign(claims),
+        "Content-Encoding": CONTENT_ENCODING,
+        "TTL": str(TTL_SECONDS),
+    }
+    try:
+        with egress.client(timeout=SEND_TIMEOUT_SECONDS) as client:
+            response = client.post(target.endpoint, content=encrypted["body"], headers=headers)
+    except EgressRefused as e:
+        log.warning("push address refused", reason=e.message)
+        return 0
+    except httpx.HTTPError as e:
+        log.info("push not delivered", error_type=type(e).__name__)
+        return 0
+    if not response.is_success:
+        log.info("push not delivered", status=response.status_code)
+    return response.status_code

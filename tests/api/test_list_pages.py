@@ -54,6 +54,12 @@ def two_tokens(client, auth, services) -> str:
     return "/api/tokens"  # the owner's own token and the agent's
 
 
+@pytest.fixture
+def settings(settings):
+    """Webhooks may go to loopback here, as an operator allows a test host."""
+    return settings.with_overrides(egress_allow=("127.0.0.1",))
+
+
 def two_webhooks(client, auth, services) -> str:
     for path in ("/a", "/b"):
         body = {"url": f"http://127.0.0.1:9{path}", "events": ["*"]}

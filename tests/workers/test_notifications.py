@@ -29,6 +29,7 @@ from factories import owner_id_of
 
 from relay import naming, push
 from skillfleet.settings import DEFAULT_PUSH_SERVICES, Settings
+from store.egress import Egress
 from store.secrets import Sealer
 from workers import notify, webhooks
 
@@ -39,10 +40,10 @@ WIPE_CALL = {"arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",
 
 @pytest.fixture
 def settings(tmp_path: Path, database_url: str) -> Settings:
-    """Loopback push endpoints are allowed here (the allow-list is configurable)."""
+    """Loopback push endpoints and webhooks are allowed here (both lists are configurable)."""
     return Settings(
         data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL, dry_run=True,
-        push_services=("127.0.0.1",),
+        push_services=("127.0.0.1",), egress_allow=("127.0.0.1",),
     )  # fmt: skip
 
 
@@ -119,7 +120,7 @@ def context(services, settings, quiet_feed):
     return notify.NotifyContext(
         services.sessions, services.redis, Sealer(settings.keys_dir),
         push.load_or_create_vapid(settings.keys_dir), "mailto:owner@example.org",
-        settings.push_services,
+        settings.push_services, Egress(settings.egress_allow),
     )  # fmt: skip
 
 
@@ -203,13 +204,15 @@ def test_push_endpoints_off_the_allow_list_and_past_twenty_are_refused(client, a
 
 
 def test_the_default_allow_list_names_the_browser_push_services():
-    allowed = DEFAULT_PUSH_SERVICES
-    assert push.endpoint_allowed("https://fcm.googleapis.com/fcm/send/abc", allowed)
-    assert push.endpoint_allowed("https://web.push.apple.com/QO", allowed)
-    assert push.endpoint_allowed("https://updates.push.services.mozilla.com/wpush/v2/x", allowed)
-    assert not push.endpoint_allowed("http://fcm.googleapis.com/fcm/send/abc", allowed)
-    assert not push.endpoint_allowed("https://fcm.googleapis.com.evil.test/x", allowed)
-    assert not push.endpoint_allowed("https://127.0.0.1/x", allowed)
+    allowed, egress = DEFAULT_PUSH_SERVICES, Egress()
+    assert push.endpoint_allowed("https://fcm.googleapis.com/fcm/send/abc", allowed, egress)
+    assert push.endpoint_allowed("https://web.push.apple.com/QO", allowed, egress)
+    assert push.endpoint_allowed(
+        "https://updates.push.services.mozilla.com/wpush/v2/x", allowed, egress
+    )
+    assert not push.endpoint_allowed("http://fcm.googleapis.com/fcm/send/abc", allowed, egress)
+    assert not push.endpoint_allowed("https://fcm.googleapis.com.evil.test/x", allowed, egress)
+    assert not push.endpoint_allowed("https://127.0.0.1/x", allowed, egress)
 
 
 def test_a_webhook_delivery_is_signed_and_a_failed_one_is_retried(client, auth, context, wiper):
@@ -410,12 +413,13 @@ def test_beat_and_the_control_worker_push_a_waiting_approval_within_seconds(tmp_
 
     settings = Settings(
         data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL,
-        push_services=("127.0.0.1",),
+        push_services=("127.0.0.1",), egress_allow=("127.0.0.1",),
     )  # fmt: skip
     device = browser()
     with receiver() as service, fleet(settings) as running:
         running.redis.delete(naming.webhook_retries())
         running.env["SKILLFLEET_PUSH_SERVICES"] = "127.0.0.1"
+        running.env["SKILLFLEET_EGRESS_ALLOW"] = "127.0.0.1"
         running.start("control", "worker", "control")
         running.start("beat", "beat")
         running.import_skill("wiper", WIPE, {"scripts/wipe.sh": "echo wiping\n"})
