@@ -9,24 +9,36 @@ caller they accept:
 - `node_or_owner(node)`: the owner, or the node agent of exactly that node.
 
 Node tokens get 403 `forbidden` on owner routes.
+
+Wrong tokens are limited per client address (relay/lockouts.py): past SKILLFLEET_AUTH_FAILURES
+in SKILLFLEET_AUTH_FAILURE_WINDOW seconds, every request from that address gets 429
+`too_many_failed_logins` before its token is checked, until the window ends. The check reads
+only memory, so a valid token pays nothing for it.
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 import threading
 import time
+from typing import Any
 
+import redis
+import structlog
 from flask import Flask, current_app, g, request
 
 from api.errors import ApiError
 from api.services import services
-from relay import generations, naming
+from relay import generations, lockouts, naming
 from store import indexcache
 from store.tokens import OWNER_KIND, Principal, Role, authenticate, token_digest
 
+log = structlog.get_logger(__name__)
+
 PUBLIC_PATHS = ("/api/health", "/api/openapi.json", "/api/docs")
 CACHE_EXTENSION = "skillfleet.tokens"
+LOCKOUTS_EXTENSION = "skillfleet.lockouts"
 OWNER_ONLY_MESSAGE = (
     "Only the owner's own token can do this; an agent token may call tools and read calls, "
     "runs, approvals and skills."
@@ -35,6 +47,7 @@ OWNER_ONLY_MESSAGE = (
 
 def install_auth(app: Flask) -> None:
     app.extensions[CACHE_EXTENSION] = TokenCache()
+    app.extensions[LOCKOUTS_EXTENSION] = lockouts.Lockouts()
 
     @app.before_request
     def require_token() -> None:
@@ -45,7 +58,8 @@ def install_auth(app: Flask) -> None:
             or request.method == "OPTIONS"
         ):
             return
-        g.principal = _principal_of(_bearer_token())
+        generation = _admitted()
+        g.principal = _principal_of(_bearer_token(), generation)
 
 
 def _bearer_token() -> str:
@@ -56,12 +70,77 @@ def _bearer_token() -> str:
     return token.strip()
 
 
-def _principal_of(token: str) -> Principal:
+def _admitted() -> bytes | None:
+    """Refuse a request from a locked-out address (429), before its token is checked; the
+    tokens generation for the token cache (None when Redis can't be asked: no cache)."""
+    values = _generations()
+    if values is None:
+        return None
+    tokens, locked = values
+    address = _limited_address()
+    if address is not None:
+        known: lockouts.Lockouts = current_app.extensions[LOCKOUTS_EXTENSION]
+        left = math.ceil(known.seconds_left(services().redis, address, locked))
+        if left > 0:
+            raise ApiError(
+                429,
+                "too_many_failed_logins",
+                "Too many requests from your address had a wrong token; "
+                f"try again in {left} seconds.",
+                headers={"Retry-After": str(left)},
+            )
+    return tokens
+
+
+def _principal_of(token: str, generation: bytes | None) -> Principal:
     cache: TokenCache = current_app.extensions[CACHE_EXTENSION]
-    found = cache.lookup(token)
+    found = cache.lookup(token, generation)
     if found is None:
+        _count_failure()
         raise _unauthorized("The bearer token is not valid.")
     return found
+
+
+def _count_failure() -> None:
+    """Count a wrong token against the client's address; never fails the request for Redis."""
+    settings = services().settings
+    address = _limited_address()
+    if address is None:
+        return
+    try:
+        locked = lockouts.record_failure(
+            services().redis, address, settings.auth_failures, settings.auth_failure_window
+        )
+    except redis.RedisError as e:
+        log.warning("failed token not counted", error_type=type(e).__name__)
+        return
+    if locked:
+        log.warning(
+            "address locked out after wrong tokens",
+            address=address,
+            failures=settings.auth_failures,
+            seconds=math.ceil(locked),
+        )
+
+
+def _limited_address() -> str | None:
+    """What this request's wrong tokens count against; None when they don't count (the limit
+    is off, or the client is on this host)."""
+    settings = services().settings
+    if not settings.auth_failures:
+        return None
+    return lockouts.counted_as(client_address(request.environ, settings.trusted_proxies))
+
+
+def client_address(environ: dict[str, Any], trusted_proxies: int) -> str:
+    """The client's address: the peer's, or behind `trusted_proxies` proxies the one the
+    outermost of them saw (X-Forwarded-For read from the right, as werkzeug's ProxyFix does)."""
+    address = str(environ.get("REMOTE_ADDR") or "")
+    hops = str(environ.get("HTTP_X_FORWARDED_FOR", "")).split(",")
+    forwarded = [hop.strip() for hop in hops if hop.strip()]
+    if trusted_proxies and len(forwarded) >= trusted_proxies:
+        address = forwarded[-trusted_proxies]
+    return address
 
 
 class TokenCache:
@@ -80,10 +159,10 @@ class TokenCache:
         self._seen: dict[str, tuple[Principal, float, bytes]] = {}
         self._lock = threading.Lock()
 
-    def lookup(self, token: str) -> Principal | None:
+    def lookup(self, token: str, generation: bytes | None) -> Principal | None:
+        """The token's principal; `generation` is the tokens generation read before this call,
+        so that a deletion in between is never missed (None: read the database)."""
         digest = token_digest(token)
-        # Read the generation before the database, so a deletion in between is never missed.
-        generation = _generation()
         now = time.monotonic()
         with self._lock:
             hit = self._seen.get(digest)
@@ -105,20 +184,21 @@ class TokenCache:
             self._seen.clear()
 
 
-def _generation() -> bytes | None:
-    """The current revocation generation; None when Redis can't be asked (then: no cache).
+def _generations() -> tuple[bytes, bytes] | None:
+    """The current revocation and lockouts generations; None when Redis can't be asked (then:
+    no token cache, no lockouts).
 
-    The skills index generation comes with it, for the store to answer this request's lookups
-    from what it read under it (store/indexcache.py). Both come from the process's watch,
+    The skills index generation comes with them, for the store to answer this request's lookups
+    from what it read under it (store/indexcache.py). All come from the process's watch,
     without a round trip while it is live (relay/generations.py).
     """
     values = services().generations.read()
     if values is None:
         indexcache.SEEN.set(None)
         return None
-    tokens, skills = values
+    tokens, skills, locked = values
     indexcache.SEEN.set(skills)
-    return tokens
+    return tokens, locked
 
 
 def bump_token_generation() -> None:
@@ -177,9 +257,10 @@ def require_metrics_access() -> None:
     settings = services().settings
     if settings.metrics_open:
         return
+    generation = _admitted()
     token = _bearer_token()
     expected = settings.metrics_token
     if expected and hmac.compare_digest(token.encode(), expected.encode()):
         return
-    g.principal = _principal_of(token)
+    g.principal = _principal_of(token, generation)
     owner_only()

@@ -40,11 +40,15 @@ class Services:
     celery: Celery
     packages: PackageStore
     signing_key: Ed25519PrivateKey
-    # The token and skills generations every request reads, from memory while it can.
+    # The token, skills and lockouts generations every request reads, from memory while it can.
     generations: GenerationWatch = field(init=False)
 
     def __post_init__(self) -> None:
-        keys = (naming.tokens_generation(), naming.skills_generation())
+        keys = (
+            naming.tokens_generation(),
+            naming.skills_generation(),
+            naming.lockouts_generation(),
+        )
         self.generations = GenerationWatch(self.redis, keys)
 
     @classmethod

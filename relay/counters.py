@@ -61,7 +61,13 @@ DELIVERIES = FleetCounter(
     "(delivered, failed).",
     ("channel", "outcome"),
 )
-FLEET_COUNTERS = (POLICY_DECISIONS, DELIVERIES)
+FAILED_LOGINS = FleetCounter(
+    "skillfleet_failed_logins",
+    "Requests with a wrong token (refused), and client addresses locked out after too many of "
+    "them (locked); relay/lockouts.py.",
+    ("outcome",),
+)
+FLEET_COUNTERS = (POLICY_DECISIONS, DELIVERIES, FAILED_LOGINS)
 
 
 def read(

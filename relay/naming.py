@@ -88,6 +88,21 @@ def skills_generation() -> str:
     return f"{PREFIX}:skills:generation"
 
 
+def failed_logins(address: str) -> str:
+    """A client address's count of wrong tokens in its current window (relay/lockouts.py)."""
+    return f"{PREFIX}:auth:failures:{address}"
+
+
+def lockouts() -> str:
+    """Redis Stream of the client addresses locked out for wrong tokens, and when each lock ends."""
+    return f"{PREFIX}:auth:lockouts"
+
+
+def lockouts_generation() -> str:
+    """A counter bumped whenever an address is locked out, so every API process reads lockouts."""
+    return f"{PREFIX}:auth:lockouts:generation"
+
+
 def generations_channel(db: int) -> str:
     """Pub/sub channel naming each generation of database `db` as it is bumped
     (relay/generations.py); channels are the server's, not a database's, hence the number."""

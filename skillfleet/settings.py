@@ -25,6 +25,10 @@ DEFAULT_RUN_TIMEOUT = 300
 DEFAULT_VISIBILITY_TIMEOUT = 60
 # An agent turn stops after this long (waiting for an approval included).
 DEFAULT_TURN_TIMEOUT = 900
+# Wrong tokens a client address may send in a window of this many seconds; past them it gets
+# 429 until the window ends.
+DEFAULT_AUTH_FAILURES = 20
+DEFAULT_AUTH_FAILURE_WINDOW = 60
 # Web Push subscriptions are accepted only for these push services (a leading `*.` matches
 # any subdomain): Google (FCM), Mozilla, Apple and Microsoft (WNS).
 DEFAULT_PUSH_SERVICES = (
@@ -75,6 +79,11 @@ class Settings:
     push_contact: str = DEFAULT_PUSH_CONTACT
     # Hosts requests to owners' URLs may reach though they are not public (store/egress.py).
     egress_allow: tuple[str, ...] = ()
+    # Wrong tokens per client address (relay/lockouts.py), and the proxies in front of the API
+    # whose X-Forwarded-For entries name the client.
+    auth_failures: int = DEFAULT_AUTH_FAILURES
+    auth_failure_window: int = DEFAULT_AUTH_FAILURE_WINDOW
+    trusted_proxies: int = 0
     metrics_dir: Path | None = None
     flower_host: str = DEFAULT_HOST
     flower_port: int = DEFAULT_FLOWER_PORT
@@ -177,6 +186,11 @@ class Settings:
             push_services=_hosts(env, "SKILLFLEET_PUSH_SERVICES", DEFAULT_PUSH_SERVICES),
             push_contact=env.get("SKILLFLEET_PUSH_CONTACT") or DEFAULT_PUSH_CONTACT,
             egress_allow=_egress_allow(env.get("SKILLFLEET_EGRESS_ALLOW")),
+            auth_failures=_at_least(env, "SKILLFLEET_AUTH_FAILURES", DEFAULT_AUTH_FAILURES, 0),
+            auth_failure_window=_at_least(
+                env, "SKILLFLEET_AUTH_FAILURE_WINDOW", DEFAULT_AUTH_FAILURE_WINDOW, 1
+            ),
+            trusted_proxies=_at_least(env, "SKILLFLEET_TRUSTED_PROXIES", 0, 0),
             metrics_token=_secret(env, "SKILLFLEET_METRICS_TOKEN"),
             # prometheus_client reads this name itself; gunicorn's workers share the folder.
             metrics_dir=_path(env.get("PROMETHEUS_MULTIPROC_DIR")),
@@ -266,6 +280,13 @@ def _hosts(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple
     if not raw:
         return default
     return tuple(host.strip().lower() for host in raw.split(",") if host.strip())
+
+
+def _at_least(env: Mapping[str, str], name: str, default: int, least: int) -> int:
+    value = _int(env, name, default)
+    if value < least:
+        raise SettingsError(f"{name} must be at least {least}, not {value}.")
+    return value
 
 
 # A host name of SKILLFLEET_EGRESS_ALLOW (underscores too: container names may have them).
