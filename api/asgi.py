@@ -28,8 +28,9 @@ from flask import Flask
 from sqlalchemy import select
 
 from api import create_app
-from api.live import PICKUP, Handoff, Pickup, WaitCall
+from api.live import PICKUP, Handoff, Pickup, WaitCall, kind_of
 from api.livestreams import LiveContext, body_of
+from api.metrics import SSE_STREAMS_OPEN
 from api.services import Services
 from relay import naming, slots
 from relay.connections import database_number
@@ -38,6 +39,7 @@ from skillfleet.settings import Settings
 from store.models import ApiToken
 
 log = structlog.get_logger(__name__)
+CANCEL_SECONDS = 5.0  # a stream's tasks end this soon after being cancelled, or are left
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -118,6 +120,8 @@ class LiveTier:
             body = self._pump(handoff, send, settings.stream_send_timeout)
         serving = _Open(handoff)
         self.open.add(serving)
+        gauge = SSE_STREAMS_OPEN.labels(kind_of(handoff.job))
+        gauge.inc()
         pump = asyncio.create_task(body)
         gone = asyncio.create_task(_disconnected(receive))
         stopped = asyncio.create_task(serving.stop.wait())
@@ -130,8 +134,11 @@ class LiveTier:
         finally:
             for task in (pump, gone, stopped):
                 task.cancel()
-            await asyncio.gather(pump, gone, stopped, return_exceptions=True)
+            _, stuck = await asyncio.wait({pump, gone, stopped}, timeout=CANCEL_SECONDS)
+            if stuck:
+                log.error("stream task did not end when cancelled", job=type(handoff.job).__name__)
             self.open.discard(serving)
+            gauge.dec()
             await self._release(handoff)
         if gone in done:
             return
@@ -148,7 +155,8 @@ class LiveTier:
                 await send({"type": "http.response.body", "body": _UNAVAILABLE})
                 return
             final = {"type": "http.response.body", "body": b"", "more_body": False}
-            await asyncio.wait_for(send(final), settings.stream_send_timeout)
+            async with asyncio.timeout(settings.stream_send_timeout):
+                await send(final)
 
     async def _pump(self, handoff: Handoff, send: Send, send_timeout: float) -> bool:
         """Send the body's chunks; False when a chunk could not be written in time."""
@@ -158,7 +166,8 @@ class LiveTier:
             async for chunk in chunks:
                 message = {"type": "http.response.body", "body": chunk, "more_body": True}
                 try:
-                    await asyncio.wait_for(send(message), send_timeout)
+                    async with asyncio.timeout(send_timeout):
+                        await send(message)
                 except TimeoutError:
                     return False
             return True
@@ -177,8 +186,8 @@ class LiveTier:
     async def _release(self, handoff: Handoff) -> None:
         try:
             await slots.release(self.client, handoff.token, handoff.slot)
-        except OUTAGES:
-            pass  # the lease lapses by itself
+        except OUTAGES as e:  # the lease lapses by itself
+            log.warning("stream slot not released", error=repr(e))
 
     # -- the process's chores ----------------------------------------------------
 

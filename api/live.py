@@ -21,6 +21,7 @@ import redis
 from flask import Response, request, stream_with_context
 
 from api.errors import ApiError
+from api.metrics import SSE_STREAMS_OPEN
 from api.services import Services, services
 from relay import slots
 from relay.hub import StreamHub
@@ -58,6 +59,12 @@ class WaitCall:
 
 
 Job = FollowRun | FollowTurn | FollowFeed | WaitCall
+
+
+def kind_of(job: Job) -> str:
+    """The job's label in skillfleet_sse_streams_open."""
+    kinds = {FollowRun: "run", FollowTurn: "turn", FollowFeed: "feed", WaitCall: "wait"}
+    return kinds[type(job)]
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,8 @@ def _in_this_thread(found: Services, handoff: Handoff) -> Iterator[bytes]:
     loop = asyncio.new_event_loop()
     hub = StreamHub(found.settings)
     chunks: AsyncIterator[bytes] | None = None
+    gauge = SSE_STREAMS_OPEN.labels(kind_of(handoff.job))
+    gauge.inc()
     try:
         loop.run_until_complete(hub.start())
         chunks = body_of(handoff.job, LiveContext(hub, found))
@@ -130,6 +139,7 @@ def _in_this_thread(found: Services, handoff: Handoff) -> Iterator[bytes]:
             except StopAsyncIteration:
                 return
     finally:
+        gauge.dec()
         if chunks is not None:
             loop.run_until_complete(chunks.aclose())  # type: ignore[attr-defined]
         loop.run_until_complete(hub.stop())

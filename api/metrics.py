@@ -12,8 +12,6 @@ over every worker process; in a single process they are the default registry.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from flask import Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,24 +32,14 @@ blp = Blueprint("metrics", __name__, description="Prometheus metrics")
 
 SSE_STREAMS_OPEN = Gauge(
     "skillfleet_sse_streams_open",
-    "Server-Sent Events streams open now, by stream (run, turn, feed: the owner's /api/events).",
+    "Streams open now, by stream (run, turn, feed: the owner's /api/events), and `?wait=` "
+    "long-polls waiting (wait).",
     ["stream"],
     multiprocess_mode="livesum",
 )
-SSE_STREAM_KINDS = ("run", "turn", "feed")
+SSE_STREAM_KINDS = ("run", "turn", "feed", "wait")
 for _kind in SSE_STREAM_KINDS:  # shown at 0 before the first stream opens, in every process
     SSE_STREAMS_OPEN.labels(_kind)
-
-
-def counted_stream(stream: str, frames: Iterator[str]) -> Iterator[str]:
-    """`frames`, counted in skillfleet_sse_streams_open from the first frame until the stream
-    ends or its client goes away."""
-    gauge = SSE_STREAMS_OPEN.labels(stream)
-    gauge.inc()
-    try:
-        yield from frames
-    finally:
-        gauge.dec()
 
 
 @blp.route("/metrics")

@@ -1,13 +1,15 @@
 """Checks a running docker-compose deployment the way its users would (deploy/compose-test.sh).
 
 Every step talks to the stack through its published loopback ports or `docker-compose exec`:
-scripts on edge1 and edge2 by node name, a Spark run, an approval answered over REST, Flower
-behind basic auth, /metrics, and a node agent killed mid-run.
+scripts on edge1 and edge2 by node name, a Spark run, an approval answered over REST, a few
+hundred open streams and waiting calls, Flower behind basic auth, /metrics, and a node agent
+killed mid-run.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import json
 import re
@@ -162,6 +164,98 @@ def check_approval(stack: Stack) -> None:
     say("an approved call ran")
 
 
+STREAMS = 100  # of each: owner feeds, watchers of one run's output, calls waiting for the owner
+TICKS = (
+    "import time\nfor i in range(40):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.5)\n"
+)
+
+
+def check_many_streams(stack: Stack) -> None:
+    """Hundreds of open streams and waiting calls on the API's live tier, and the API answers."""
+    stack.import_skill("ticks", {"skillfleet.tier": "read"}, TICKS)
+    stack.import_skill("ask-many", {"skillfleet.tier": "change"}, ASK)
+    agents = [
+        stack.client.post("/api/tokens", json={"role": "agent", "label": f"streams-{i}"}).json()
+        for i in range(2)
+    ]
+    ticking = wait_until(lambda: _running(stack.call("ticks", "edge1", wait=0), stack), 120,
+                         "a ticking run", every=2)  # fmt: skip
+    seen = asyncio.run(_open_many(stack, ticking["run_id"], [a["token"] for a in agents]))
+    assert seen["health"] == 200 and seen["tool"] == "done", seen
+    assert seen["answers"] == ["done"] * STREAMS, seen["answers"]
+    assert seen["ticks"] == [True] * STREAMS
+    for agent in agents:
+        stack.client.delete(f"/api/tokens/{agent['id']}")
+    say(f"{3 * STREAMS} open streams and waiting calls: health and tool calls answered, "
+        "every waiting call got its approved answer")  # fmt: skip
+
+
+async def _open_many(stack: Stack, run_id: str, agents: list[str]) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=4 * STREAMS, max_keepalive_connections=0)
+
+    def client(token: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=str(stack.client.base_url), limits=limits, timeout=120,
+            headers={"Authorization": f"Bearer {token}"},
+        )  # fmt: skip
+
+    async with (
+        client(stack.owner) as owner,
+        client(agents[0]) as watcher,
+        client(agents[1]) as waiter,
+    ):
+        opened = asyncio.Event()
+        count = [0]
+
+        async def feed() -> None:
+            async with owner.stream("GET", "/api/events") as response:
+                assert response.status_code == 200, response.status_code
+                count[0] += 1
+                if count[0] == STREAMS:
+                    opened.set()
+                async for _line in response.aiter_lines():
+                    pass
+
+        async def watch() -> bool:
+            async with watcher.stream("GET", f"/api/runs/{run_id}/events") as response:
+                assert response.status_code == 200, response.status_code
+                async for line in response.aiter_lines():
+                    if "tick 3" in line:
+                        return True
+            return False
+
+        async def wait_call(index: int) -> str:
+            arguments = {"skill_name": "ask-many", "script": "scripts/main.py"}
+            arguments["arguments"] = {"node": "edge2"}
+            body = {"arguments": arguments, "chat_id": f"many-{index}"}
+            path = "/api/tools/run_skill_script"
+            answer = await waiter.post(path, params={"wait": 60}, json=body)
+            return str(answer.json()["status"])
+
+        feeds = [asyncio.create_task(feed()) for _ in range(STREAMS)]
+        watchers = [asyncio.create_task(watch()) for _ in range(STREAMS)]
+        await asyncio.wait_for(opened.wait(), 60)
+        waiters = [asyncio.create_task(wait_call(i)) for i in range(STREAMS)]
+        pending: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 60
+        while len(pending) < STREAMS and time.monotonic() < deadline:
+            listed = await owner.get(
+                "/api/approvals", params={"status": "pending", "page_size": 500}
+            )
+            pending = [a for a in listed.json() if a["tool"] == "run_skill_script"]
+            await asyncio.sleep(0.5)
+        health = (await owner.get("/api/health")).status_code
+        tool = (await owner.post("/api/tools/list_skills", json={})).json()["status"]
+        for approval in pending:
+            await owner.post(f"/api/approvals/{approval['id']}", json={"decision": "approve"})
+        answers = await asyncio.wait_for(asyncio.gather(*waiters), 120)
+        ticks = await asyncio.wait_for(asyncio.gather(*watchers), 120)
+        for task in feeds:
+            task.cancel()
+        await asyncio.gather(*feeds, return_exceptions=True)
+    return {"health": health, "tool": tool, "answers": answers, "ticks": ticks}
+
+
 def check_flower(stack: Stack) -> None:
     password = secret("flower.password")
     with httpx.Client(base_url=stack.flower, timeout=30) as client:
@@ -291,6 +385,7 @@ def main() -> int:
     check_runs_by_node_name(stack)
     check_spark(stack)
     check_approval(stack)
+    check_many_streams(stack)
     check_killed_node(stack)
     check_inspect_ping()
     check_flower(stack)

@@ -43,6 +43,7 @@ log = structlog.get_logger(__name__)
 
 MAX_QUEUED = 2_000  # entries a subscription may hold unread before it is dropped
 READ_COUNT = 500  # entries per key per read
+ASYNC_CONNECTIONS = 32  # per client
 WAKE_TTL_SECONDS = 3_600
 OUTAGES = (redis.ConnectionError, redis.TimeoutError, OSError)
 
@@ -52,14 +53,21 @@ class Overflow(Exception):
 
 
 def async_client(settings: Settings, blocking: bool = False) -> aioredis.Redis:
-    """A `redis.asyncio` client of the same server; a blocking one outlasts the longest block."""
+    """A `redis.asyncio` client of the same server; a blocking one outlasts the longest block.
+
+    Its commands share at most ASYNC_CONNECTIONS connections, waiting for a free one: a
+    thousand streams ending at once queue their commands rather than open a thousand.
+    """
     timeout = REDIS_SOCKET_TIMEOUT_SECONDS + (MAX_BLOCK_MS / 1000 if blocking else 0)
-    return aioredis.Redis.from_url(
+    pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis,
+        max_connections=ASYNC_CONNECTIONS,
+        timeout=REDIS_SOCKET_TIMEOUT_SECONDS,
         socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
         socket_timeout=timeout,
         health_check_interval=30,
     )
+    return aioredis.Redis(connection_pool=pool)
 
 
 def entry_event(entry_id: Any, fields: dict[Any, Any]) -> Event:
@@ -97,8 +105,11 @@ class Subscription:
 
     async def next(self, timeout: float) -> list[Event]:
         """The next new events, or [] when `timeout` seconds pass without any."""
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that
+        # comes as the queue hands over an item, and the connection's task would never end.
         try:
-            batch = await asyncio.wait_for(self.queue.get(), timeout)
+            async with asyncio.timeout(timeout):
+                batch = await self.queue.get()
         except TimeoutError:
             return []
         self.queued -= len(batch)

@@ -1,4 +1,5 @@
-"""gunicorn's configuration for the API (`--config python:skillfleet.serving`).
+"""gunicorn's configuration for the API (`--config python:skillfleet.serving`), and the worker
+class it runs (`skillfleet.serving.Worker`: uvicorn's, with a time limit on request headers).
 
 Prometheus multiprocess mode: every worker process writes its metrics into one folder, so a
 scrape answered by any worker gives the totals of all of them. The folder is made before the
@@ -8,12 +9,16 @@ files left by an earlier run, and a dead worker's live gauges are dropped.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn_worker import UvicornWorker
 
 from skillfleet.settings import Settings
 
@@ -59,3 +64,60 @@ def child_exit(server: Any, worker: Any) -> None:
 def on_exit(server: Any) -> None:
     for folder in _made:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- request headers in time -----------------------------------------------------------------
+# uvicorn has no limit on how long a client may take to send a request's headers, so a client
+# trickling them (slowloris) or connecting and sending nothing keeps its socket for ever. This
+# protocol closes a connection whose request line and headers are not all in within
+# SKILLFLEET_HEADER_TIMEOUT seconds of its start (or of its next request's first byte). It
+# extends uvicorn's httptools protocol through the parser callbacks the protocol is built on.
+
+
+def headers_in_time(seconds: float) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol, closing connections whose headers take over `seconds`."""
+
+    class HeadersInTime(HttpToolsProtocol):
+        _headers_due: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._headers_due is None:
+                self._headers_due = self.loop.call_later(seconds, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._headers_due is not None:
+                self._headers_due.cancel()
+                self._headers_due = None
+
+        def _too_slow(self) -> None:
+            self._headers_due = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return HeadersInTime
+
+
+class Worker(UvicornWorker):  # type: ignore[misc]
+    """gunicorn's uvicorn worker with the header time limit (gunicorn's --worker-class)."""
+
+    CONFIG_KWARGS = {
+        "loop": "auto",
+        "http": headers_in_time(Settings.from_env().header_timeout),
+        "server_header": False,
+    }

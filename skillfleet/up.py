@@ -89,7 +89,7 @@ def _gunicorn_command(settings: Settings, workers: int) -> list[str]:
         # Each worker an event loop (uvicorn): open streams and waits cost coroutines; Flask's
         # requests run on SKILLFLEET_API_THREADS threads of each (api/asgi.py).
         "--worker-class",
-        "uvicorn_worker.UvicornWorker",
+        "skillfleet.serving.Worker",
         "--workers",
         str(workers),
         "--bind",

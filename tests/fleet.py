@@ -31,6 +31,7 @@ from api import create_app
 from api.asgi import LiveTier
 from api.services import Services
 from relay import heartbeat, naming
+from skillfleet.serving import headers_in_time
 from skillfleet.settings import Settings
 from store.db import transaction
 from store.models import Node
@@ -207,8 +208,9 @@ class LiveServer:
     def __init__(self, app: Flask) -> None:
         self.tier = LiveTier(app)
         config = uvicorn.Config(
-            self.tier, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on"
-        )
+            self.tier, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on",
+            http=headers_in_time(self.tier.services.settings.header_timeout),
+        )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.url = f"http://127.0.0.1:{config.port}"
         self.thread = threading.Thread(target=asyncio.run, args=(self.server.serve(),))
