@@ -136,3 +136,18 @@ def webhook_retries() -> str:
 def counter(name: str) -> str:
     """A counter every process adds to (relay/counters.py): a hash of label values to counts."""
     return f"{PREFIX}:counter:{name}"
+
+
+def ended_runs() -> str:
+    """Sorted set of the runs whose stream ended, scored by when (relay/retention.py)."""
+    return f"{PREFIX}:runs:ended"
+
+
+def ended_turns() -> str:
+    """Sorted set of the agent turns whose stream ended, scored by when (relay/retention.py)."""
+    return f"{PREFIX}:turns:ended"
+
+
+def notify_due(owner_id: int) -> str:
+    """A key whose existence says a notify task for the owner is on its way (relay/notifier.py)."""
+    return f"{PREFIX}:owner:{owner_id}:notify"

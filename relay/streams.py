@@ -14,13 +14,15 @@ from typing import Any
 import redis
 import structlog
 
-from relay import naming, wire
+from relay import naming, retention, wire
 from relay.connections import reply_text
+from relay.retention import DEFAULT_CAPS, Expiry, StreamCaps
 from store.limits import (
     CHUNK_BYTES,
-    FINISHED_STREAM_TTL_SECONDS,
+    KEPT_OUTPUT_CHARS,
+    KIB,
     MAX_BLOCK_MS,
-    MAX_STREAM_BYTES,
+    MIB,
     REDIS_RETRY_SECONDS,
     REDIS_SOCKET_TIMEOUT_SECONDS,
 )
@@ -48,20 +50,26 @@ class RunStream:
     with `later`) waits for the next output or the exit and travels in its pipeline;
     `send_pending` sends it alone.
     Writes of others (the owner's events) can ride along the same way with `also`.
+    What the stream holds and how long it stays follow `caps` (relay/retention.py).
     """
 
-    def __init__(self, client: redis.Redis, run_id: str) -> None:
+    def __init__(self, client: redis.Redis, run_id: str, caps: StreamCaps = DEFAULT_CAPS) -> None:
         self.client = client
+        self.run_id = run_id
         self.key = naming.run_stream(run_id)
         self.end_key = naming.run_end(run_id)
+        self.caps = caps
+        self.expiry = Expiry(caps.ttl)
         self.published = 0
         self.capped = False
         self.pending: list[tuple[str, dict[str, Any]]] = []
         self.riders: list[Callable[[Any], object]] = []
 
     def status(self, state: str, **details: Any) -> str:
-        pipe = self._pipeline([("status", {"status": state, **details})])
-        return reply_text(wire.execute(pipe)[-1])
+        pipe = self._pipeline([("status", {"status": state, **details})], refresh=False)
+        status_at = len(pipe) - 1
+        self.expiry.refresh(pipe, self.key)
+        return reply_text(wire.execute(pipe)[status_at])
 
     def status_later(self, state: str, **details: Any) -> None:
         """A status to publish with the next entries (see `send_pending`)."""
@@ -76,7 +84,8 @@ class RunStream:
             wire.execute(self._pipeline([]))
 
     def output(self, stream: str, data: bytes, later: bool = False) -> None:
-        """Publish stdout/stderr bytes in entries of at most CHUNK_BYTES, up to the stream cap.
+        """Publish stdout/stderr bytes in entries of at most CHUNK_BYTES, up to the stream cap;
+        the entry that reaches the cap is followed by one stderr note marked `truncated`.
 
         With `later`, they wait for the next pipeline this stream sends, as a status does.
         """
@@ -84,18 +93,22 @@ class RunStream:
             if not later:
                 self.send_pending()
             return
-        room = MAX_STREAM_BYTES - self.published
+        room = self.caps.output_bytes - self.published
         if len(data) > room:
             data = data[:room]
             self.capped = True
-        entries = [
+        entries: list[tuple[str, dict[str, Any]]] = [
             (stream, {"text": data[start : start + CHUNK_BYTES].decode("utf-8", "replace")})
             for start in range(0, len(data), CHUNK_BYTES)
         ]
         self.published += len(data)
         if self.capped:
-            note = f"[skillfleet: output past {MAX_STREAM_BYTES // 2**20} MiB is not streamed]\n"
-            entries.append(("stderr", {"text": note}))
+            note = (
+                f"[skillfleet: output truncated: the stream keeps its first "
+                f"{size_text(self.caps.output_bytes)}; the run keeps the last "
+                f"{size_text(KEPT_OUTPUT_CHARS)} of each output]\n"
+            )
+            entries.append(("stderr", {"text": note, "truncated": True}))
         if later:
             self.pending.extend(entries)
         else:
@@ -108,7 +121,8 @@ class RunStream:
         call_answer: dict[str, Any] | None = None,
         **details: Any,
     ) -> str:
-        """The last event of a run; the stream then expires after an hour.
+        """The last event of a run; the stream then expires after `caps.ttl` seconds, and it
+        counts among the ended streams the housekeeping keeps at most `caps.kept` of.
 
         The same pipeline writes the run's end key, so a waiter for the end wakes once; with
         `call_answer` (what the run's tool call was answered, already recorded) the end entry
@@ -118,47 +132,94 @@ class RunStream:
         end = {"kind": "exit", "data": data}
         if call_answer is not None:
             end["answer"] = json.dumps(call_answer)
-        pipe = self._pipeline([])
+        pipe = self._pipeline([], refresh=False)
+        exit_at = len(pipe)
         pipe.xadd(self.key, {"kind": "exit", "data": data})
         pipe.xadd(self.end_key, end)
-        pipe.expire(self.key, FINISHED_STREAM_TTL_SECONDS)
-        pipe.expire(self.end_key, FINISHED_STREAM_TTL_SECONDS)
-        return reply_text(wire.execute(pipe)[-4])
+        self.expiry.end(pipe, self.key, self.end_key)
+        retention.ended(pipe, naming.ended_runs(), self.run_id)
+        return reply_text(wire.execute(pipe)[exit_at])
 
-    def _pipeline(self, entries: list[tuple[str, dict[str, Any]]]) -> Any:
-        """A pipeline adding what is pending, then `entries`; the caller executes it."""
+    def _pipeline(self, entries: list[tuple[str, dict[str, Any]]], refresh: bool = True) -> Any:
+        """A pipeline adding what is pending, then `entries`, then (with `refresh`) the
+        stream's TTL when it is due; the caller executes it."""
         pipe = self.client.pipeline(transaction=False)
-        for add in self.riders:  # first: the callers read the last replies as the stream's
+        for add in self.riders:  # first: the callers read the later replies as the stream's
             add(pipe)
         self.riders.clear()
-        for kind, data in [*self.pending, *entries]:
+        added = [*self.pending, *entries]
+        for kind, data in added:
             pipe.xadd(self.key, {"kind": kind, "data": json.dumps(data)})
         self.pending.clear()
+        if added and refresh:
+            self.expiry.refresh(pipe, self.key)
         return pipe
 
 
 class TurnStream:
-    """The writer side of a turn's stream (the same format as a run's)."""
+    """The writer side of a turn's stream (the same format as a run's).
 
-    def __init__(self, client: redis.Redis, turn_id: str) -> None:
+    Its text is capped as a run's output is (tool and approval events always go out, at most a
+    few per call), and it expires and is kept as a run's stream is (relay/retention.py).
+    """
+
+    def __init__(self, client: redis.Redis, turn_id: str, caps: StreamCaps = DEFAULT_CAPS) -> None:
         self.client = client
+        self.turn_id = turn_id
         self.key = naming.turn_stream(turn_id)
+        self.caps = caps
+        self.expiry = Expiry(caps.ttl)
+        self.text_bytes = 0
+        self.capped = False
 
     def add(self, kind: str, data: dict[str, Any]) -> None:
-        try:
-            self.client.xadd(self.key, {"kind": kind, "data": json.dumps(data, default=str)})
-        except redis.RedisError as e:  # the Turn row keeps the answer; the stream is a view
-            log.warning("turn event not published", kind=kind, error_type=type(e).__name__)
+        entries = self._capped(data) if kind == "text" else [(kind, data)]
+        if not entries:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for entry_kind, entry_data in entries:
+            pipe.xadd(self.key, {"kind": entry_kind, "data": json.dumps(entry_data, default=str)})
+        self.expiry.refresh(pipe, self.key)
+        self._send(pipe, kind)
 
     def end(self, status: str, error: tuple[str, str] | None) -> None:
         data: dict[str, Any] = {"status": status}
         if error is not None:
             data["error"] = {"code": error[0], "message": error[1]}
-        self.add("end", data)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xadd(self.key, {"kind": "end", "data": json.dumps(data, default=str)})
+        self.expiry.end(pipe, self.key)
+        retention.ended(pipe, naming.ended_turns(), self.turn_id)
+        self._send(pipe, "end")
+
+    def _capped(self, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The text entry while the stream has room for it; past the cap one note, then none."""
+        if self.capped:
+            return []
+        size = len(str(data.get("text", "")).encode())
+        if self.text_bytes + size <= self.caps.output_bytes:
+            self.text_bytes += size
+            return [("text", data)]
+        self.capped = True
+        note = (
+            f"[skillfleet: text truncated: the stream keeps its first "
+            f"{size_text(self.caps.output_bytes)}; the turn keeps the end of its answer]"
+        )
+        return [("text", {"text": note, "truncated": True})]
+
+    def _send(self, pipe: Any, kind: str) -> None:
         try:
-            self.client.expire(self.key, FINISHED_STREAM_TTL_SECONDS)
-        except redis.RedisError:
-            pass  # the key lingers without a TTL; a later turn's end can't help it either
+            pipe.execute()
+        except redis.RedisError as e:  # the Turn row keeps the answer; the stream is a view
+            log.warning("turn event not published", kind=kind, error_type=type(e).__name__)
+
+
+def size_text(size: int) -> str:
+    """`1 MiB`, `64 KiB` or `1500 bytes`: a cap as a note states it."""
+    for unit, name in ((MIB, "MiB"), (KIB, "KiB")):
+        if size % unit == 0:
+            return f"{size // unit} {name}"
+    return f"{size} bytes"
 
 
 def parse_entry_id(text: str) -> tuple[int, int] | None:

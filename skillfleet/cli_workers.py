@@ -196,6 +196,7 @@ def _serve(
     from relay.app import create_celery
     from relay.connections import redis_client
     from relay.heartbeat import Beater, Instance
+    from relay.retention import StreamCaps
     from skillfleet.logs import configure_logging
     from skillfleet.serving import freeze_startup_heap
     from store.db import make_engine, make_sessions
@@ -211,7 +212,8 @@ def _serve(
     if runner is not None:
         sessions = make_sessions(make_engine(settings.database))
         feed.attach(sessions, client)
-        app.skillfleet_worker = WorkerContext(sessions, client, instance, runner, packages)
+        caps = StreamCaps.of(settings)
+        app.skillfleet_worker = WorkerContext(sessions, client, instance, runner, packages, caps)
 
     def refresh(current: Instance) -> None:
         if packages is not None:

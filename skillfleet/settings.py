@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from store import limits
 from store.safeyaml import load_yaml
 
 DEFAULT_HOST = "127.0.0.1"
@@ -90,6 +91,11 @@ class Settings:
     flower_user: str | None = None
     flower_password: str | None = None
     log_format: str = "json"
+    # Bounded memory: what Redis keeps of runs' and turns' streams, what Flower keeps of tasks.
+    run_output_bytes: int = limits.RUN_OUTPUT_BYTES
+    run_stream_ttl: int = limits.RUN_STREAM_TTL_SECONDS
+    run_streams_kept: int = limits.RUN_STREAMS_KEPT
+    flower_max_tasks: int = limits.FLOWER_MAX_TASKS
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -199,6 +205,18 @@ class Settings:
             flower_user=env.get("SKILLFLEET_FLOWER_USER") or None,
             flower_password=_secret(env, "SKILLFLEET_FLOWER_PASSWORD"),
             log_format=_choice(env, "SKILLFLEET_LOG_FORMAT", ("json", "console"), "json"),
+            run_output_bytes=_at_least(
+                env, "SKILLFLEET_RUN_OUTPUT_BYTES", limits.RUN_OUTPUT_BYTES, limits.KIB
+            ),
+            run_stream_ttl=_at_least(
+                env, "SKILLFLEET_RUN_STREAM_TTL", limits.RUN_STREAM_TTL_SECONDS, 1
+            ),
+            run_streams_kept=_at_least(
+                env, "SKILLFLEET_RUN_STREAMS_KEPT", limits.RUN_STREAMS_KEPT, 1
+            ),
+            flower_max_tasks=_at_least(
+                env, "SKILLFLEET_FLOWER_MAX_TASKS", limits.FLOWER_MAX_TASKS, 1
+            ),
             extra=config,
         )
 

@@ -85,12 +85,8 @@ COALESCE_BYTES = CHUNK_BYTES
 COALESCE_SECONDS = 0.002
 # A run's "running" status waits this long for its first output, to share its round trip.
 STATUS_DELAY_SECONDS = 0.05
-# Output published to a run's stream is capped; past it one note says so.
-MAX_STREAM_BYTES = 8 * MIB
 # What the Run row keeps of each output stream; the tool result is capped again at RESULT_CAP.
 KEPT_OUTPUT_CHARS = 64 * KIB
-# Finished streams stay replayable this long; the Run row keeps the capped output for good.
-FINISHED_STREAM_TTL_SECONDS = 3600
 # Redis: a read gives up after this long, a blocking read blocks at most MAX_BLOCK_MS (and gets
 # a socket timeout longer than its block); an idle SSE stream sends a comment that often.
 REDIS_SOCKET_TIMEOUT_SECONDS = 5.0
@@ -120,3 +116,14 @@ MAX_RESULT_DEPTH = 64
 MAX_PATH_CHARS = 1024  # a resource path read_skill_resource accepts
 MAX_LINT_WARNINGS = 50  # review warnings kept per skill
 MAX_CRON_CHARS = 100  # the column's width
+
+# Live streams in Redis (a run's output, an agent turn's events): the defaults of
+# SKILLFLEET_RUN_OUTPUT_BYTES, _RUN_STREAM_TTL and _RUN_STREAMS_KEPT (skillfleet/settings.py).
+# A stream holds this much output (a turn's: text), then one note that the rest is not streamed;
+# it expires this long after its end (while it runs, this long after its last refresh); and the
+# housekeeping keeps at most this many ended streams of each kind, removing the oldest.
+RUN_OUTPUT_BYTES = 1 * MIB
+RUN_STREAM_TTL_SECONDS = 3600
+RUN_STREAMS_KEPT = 1000
+# Flower keeps this many tasks in memory, dropping the oldest (its own default is 100,000).
+FLOWER_MAX_TASKS = 10_000

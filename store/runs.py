@@ -25,6 +25,7 @@ from broker.classify import CallPlan
 from broker.results import shape_result
 from relay import events, feed, heartbeat, naming
 from relay.errors import RunFinished, RunNotFound
+from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import RunStream, collected_output
 from store.db import (
     DriverConnection,
@@ -296,7 +297,9 @@ def request_cancel(
     return get_run(sessions, run_id, owner_id)
 
 
-def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
+def reap(
+    sessions: SessionFactory, client: redis.Redis, caps: StreamCaps = DEFAULT_CAPS
+) -> list[str]:
     """Answer `interrupted` for running runs whose worker instance stopped beating."""
     with sessions() as session:
         running = list(session.execute(select(Run.id, Run.worker).where(Run.status == RUNNING)))
@@ -311,7 +314,7 @@ def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
         ended: list[feed.OwnerEvent] = []
         if finish(sessions, run_id, outcome, None, ended):
             feed.publish_all(client, ended)
-            RunStream(client, run_id).exit(INTERRUPTED, None, error=outcome.error)
+            RunStream(client, run_id, caps).exit(INTERRUPTED, None, error=outcome.error)
             announce(sessions, client, run_id)
             reaped.append(run_id)
     return reaped

@@ -12,6 +12,7 @@ from broker.broker import Broker
 from relay import feed, generations, naming
 from relay.connections import redis_client
 from relay.heartbeat import Instance
+from relay.retention import StreamCaps
 from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
 from store.egress import Egress
@@ -52,6 +53,7 @@ def job_context(app: Any) -> JobContext:
                 step_limit=settings.run_timeout + STEP_SLACK_SECONDS,
                 sealer=Sealer(settings.keys_dir),
                 turn_limit=settings.turn_timeout,
+                caps=StreamCaps.of(settings),
             )
             app.skillfleet_jobs = context
         return context
@@ -68,6 +70,7 @@ def turn_context(app: Any) -> TurnContext:
         Sealer(settings.keys_dir),
         jobs.worker,
         settings.turn_timeout,
+        jobs.caps,
     )
 
 

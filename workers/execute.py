@@ -13,6 +13,7 @@ import structlog
 from relay import feed, naming
 from relay.errors import RunError
 from relay.heartbeat import Instance
+from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import RunStream
 from store.db import SessionFactory
 from store.models import RunFacts
@@ -48,6 +49,7 @@ class WorkerContext:
     instance: Instance
     runner: Runner
     packages: Packages
+    caps: StreamCaps = DEFAULT_CAPS  # what a run's stream holds and how long (settings)
 
 
 def execute(context: WorkerContext, run_id: str) -> str | None:
@@ -58,7 +60,7 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
     if run is None:
         log.info("run already claimed or ended, or never saved; nothing to do", run_id=run_id)
         return None
-    stream = RunStream(context.redis, run_id)
+    stream = RunStream(context.redis, run_id, context.caps)
     # The owner hears "running" with the run's first stream entries: the script starts sooner.
     stream.also(lambda pipe: feed.add_to(pipe, events))
     try:

@@ -22,6 +22,7 @@ from broker.calls import CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
 from broker.jobstate import JobRunStatus
 from relay import events, heartbeat, turnstate
+from relay.retention import DEFAULT_CAPS, StreamCaps
 from skillfleet.settings import DEFAULT_TURN_TIMEOUT
 from store import modelsettings
 from store.cron import latest_time, next_time
@@ -54,6 +55,7 @@ class JobContext:
     # Prompt steps: the key that opens the owner's model API key, and a turn's time limit.
     sealer: Sealer | None = None
     turn_limit: float = DEFAULT_TURN_TIMEOUT
+    caps: StreamCaps = DEFAULT_CAPS  # what a prompt step's turn stream holds and how long
 
 
 # -- the tick ------------------------------------------------------------------------
@@ -219,7 +221,13 @@ def _prompt(context: JobContext, job: Job, run: JobRun, prompt: str) -> str | No
         turn = turnstate.claim(session, turn_id, context.worker)
     assert turn is not None  # nobody else knows this turn yet
     turn_context = turns.TurnContext(
-        context.sessions, context.redis, context.broker, sealer, context.worker, context.turn_limit
+        context.sessions,
+        context.redis,
+        context.broker,
+        sealer,
+        context.worker,
+        context.turn_limit,
+        context.caps,
     )
     status = turns.run_claimed(turn_context, turn)
     ended = turnstate.get(context.sessions, turn_id)

@@ -20,6 +20,7 @@ from broker.broker import Broker
 from broker.calls import CallOutcome, CallRequest
 from broker.callstate import OPEN_STATES, CallStatus
 from relay import events, naming, turnstate
+from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import TurnStream
 from relay.turnstate import TurnStatus
 from store import modelsettings
@@ -55,6 +56,7 @@ class TurnContext:
     sealer: Sealer
     worker: str
     time_limit: float
+    caps: StreamCaps = DEFAULT_CAPS  # what a turn's stream holds and how long (settings)
 
 
 def execute(context: TurnContext, turn_id: str) -> str | None:
@@ -69,7 +71,7 @@ def execute(context: TurnContext, turn_id: str) -> str | None:
 
 def run_claimed(context: TurnContext, turn: Turn) -> TurnStatus:
     """Run a turn this worker claimed to its end and record how it ended."""
-    stream = TurnStream(context.redis, turn.id)
+    stream = TurnStream(context.redis, turn.id, context.caps)
     stream.add("status", {"status": TurnStatus.RUNNING})
     loop = _Loop(context, turn, stream)
     try:
@@ -93,11 +95,13 @@ def run_claimed(context: TurnContext, turn: Turn) -> TurnStatus:
     return status
 
 
-def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
+def reap(
+    sessions: SessionFactory, client: redis.Redis, caps: StreamCaps = DEFAULT_CAPS
+) -> list[str]:
     """End turns whose control worker stopped beating `interrupted`, and tell their owner."""
     reaped = []
     for turn in turnstate.lost(sessions, client):
-        TurnStream(client, turn.id).end(
+        TurnStream(client, turn.id, caps).end(
             TurnStatus.INTERRUPTED, ("interrupted", turnstate.LOST_WORKER)
         )
         if turn.job_run_id is None:
