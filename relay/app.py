@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
@@ -10,10 +11,15 @@ from celery.schedules import crontab
 from relay import naming, transport
 from skillfleet.settings import Settings
 
-REAP_EVERY_SECONDS = 5.0
-EXPIRE_EVERY_SECONDS = 30.0
 JOB_TICK_SECONDS = 60.0
-NOTIFY_EVERY_SECONDS = 5.0
+# The housekeeping answers a lost worker's runs `interrupted` within seconds of its last beat
+# counting as too old (relay/heartbeat.py); the sweep's work can wait a minute.
+HOUSEKEEPING_SECONDS = 5.0
+SWEEP_SECONDS = 60.0
+# Beat entries that run on the clock, not because someone asked: their tasks send no task
+# events (workers/tasks.py) and beat does not log sending them, so neither Flower nor beat's
+# log fills with them.
+QUIET_ENTRIES = ("housekeeping", "sweep")
 
 
 def kombu_url(redis_url: str) -> str:
@@ -60,26 +66,41 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
                 "schedule": crontab(),
                 "options": {"queue": naming.CONTROL, "expires": JOB_TICK_SECONDS},
             },
-            "reap-interrupted-runs": {
-                "task": "skillfleet.reap",
-                "schedule": REAP_EVERY_SECONDS,
-                "options": {"queue": naming.CONTROL, "expires": REAP_EVERY_SECONDS},
+            "housekeeping": {
+                "task": "skillfleet.housekeeping",
+                "schedule": HOUSEKEEPING_SECONDS,
+                "options": {"queue": naming.CONTROL, "expires": HOUSEKEEPING_SECONDS},
             },
-            "notify": {
-                "task": "skillfleet.notify",
-                "schedule": NOTIFY_EVERY_SECONDS,
-                "options": {"queue": naming.CONTROL, "expires": NOTIFY_EVERY_SECONDS},
-            },
-            "expire-approvals": {
-                "task": "skillfleet.expire_approvals",
-                "schedule": EXPIRE_EVERY_SECONDS,
-                "options": {"queue": naming.CONTROL, "expires": EXPIRE_EVERY_SECONDS},
+            "sweep": {
+                "task": "skillfleet.sweep",
+                "schedule": SWEEP_SECONDS,
+                "options": {"queue": naming.CONTROL, "expires": SWEEP_SECONDS},
             },
         },
     )
     app.conf.update(overrides)
     app.skillfleet_settings = settings  # read by workers.context
     return app
+
+
+def create_beat(settings: Settings) -> Celery:
+    """The app `skillfleet beat` runs: it sends no "task-sent" events (the workers report the
+    tasks they get), and its log leaves out the sends of QUIET_ENTRIES."""
+    logging.getLogger("celery.beat").addFilter(QuietEntries())
+    return create_celery(settings, task_send_sent_event=False)
+
+
+class QuietEntries(logging.Filter):
+    """Drops beat's line "Scheduler: Sending due task <entry> (<task>)" for QUIET_ENTRIES."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (
+            isinstance(args, tuple)
+            and args
+            and args[0] in QUIET_ENTRIES
+            and str(record.msg).startswith("Scheduler: Sending due task")
+        )
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from relay import feed, naming
+from relay import feed, naming, notifier
 from relay.connections import reply_text
 
 # What a push tells the owner: things that wait for them or went wrong.
@@ -43,8 +43,12 @@ class OwnerEvent:
 
 
 def publish(client: redis.Redis, owner_id: int, kind: str, **data: Any) -> str | None:
-    """Add one event to the owner's feed (relay/feed.py); Redis being away is only logged."""
-    return feed.publish(client, owner_id, kind, data)
+    """Add one event to the owner's feed (relay/feed.py) and, for a notice, wake the notifier
+    (relay/notifier.py); Redis being away is only logged."""
+    entry = feed.publish(client, owner_id, kind, data)
+    if entry is not None and kind in WEBHOOK_KINDS:
+        notifier.wake(client, owner_id)
+    return entry
 
 
 def read(client: redis.Redis, owner_id: int, after: str = "0-0") -> list[OwnerEvent]:

@@ -19,6 +19,8 @@ from relay.connections import reply_text
 BEAT_SECONDS = 2.0
 # A worker that has not beaten for this long counts as gone.
 ALIVE_SECONDS = 10.0
+# A worker killed without a word stays in the sets of workers this long, then a beat drops it.
+FORGET_SECONDS = 3600.0
 
 
 @dataclass
@@ -63,8 +65,10 @@ def beat(client: redis.Redis, instance: Instance, serving: bool = True) -> None:
     pipe.hset(naming.worker_key(instance.id), mapping=details)
     pipe.expire(naming.worker_key(instance.id), int(ALIVE_SECONDS * 3))
     pipe.zadd(naming.all_workers(), {instance.id: now})
+    pipe.zremrangebyscore(naming.all_workers(), "-inf", now - FORGET_SECONDS)
     if serving:
         pipe.zadd(naming.queue_workers(instance.queue), {instance.id: now})
+        pipe.zremrangebyscore(naming.queue_workers(instance.queue), "-inf", now - FORGET_SECONDS)
     pipe.execute()
 
 

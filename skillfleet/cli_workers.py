@@ -117,10 +117,10 @@ def control(concurrency: int) -> None:
 def beat_command() -> click.Command:
     @click.command("beat")
     def beat() -> None:
-        """celery beat: job tick on start and each minute, reaper every 5 s, approvals 30 s."""
+        """celery beat: job tick on start and each minute, housekeeping every 5 s, sweep 60 s."""
         from celery.signals import beat_init
 
-        from relay.app import create_celery
+        from relay.app import create_beat
 
         # A first start (no schedule file yet) would wait for the next minute to tick, so a
         # time that came while beat was starting would run a minute late, under the next one.
@@ -128,7 +128,7 @@ def beat_command() -> click.Command:
         settings = _settings()
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         schedule = settings.data_dir / "celerybeat-schedule"
-        app = create_celery(settings)
+        app = create_beat(settings)
         app.start(["beat", "--loglevel", "INFO", "--schedule", str(schedule)])
 
     return beat

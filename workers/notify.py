@@ -1,10 +1,13 @@
 """Notifications on the control worker: owner events become Web Push messages and webhooks.
 
-Beat sends `skillfleet.notify` every few seconds. It reads each listening owner's event feed
-(relay/events.py) through the consumer group `notifications`, so every event is handed out
-once however many control workers run; push messages go out at once, webhook deliveries too,
-and a delivery that fails is tried again later (a Redis sorted set of due retries), never
-inside the call or run that published the event.
+A notice sends `skillfleet.notify` for its owner as it is published (relay/notifier.py), and
+the housekeeping sends it when a webhook retry is due: `deliver` hands out that owner's new
+events, then the retries that are due. Beat's sweep calls `pump` every minute, for every
+listening owner, to deliver what a lost wake left. Both read an owner's event feed
+(relay/events.py) through the consumer group `notifications`, so every event is handed out once
+however many control workers run; push messages go out at once, webhook deliveries too, and a
+delivery that fails is tried again later (a Redis sorted set of due retries), never inside the
+call or run that published the event.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import redis
 import structlog
 
-from relay import events, naming, push
+from relay import events, naming, notifier, push
 from relay.counters import DELIVERIES
 from relay.events import PUSH_TITLES, WEBHOOK_KINDS, ensure_group
 from store import notifications
@@ -30,7 +33,6 @@ from workers import webhooks, webpush
 
 log = structlog.get_logger(__name__)
 
-NOTIFY_TASK = "skillfleet.notify"
 CONSUMER = "control"
 READ_COUNT = 100
 # Outcomes of a delivery attempt, as counted in skillfleet_deliveries_total.
@@ -57,6 +59,16 @@ def pump(context: NotifyContext) -> int:
     handled = 0
     for owner_id in owners:
         handled += _owner_events(context, owner_id)
+    _due_retries(context)
+    return handled
+
+
+def deliver(context: NotifyContext, owner_id: int) -> int:
+    """Hand out the owner's new events (its notify task), then the retries that are due."""
+    notifier.woken(context.redis, owner_id)
+    with context.sessions() as session:
+        listening = notifications.is_listening(session, owner_id)
+    handled = _owner_events(context, owner_id) if listening else 0
     _due_retries(context)
     return handled
 

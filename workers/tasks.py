@@ -6,7 +6,8 @@ import structlog
 from celery import Task, shared_task
 
 from relay.dispatch import RUN_JOB_TASK, RUN_TURN_TASK, send_job_run
-from store.runs import reap
+from relay.notifier import NOTIFY_TASK
+from relay.retention import StreamCaps
 from workers import jobruns, notify, turns
 from workers.context import (
     control_context,
@@ -16,6 +17,7 @@ from workers.context import (
     worker_context,
 )
 from workers.execute import execute
+from workers.housekeeping import housekeep, sweep
 
 log = structlog.get_logger(__name__)
 
@@ -27,36 +29,20 @@ def execute_run(self: Task, run_id: str) -> str | None:
         return execute(worker_context(self.app), run_id)
 
 
-@shared_task(name="skillfleet.reap", bind=True)
-def reap_runs(self: Task) -> int:
-    """Answer `interrupted` for runs and job runs whose worker stopped heartbeating."""
+@shared_task(name="skillfleet.housekeeping", bind=True, send_events=False)
+def housekeeping(self: Task) -> int:
+    """Answer `interrupted` for work whose worker stopped beating; trim ended streams."""
     context = control_context(self.app)
-    reaped = reap(context.sessions, context.redis)
-    if reaped:
-        log.warning("runs interrupted", runs=reaped)
-    lost_jobs = jobruns.reap(context.sessions, context.redis)
-    if lost_jobs:
-        log.warning("job runs interrupted", job_runs=lost_jobs)
-    lost_turns = turns.reap(context.sessions, context.redis)
-    if lost_turns:
-        log.warning("turns interrupted", turns=lost_turns)
-    return len(reaped) + len(lost_jobs) + len(lost_turns)
+    caps = StreamCaps.of(self.app.skillfleet_settings)
+    return housekeep(context.sessions, context.redis, caps)
 
 
-@shared_task(name="skillfleet.expire_approvals", bind=True)
-def expire_approvals(self: Task) -> int:
-    """Mark approvals nobody answered within 30 minutes `expired`; drop old turn counts."""
-    from broker.approvals import expire_due
-    from broker.turns import forget_old
-    from store.db import transaction
-
+@shared_task(name="skillfleet.sweep", bind=True, send_events=False)
+def sweep_minute(self: Task) -> int:
+    """Expire approvals nobody answered; deliver notices a lost wake left behind."""
     context = control_context(self.app)
-    with transaction(context.sessions) as session:
-        forget_old(session)
-        expired = expire_due(session)
-    # A job run waiting on an approval that just expired ends `unanswered`.
-    for job_run_id in jobruns.settled_waiting(context.sessions):
-        send_job_run(self.app, job_run_id)
+    expired = sweep(context.sessions, lambda job_run_id: send_job_run(self.app, job_run_id))
+    notify.pump(notify_context(self.app))
     return expired
 
 
@@ -84,7 +70,11 @@ def run_turn(self: Task, turn_id: str) -> str | None:
         return turns.execute(turn_context(self.app), turn_id)
 
 
-@shared_task(name=notify.NOTIFY_TASK, bind=True)
-def notify_owners(self: Task) -> int:
-    """Turn new owner events into Web Push messages and webhook deliveries; retry due ones."""
-    return notify.pump(notify_context(self.app))
+@shared_task(name=NOTIFY_TASK, bind=True)
+def notify_owner(self: Task, owner_id: str | None = None) -> int:
+    """Turn the owner's new events (every listening owner's, without one) into Web Push
+    messages and webhook deliveries; retry due ones."""
+    context = notify_context(self.app)
+    if owner_id is None:
+        return notify.pump(context)
+    return notify.deliver(context, int(owner_id))

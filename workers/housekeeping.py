@@ -1,0 +1,67 @@
+"""Beat's housekeeping on the control worker: a short round every few seconds, a sweep a minute.
+
+`housekeep` (every HOUSEKEEPING_SECONDS, relay/app.py) answers `interrupted` for runs, job runs
+and turns whose worker stopped beating, removes the oldest ended streams past the kept count
+(relay/retention.py) and wakes the notifier when a webhook retry is due. `sweep` (every
+SWEEP_SECONDS) expires approvals nobody answered, drops old turn counts and lets job runs whose
+approval was settled carry on; its task then delivers what notices a lost wake left behind.
+Neither task sends task events, and beat does not log sending them: Flower and beat's log show
+the work that was asked for, not the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import structlog
+
+from broker.approvals import expire_due
+from broker.turns import forget_old
+from relay import naming, notifier, retention
+from relay.retention import StreamCaps
+from store import runs
+from store.db import SessionFactory, transaction
+from workers import jobruns, turns
+
+log = structlog.get_logger(__name__)
+
+
+def housekeep(sessions: SessionFactory, client: redis.Redis, caps: StreamCaps) -> int:
+    """One short round; returns how many runs, job runs and turns it answered `interrupted`."""
+    reaped = runs.reap(sessions, client, caps)
+    if reaped:
+        log.warning("runs interrupted", runs=reaped)
+    lost_jobs = jobruns.reap(sessions, client)
+    if lost_jobs:
+        log.warning("job runs interrupted", job_runs=lost_jobs)
+    lost_turns = turns.reap(sessions, client, caps)
+    if lost_turns:
+        log.warning("turns interrupted", turns=lost_turns)
+    trimmed = retention.trim(client, caps.kept)
+    if trimmed:
+        log.debug("ended streams removed", streams=trimmed)
+    owner_id = retry_due(client)
+    if owner_id is not None:
+        notifier.wake(client, owner_id)  # its task tries every due delivery, any owner's
+    return len(reaped) + len(lost_jobs) + len(lost_turns)
+
+
+def retry_due(client: redis.Redis) -> int | None:
+    """The owner of a webhook delivery whose time to be tried again has come, if any."""
+    due: Any = client.zrangebyscore(naming.webhook_retries(), "-inf", time.time(), start=0, num=1)
+    return int(json.loads(due[0])["owner"]) if due else None
+
+
+def sweep(sessions: SessionFactory, send_job_run: Callable[[str], object]) -> int:
+    """The minute's round; returns how many approvals expired."""
+    with transaction(sessions) as session:
+        forget_old(session)
+        expired = expire_due(session)
+    # A job run waiting on an approval that just expired ends `unanswered`.
+    for job_run_id in jobruns.settled_waiting(sessions):
+        send_job_run(job_run_id)
+    return expired
