@@ -31,7 +31,8 @@ def credentials(settings: Settings) -> tuple[str, str]:
 
 
 def flower_command(settings: Settings) -> list[str]:
-    """Flower on SKILLFLEET_FLOWER_HOST (loopback) and _PORT; credentials go by environment."""
+    """Flower on SKILLFLEET_FLOWER_HOST (loopback) and _PORT, keeping at most
+    SKILLFLEET_FLOWER_MAX_TASKS tasks in memory; credentials go by environment."""
     return [
         sys.executable,
         "-m",
@@ -42,6 +43,7 @@ def flower_command(settings: Settings) -> list[str]:
         f"--address={settings.flower_host}",
         f"--port={settings.flower_port}",
         "--purge_offline_workers=60",
+        f"--max_tasks={settings.flower_max_tasks}",
     ]
 
 

@@ -1,0 +1,22 @@
+"""Flower keeps a bounded number of tasks in memory, as many as SKILLFLEET_FLOWER_MAX_TASKS."""
+
+from __future__ import annotations
+
+from flower.options import options
+
+from skillfleet.flower import flower_command
+from skillfleet.settings import Settings
+
+
+def test_flower_is_told_to_keep_at_most_the_configured_number_of_tasks():
+    settings = Settings.from_env({"SKILLFLEET_FLOWER_MAX_TASKS": "2000"})
+    command = flower_command(settings)
+    arguments = command[command.index("flower") :]  # the command line Flower's parser reads
+    kept = {name: options[name] for name in options}
+    try:
+        options.parse_command_line(arguments, final=False)  # an unknown flag would raise
+        assert options.max_tasks == 2000
+        assert Settings.from_env({}).flower_max_tasks == 10_000  # Flower's own is 100,000
+    finally:
+        for name, value in kept.items():
+            setattr(options, name, value)
