@@ -124,6 +124,16 @@ def turn_stop(turn_id: str) -> str:
     return f"{PREFIX}:turn:{turn_id}:stop"
 
 
+def hub_wake(process: str) -> str:
+    """A stream of one API process's stream hub: an entry wakes its blocking read (relay/hub.py)."""
+    return f"{PREFIX}:hub:{process}:wake"
+
+
+def stream_slots(token: str) -> str:
+    """Sorted set of one token's open streams and waits, scored by when each lease lapses."""
+    return f"{PREFIX}:streams:{token}"
+
+
 # The consumer group of the control worker that turns owner events into push and webhooks.
 NOTIFY_GROUP = "notifications"
 

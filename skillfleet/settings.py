@@ -40,6 +40,19 @@ DEFAULT_PUSH_SERVICES = (
 )
 DEFAULT_PUSH_CONTACT = "mailto:skillfleet@localhost"
 DEFAULT_FLOWER_PORT = 5555
+# Open streams and `?wait=` long-polls: at most this many per token at once; a quiet stream
+# sends a comment this often, and ends after the idle time with nothing but those, or after the
+# longest time in all (its client reconnects), or when a chunk can't be written within the send
+# timeout; the open streams' tokens are checked again this often.
+DEFAULT_API_THREADS = 16
+DEFAULT_STREAM_LIMIT = 200
+DEFAULT_STREAM_KEEPALIVE = 15
+DEFAULT_STREAM_IDLE = 900
+DEFAULT_STREAM_MAX = 3600
+DEFAULT_STREAM_SEND_TIMEOUT = 15
+DEFAULT_STREAM_RECHECK = 30
+# A connection whose request headers are not all in this long after it opened is closed.
+DEFAULT_HEADER_TIMEOUT = 10
 FLOWER_USER = "admin"
 
 
@@ -91,6 +104,15 @@ class Settings:
     flower_user: str | None = None
     flower_password: str | None = None
     log_format: str = "json"
+    # The live tier (api/asgi.py): Flask's threads per API process, and what bounds a stream.
+    api_threads: int = DEFAULT_API_THREADS
+    stream_limit: int = DEFAULT_STREAM_LIMIT
+    stream_keepalive: float = DEFAULT_STREAM_KEEPALIVE
+    stream_idle: float = DEFAULT_STREAM_IDLE
+    stream_max: float = DEFAULT_STREAM_MAX
+    stream_send_timeout: float = DEFAULT_STREAM_SEND_TIMEOUT
+    stream_recheck: float = DEFAULT_STREAM_RECHECK
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
     # Bounded memory: what Redis keeps of runs' and turns' streams, what Flower keeps of tasks.
     run_output_bytes: int = limits.RUN_OUTPUT_BYTES
     run_stream_ttl: int = limits.RUN_STREAM_TTL_SECONDS
@@ -205,6 +227,16 @@ class Settings:
             flower_user=env.get("SKILLFLEET_FLOWER_USER") or None,
             flower_password=_secret(env, "SKILLFLEET_FLOWER_PASSWORD"),
             log_format=_choice(env, "SKILLFLEET_LOG_FORMAT", ("json", "console"), "json"),
+            api_threads=_int(env, "SKILLFLEET_API_THREADS", DEFAULT_API_THREADS),
+            stream_limit=_int(env, "SKILLFLEET_STREAM_LIMIT", DEFAULT_STREAM_LIMIT),
+            stream_keepalive=_int(env, "SKILLFLEET_STREAM_KEEPALIVE", DEFAULT_STREAM_KEEPALIVE),
+            stream_idle=_int(env, "SKILLFLEET_STREAM_IDLE", DEFAULT_STREAM_IDLE),
+            stream_max=_int(env, "SKILLFLEET_STREAM_MAX", DEFAULT_STREAM_MAX),
+            stream_send_timeout=_int(
+                env, "SKILLFLEET_STREAM_SEND_TIMEOUT", DEFAULT_STREAM_SEND_TIMEOUT
+            ),
+            stream_recheck=_int(env, "SKILLFLEET_STREAM_RECHECK", DEFAULT_STREAM_RECHECK),
+            header_timeout=_int(env, "SKILLFLEET_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT),
             run_output_bytes=_at_least(
                 env, "SKILLFLEET_RUN_OUTPUT_BYTES", limits.RUN_OUTPUT_BYTES, limits.KIB
             ),
