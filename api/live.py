@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Iterator
+import queue
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -122,29 +124,47 @@ def _take_slot(found: Services, token: str) -> str:
 
 
 def _in_this_thread(found: Services, handoff: Handoff) -> Iterator[bytes]:
-    """The hand-off's body produced in the calling thread (a plain WSGI server)."""
-    from api.livestreams import LiveContext, body_of
-
+    """The hand-off's body for a plain WSGI server: produced on an event loop of its own in a
+    helper thread, handed over chunk by chunk; closing the response stops it."""
+    chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
     loop = asyncio.new_event_loop()
-    hub = StreamHub(found.settings)
-    chunks: AsyncIterator[bytes] | None = None
+    task = loop.create_task(_produce(found, handoff, chunks))
+    producer = threading.Thread(target=_run_until_done, args=(loop, task), daemon=True)
     gauge = SSE_STREAMS_OPEN.labels(kind_of(handoff.job))
     gauge.inc()
+    producer.start()
     try:
-        loop.run_until_complete(hub.start())
-        chunks = body_of(handoff.job, LiveContext(hub, found))
-        while True:
-            try:
-                yield loop.run_until_complete(anext(chunks))
-            except StopAsyncIteration:
-                return
+        while (chunk := chunks.get()) is not None:
+            yield chunk
     finally:
         gauge.dec()
-        if chunks is not None:
-            loop.run_until_complete(chunks.aclose())  # type: ignore[attr-defined]
-        loop.run_until_complete(hub.stop())
-        loop.close()
+        loop.call_soon_threadsafe(task.cancel)
+        producer.join(timeout=10)
         try:
             slots.release_sync(found.redis, handoff.token, handoff.slot)
         except redis.RedisError:
             pass  # the lease lapses by itself
+
+
+def _run_until_done(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:
+    try:
+        loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        pass  # the client went away
+    finally:
+        loop.close()
+
+
+async def _produce(
+    found: Services, handoff: Handoff, chunks: queue.SimpleQueue[bytes | None]
+) -> None:
+    from api.livestreams import LiveContext, body_of
+
+    hub = StreamHub(found.settings)
+    await hub.start()
+    try:
+        async for chunk in body_of(handoff.job, LiveContext(hub, found)):
+            chunks.put(chunk)
+    finally:
+        chunks.put(None)
+        await hub.stop()

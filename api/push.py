@@ -7,9 +7,10 @@ from typing import Any
 import marshmallow as ma
 from flask import Response
 
-from api.auth import owner_only, owner_or_agent
+from api.auth import owner_only
 from api.blueprint import Blueprint
 from api.paging import paginate
+from api.roles import owner_route
 from api.services import services
 from relay import push
 from relay.events import start_listening
@@ -50,12 +51,13 @@ class EndpointSchema(ma.Schema):
 @blp.response(200, PushKeySchema)
 def push_key() -> dict[str, str]:
     """The VAPID public key a browser subscribes with"""
-    owner_or_agent()
+    owner_only()
     vapid = push.load_or_create_vapid(services().settings.keys_dir)
     return {"public_key": push.application_server_key(vapid)}
 
 
 @blp.route("/subscriptions")
+@owner_route
 @blp.response(200, SubscriptionSchema(many=True))
 @paginate(blp, in_memory=True)
 def list_subscriptions() -> list[PushSubscription]:
@@ -65,6 +67,7 @@ def list_subscriptions() -> list[PushSubscription]:
 
 
 @blp.route("/subscriptions", methods=["POST"])
+@owner_route
 @blp.arguments(SubscriptionSchema())
 @blp.response(201, SubscriptionSchema)
 def subscribe(body: dict[str, Any]) -> Any:
@@ -94,6 +97,7 @@ def subscribe(body: dict[str, Any]) -> Any:
 
 
 @blp.route("/subscriptions", methods=["DELETE"])
+@owner_route
 @blp.arguments(EndpointSchema())
 @blp.response(204)
 def unsubscribe(body: dict[str, Any]) -> Response:

@@ -17,6 +17,7 @@ from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
 from api.sse import FROM_START, event_stream, frame, resume_after
 from relay import naming
+from relay.retention import StreamCaps
 from relay.streams import (
     Event,
     collected_output,
@@ -50,7 +51,9 @@ def show_run(run_id: str) -> Run:
 @blp.response(202, RunSchema)
 def cancel_run(run_id: str) -> Run:
     """Cancel a run: a queued one at once, a running one by killing its process or container"""
-    return request_cancel(services().sessions, services().redis, run_id, owner_or_agent())
+    found = services()
+    caps = StreamCaps.of(found.settings)
+    return request_cancel(found.sessions, found.redis, run_id, owner_or_agent(), caps)
 
 
 @blp.route("/<run_id>/events")

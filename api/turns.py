@@ -19,6 +19,7 @@ from broker.calls import MODES
 from relay import naming, turnstate
 from relay.dispatch import send_turn
 from relay.errors import BackendUnavailable, NoModel, TurnFinished
+from relay.retention import StreamCaps
 from relay.streams import Event, TurnStream, read_stream
 from relay.turnstate import TurnStatus
 from store import modelsettings
@@ -99,7 +100,7 @@ def stop_turn(turn_id: str) -> Turn:
     with transaction(found.sessions) as session:
         stopped = turnstate.stop_queued(session, turn_id)
     if stopped:
-        TurnStream(found.redis, turn_id).end(
+        TurnStream(found.redis, turn_id, StreamCaps.of(found.settings)).end(
             TurnStatus.STOPPED, ("stopped", "Stopped before it started.")
         )
     else:

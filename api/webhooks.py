@@ -10,6 +10,7 @@ from flask import Response
 from api.auth import owner_only
 from api.blueprint import Blueprint
 from api.paging import paginate
+from api.roles import owner_route
 from api.services import services
 from relay.events import WEBHOOK_KINDS, start_listening
 from store import notifications
@@ -42,6 +43,7 @@ class NewWebhookSchema(WebhookSchema):
 
 
 @blp.route("")
+@owner_route
 @blp.response(200, WebhookSchema(many=True))
 @paginate(blp, in_memory=True)
 def list_webhooks() -> list[Webhook]:
@@ -51,6 +53,7 @@ def list_webhooks() -> list[Webhook]:
 
 
 @blp.route("", methods=["POST"])
+@owner_route
 @blp.arguments(WebhookSchema())
 @blp.response(201, NewWebhookSchema)
 def add_webhook(body: dict[str, Any]) -> dict[str, Any]:

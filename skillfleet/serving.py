@@ -120,4 +120,7 @@ class Worker(UvicornWorker):  # type: ignore[misc]
         "loop": "auto",
         "http": headers_in_time(Settings.from_env().header_timeout),
         "server_header": False,
+        # The client's address is the peer's; X-Forwarded-For counts only as
+        # SKILLFLEET_TRUSTED_PROXIES says (api/auth.py), not by uvicorn's own rule.
+        "proxy_headers": False,
     }

@@ -273,7 +273,11 @@ def get_run(sessions: SessionFactory, run_id: str, owner_id: int | None = None) 
 
 
 def request_cancel(
-    sessions: SessionFactory, client: redis.Redis, run_id: str, owner_id: int
+    sessions: SessionFactory,
+    client: redis.Redis,
+    run_id: str,
+    owner_id: int,
+    caps: StreamCaps = DEFAULT_CAPS,
 ) -> Run:
     """Cancel a run: a queued one ends at once; a running one is stopped by its runner."""
     run = get_run(sessions, run_id, owner_id)
@@ -291,7 +295,7 @@ def request_cancel(
             feed.note_run(session, found)
             _answer_call(session, found)
     if stopped.rowcount == 1:  # type: ignore[attr-defined]
-        RunStream(client, run_id).exit(CANCELLED, None)
+        RunStream(client, run_id, caps).exit(CANCELLED, None)
     else:
         client.set(naming.run_cancel(run_id), "1", ex=3600)
     return get_run(sessions, run_id, owner_id)
