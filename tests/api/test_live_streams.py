@@ -189,6 +189,20 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
 
     seen = asyncio.run(scenario())
 
+    everyone_answered(seen)
+    # Closing every connection frees every slot and every subscription.
+    still = lambda: [type(s.handoff.job).__name__ for s in tier(running).open]  # noqa: E731
+    try:
+        wait_until(lambda: not tier(running).open, 30, "every stream to close")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {still()}") from None
+    assert tier(running).hub.subscriptions == 0
+    assert slots_of(running, running.owner_token) == 0
+
+
+def everyone_answered(seen: dict) -> None:
+    """Health and the tool call answered; every waiter, feed and watcher got all it waited for."""
+
     assert seen["health"].status_code == 200
     assert seen["tool"].json()["status"] == "done"
     assert [a["status"] for a in seen["answers"]] == ["done"] * WAITERS
@@ -199,14 +213,6 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
         printed = "".join(e["text"] for e in events if "text" in e)
         assert printed == "".join(f"line {i}\n" for i in range(20))
         assert events[-1]["status"] == "succeeded"
-    # Closing every connection frees every slot and every subscription.
-    still = lambda: [type(s.handoff.job).__name__ for s in tier(running).open]  # noqa: E731
-    try:
-        wait_until(lambda: not tier(running).open, 30, "every stream to close")
-    except AssertionError as e:
-        raise AssertionError(f"{e}: {still()}") from None
-    assert tier(running).hub.subscriptions == 0
-    assert slots_of(running, running.owner_token) == 0
 
 
 def test_past_its_limit_a_token_gets_429_too_many_streams_until_one_closes(running: Fleet):
