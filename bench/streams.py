@@ -11,7 +11,8 @@ scripts' output, tool calls waiting for the owner's answer):
 - output lines: from a script printing a line (its own timestamp) to each watcher receiving it,
   p50 and p99 over every watcher and line;
 - answers: from the owner answering an approval (deny) to its waiting call returning, p50/p99;
-- memory: the API workers' resident memory per open connection.
+- memory: the API workers' resident memory per open connection;
+- revocation: from deleting a token to the end of each of its 100 open feeds.
 
 The clients are raw asyncio connections in this process (an SSE line or a JSON answer needs no
 more), so the figures measure the server, not an HTTP library.
@@ -350,6 +351,23 @@ async def answer_all(system: System, size: int, waiters: list[Connection]) -> li
     return delays
 
 
+async def revocation_figures(system: System, count: int = 100) -> dict[str, float]:
+    """`count` feeds of one token, the token deleted: from the deletion to each feed's end."""
+    async with httpx.AsyncClient(base_url=system.url, headers=system.headers) as client:
+        made = (await client.post("/api/tokens", json={"role": "owner", "label": "tab"})).json()
+        feeds = [
+            await open_connection(system.port, "GET", "/api/events", made["token"])
+            for _ in range(count)
+        ]
+        await asyncio.sleep(1)
+        assert all(feed.status == 200 for feed in feeds)
+        deleted_at = time.time()
+        assert (await client.delete(f"/api/tokens/{made['id']}")).status_code == 204
+    ended = await asyncio.wait_for(asyncio.gather(*(f.ended for f in feeds if f.ended)), 60)
+    delays = [when - deleted_at for when in ended]
+    return {"revoked_p50": pct(delays, 0.5), "revoked_max": max(delays) * 1000}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="500,2000")
@@ -359,6 +377,7 @@ def main() -> None:
         rows = [("idle", idle)]
         for size in sizes:
             rows.append((str(size), asyncio.run(loaded_figures(s, size))))
+        revoked = asyncio.run(revocation_figures(s))
     print(
         f"{'open':>6} {'health p50':>11} {'p99':>7} {'x idle':>7} {'list_skills':>12} "
         f"{'x idle':>7} {'line p50':>9} {'p99':>7} {'answer p50':>11} {'p99':>7} {'KiB/conn':>9}"
@@ -376,7 +395,11 @@ def main() -> None:
                 else ""
             )
         )
-    print(json.dumps({label: row for label, row in rows}))
+    print(
+        f"a deleted token's 100 open feeds ended {revoked['revoked_p50']:.0f} ms (p50), "
+        f"{revoked['revoked_max']:.0f} ms (max) after the deletion"
+    )
+    print(json.dumps({**{label: row for label, row in rows}, "revoked": revoked}))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ closing or revoking them frees everything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
@@ -250,25 +251,35 @@ def test_past_its_limit_a_token_gets_429_too_many_streams_until_one_closes(runni
 
 
 def test_revoking_a_token_closes_its_feed_and_run_streams(running: Fleet):
-    token_id, token = agent_token(running)
     with running.http() as owner_client:
+        owner = owner_client.post("/api/tokens", json={"role": "owner", "label": "tab"}).json()
+        agent = owner_client.post("/api/tokens", json={"role": "agent", "label": "bot"}).json()
         run = owner_client.post(
             "/api/tools/run_skill_script",
             json=run_call(running.env["TEST_NODE"], "ticker", "revoke", count=200, every=0.5),
         ).json()
-    headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=running.url, headers=headers, timeout=30) as client:
-        with client.stream("GET", f"/api/runs/{run['run_id']}/events") as stream:
+    streams = ((owner, "/api/events"), (agent, f"/api/runs/{run['run_id']}/events"))
+    with contextlib.ExitStack() as opened:
+        followed = []
+        for made, path in streams:
+            headers = {"Authorization": f"Bearer {made['token']}"}
+            client = opened.enter_context(
+                httpx.Client(base_url=running.url, headers=headers, timeout=30)
+            )
+            stream = opened.enter_context(client.stream("GET", path))
             assert stream.status_code == 200
             lines = stream.iter_lines()
-            assert any(line.startswith("data: ") for line in lines)
-            with running.http() as owner_client:
-                deleted = owner_client.delete(f"/api/tokens/{token_id}")
-                assert deleted.status_code == 204
+            assert next(lines)  # the first line is in: the stream is open
+            followed.append((client, lines))
+        with running.http() as owner_client:
+            for made, _path in streams:
+                assert owner_client.delete(f"/api/tokens/{made['id']}").status_code == 204
+        for client, lines in followed:
             rest = list(lines)  # ends: the server closed the stream
-        assert len(rest) < 200
-        assert client.get("/api/tools").status_code == 401
-    wait_until(lambda: slots_of(running, token) == 0, 30, "the revoked token's slots to free")
+            assert len(rest) < 200
+            assert client.get("/api/tools").status_code == 401
+    tokens = [made["token"] for made, _path in streams]
+    wait_until(lambda: not any(slots_of(running, t) for t in tokens), 30, "the slots to free")
 
 
 def open_stream(running: Fleet, path: str, token: str) -> socket.socket:
