@@ -59,6 +59,7 @@ class _Open:
     handoff: Handoff
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     why: str = ""
+    started: bool = False  # its response's headers went out
 
 
 class LiveTier:
@@ -89,22 +90,29 @@ class LiveTier:
         held: list[Message] = []
 
         async def from_flask(message: Message) -> None:
-            if pickup.handoff is None:
-                await send(message)
-            elif message["type"] == "http.response.start":
-                message["headers"] = [
-                    (k, v) for k, v in message["headers"] if k != b"content-length"
-                ]
-                held.append(message)
-            # else: the hand-off's (empty) body; the live tier sends the real one
+            if pickup.handoff is not None and message["type"] == "http.response.start":
+                if message["status"] == 200:
+                    message["headers"] = [
+                        (k, v) for k, v in message["headers"] if k != b"content-length"
+                    ]
+                    held.append(message)
+                    return
+                # A hook turned the answer into something else: it goes out as Flask made it.
+            elif held:
+                return  # the hand-off's (empty) body; the live tier sends the real one
+            await send(message)
 
         reset = PICKUP.set(pickup)
         try:
             await self.wsgi(scope, receive, from_flask)  # type: ignore[arg-type]
         finally:
             PICKUP.reset(reset)
-        if pickup.handoff is not None:
+        if pickup.handoff is None:
+            return
+        if held:
             await self._serve(pickup.handoff, held[0], receive, send)
+        else:
+            await self._release(pickup.handoff)
 
     async def _serve(self, handoff: Handoff, start: Message, receive: Receive, send: Send) -> None:
         """Send the hand-off's response: its headers as Flask made them, its body from here.
@@ -113,11 +121,11 @@ class LiveTier:
         answer, so a failure while waiting can still be answered as an error.
         """
         settings = self.services.settings
+        limit = settings.stream_send_timeout
         if isinstance(handoff.job, WaitCall):
-            body = self._answer(handoff, start, send)
+            body = self._answer(handoff, start, send, limit)
         else:
-            await send(start)
-            body = self._pump(handoff, send, settings.stream_send_timeout)
+            body = self._pump(handoff, start, send, limit)
         serving = _Open(handoff)
         self.open.add(serving)
         gauge = SSE_STREAMS_OPEN.labels(kind_of(handoff.job))
@@ -149,39 +157,52 @@ class LiveTier:
                 log.warning("stream failed", error=repr(pump.exception()))
             why = serving.why or ("failed" if failed else "slow client" if pump.done() else "")
             log.info("stream closed", why=why or "time limit", job=type(handoff.job).__name__)
-        with contextlib.suppress(TimeoutError, OSError):
-            if isinstance(handoff.job, WaitCall) and not finished:
-                await send(_error_start(start))
-                await send({"type": "http.response.body", "body": _UNAVAILABLE})
-                return
-            final = {"type": "http.response.body", "body": b"", "more_body": False}
-            async with asyncio.timeout(settings.stream_send_timeout):
-                await send(final)
+        with contextlib.suppress(TimeoutError, OSError, RuntimeError):
+            async with asyncio.timeout(limit):
+                if serving.started:
+                    final = {"type": "http.response.body", "body": b"", "more_body": False}
+                    await send(final)
+                elif isinstance(handoff.job, WaitCall):  # nothing went out: say it failed
+                    await send(_error_start(start))
+                    await send({"type": "http.response.body", "body": _UNAVAILABLE})
 
-    async def _pump(self, handoff: Handoff, send: Send, send_timeout: float) -> bool:
-        """Send the body's chunks; False when a chunk could not be written in time."""
+    async def _pump(self, handoff: Handoff, start: Message, send: Send, limit: float) -> bool:
+        """Send the stream's headers, then its chunks; False when one could not be written
+        within `limit` seconds (a client that doesn't read)."""
         assert self.hub is not None
         chunks = body_of(handoff.job, LiveContext(self.hub, self.services))
         try:
-            async for chunk in chunks:
-                message = {"type": "http.response.body", "body": chunk, "more_body": True}
-                try:
-                    async with asyncio.timeout(send_timeout):
+            async with contextlib.aclosing(chunks):  # type: ignore[type-var]
+                async with asyncio.timeout(limit):
+                    await send(start)
+                self._started(handoff)
+                async for chunk in chunks:
+                    message = {"type": "http.response.body", "body": chunk, "more_body": True}
+                    async with asyncio.timeout(limit):
                         await send(message)
-                except TimeoutError:
-                    return False
             return True
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
+        except TimeoutError:
+            return False
 
-    async def _answer(self, handoff: Handoff, start: Message, send: Send) -> bool:
+    async def _answer(self, handoff: Handoff, start: Message, send: Send, limit: float) -> bool:
         """The wait's answer, in one body after its headers."""
         assert self.hub is not None
         chunks = body_of(handoff.job, LiveContext(self.hub, self.services))
-        body = b"".join([chunk async for chunk in chunks])
-        await send(start)
-        await send({"type": "http.response.body", "body": body, "more_body": True})
+        async with contextlib.aclosing(chunks):  # type: ignore[type-var]
+            body = b"".join([chunk async for chunk in chunks])
+        try:
+            async with asyncio.timeout(limit):
+                await send(start)
+                self._started(handoff)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        except TimeoutError:
+            return False
         return True
+
+    def _started(self, handoff: Handoff) -> None:
+        for serving in self.open:
+            if serving.handoff is handoff:
+                serving.started = True
 
     async def _release(self, handoff: Handoff) -> None:
         try:
@@ -232,8 +253,8 @@ class LiveTier:
             if held:
                 try:
                     await slots.renew(self.client, held)
-                except OUTAGES as e:
-                    log.warning("stream leases not renewed", error=str(e))
+                except Exception as e:  # an outage, a refusal (maxmemory): the next round tries
+                    log.warning("stream leases not renewed", error=repr(e))
 
     async def _hear_revocations(self) -> None:
         """Check the open streams' tokens whenever a token is deleted (the tokens generation's
@@ -249,8 +270,8 @@ class LiveTier:
                         data = message.get("data")
                         if isinstance(data, bytes) and data.decode().startswith(wanted + " "):
                             await self.check_tokens()
-            except OUTAGES as e:
-                log.warning("token revocations not heard", error=str(e))
+            except Exception as e:  # an outage or a refusal: listen again shortly
+                log.warning("token revocations not heard", error=repr(e))
                 await asyncio.sleep(1)
 
     async def _recheck_tokens(self) -> None:
@@ -269,7 +290,8 @@ class LiveTier:
             log.warning("stream tokens not checked", error=str(e))
             return
         for serving in list(self.open):
-            if serving.handoff.token not in alive:
+            token = serving.handoff.token
+            if token in tokens and token not in alive:  # one opened meanwhile was not asked
                 serving.why = "token revoked"
                 serving.stop.set()
 

@@ -12,6 +12,7 @@ request's thread, on an event loop of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import queue
 import threading
@@ -89,11 +90,20 @@ class Pickup:
 PICKUP: contextvars.ContextVar[Pickup | None] = contextvars.ContextVar("pickup", default=None)
 
 
-def hand_off(job: Job) -> Response:
-    """The response of a view whose body the live tier produces (see the module's text)."""
+def hand_off(job: Job, instead: Any = None) -> Response | Any:
+    """The response of a view whose body the live tier produces (see the module's text).
+
+    With `instead`, a request that can't take a slot (the token's limit, Redis away) is answered
+    `instead` at once rather than refused: a call already made must not look like one refused.
+    """
     found = services()
     token = token_digest(_bearer())
-    slot = _take_slot(found, token)
+    try:
+        slot = _take_slot(found, token)
+    except (ApiError, redis.RedisError):
+        if instead is None:
+            raise
+        return instead
     handoff = Handoff(job, token, slot)
     mimetype = "application/json" if isinstance(job, WaitCall) else "text/event-stream"
     headers = {} if isinstance(job, WaitCall) else SSE_HEADERS
@@ -138,12 +148,13 @@ def _in_this_thread(found: Services, handoff: Handoff) -> Iterator[bytes]:
             yield chunk
     finally:
         gauge.dec()
-        loop.call_soon_threadsafe(task.cancel)
-        producer.join(timeout=10)
         try:
             slots.release_sync(found.redis, handoff.token, handoff.slot)
         except redis.RedisError:
             pass  # the lease lapses by itself
+        with contextlib.suppress(RuntimeError):  # the loop closed: the body had ended
+            loop.call_soon_threadsafe(task.cancel)
+        producer.join(timeout=10)
 
 
 def _run_until_done(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:

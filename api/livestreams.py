@@ -10,6 +10,7 @@ seconds while nothing happens, and ends when nothing but comments went out for t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from api.sse import KEEPALIVE, frame
 from broker.calls import OPEN_STATES, CallOutcome
 from broker.callstate import CallStatus
 from relay import naming
-from relay.hub import OUTAGES, StreamHub, Subscription
+from relay.hub import OUTAGES, Overflow, StreamHub, Subscription
 from relay.streams import END_KINDS, TURN_END_KINDS, Event
 from store import jsoncodec
 from store.limits import MAX_WAIT_SECONDS
@@ -56,9 +57,10 @@ def body_of(job: Job, context: LiveContext) -> AsyncIterator[bytes]:
 
 async def _encoded(frames: AsyncIterator[str]) -> AsyncIterator[bytes]:
     try:
-        async for text in frames:
-            yield text.encode()
-    except IdleStream:
+        async with contextlib.aclosing(frames):  # type: ignore[type-var]
+            async for text in frames:
+                yield text.encode()
+    except (IdleStream, Overflow):
         return  # the client reconnects with Last-Event-ID
 
 

@@ -100,4 +100,6 @@ def call_and_wait(
     outcome = broker.call(caller, request)
     if outcome.status not in OPEN_STATES:
         return outcome.envelope()
-    return hand_off(WaitCall(caller, outcome.call_id, outcome.run_id, wait, "envelope"))
+    # Without a slot to wait in, the call (already made) is answered as it stands.
+    job = WaitCall(caller, outcome.call_id, outcome.run_id, wait, "envelope")
+    return hand_off(job, instead=outcome.envelope())

@@ -7,11 +7,12 @@ thousand watchers cost a thousand small queues and one Redis connection, not a t
 or connections. A key subscribed for the first time wakes the reader (an entry on the process's
 own wake stream), so it joins the next read at once.
 
-A subscription first reads what its key already holds after its entry id (the catch-up), then
-what the reader hands it; entries it already has are skipped, so none is lost or repeated
-however the two overlap. A subscriber that falls more than MAX_QUEUED entries behind is dropped
-(`Overflow`): its client reconnects with Last-Event-ID and loses nothing. While Redis is away
-the reader retries every REDIS_RETRY_SECONDS and subscriptions see only silence.
+A subscription first reads what its key already holds after its entry id (the catch-up, a page
+at a time), then what the reader hands it; entries it already has are skipped, so none is lost
+or repeated however the two overlap. A subscriber that falls more than MAX_QUEUED entries
+behind is dropped (`Overflow`): its client reconnects with Last-Event-ID and loses nothing.
+While Redis is away the reader retries every REDIS_RETRY_SECONDS and subscriptions see only
+silence.
 """
 
 from __future__ import annotations
@@ -85,7 +86,11 @@ def _after(a: str, b: str) -> bool:
 
 @dataclass(eq=False)
 class Subscription:
-    """One connection's view of one key: events after its position, in order, once each."""
+    """One connection's view of one key: events after its position, in order, once each.
+
+    While `behind`, its key holds more than the first page of the catch-up: `next` reads the
+    following pages before what the hub handed over, a page at a time.
+    """
 
     hub: StreamHub
     key: str
@@ -93,18 +98,28 @@ class Subscription:
     queue: asyncio.Queue[list[Event]] = field(default_factory=asyncio.Queue)
     queued: int = 0
     overflowed: bool = False
+    behind: bool = False
     quiet_since: float = field(default_factory=time.monotonic)  # when its last events came
 
     def deliver(self, events: list[Event]) -> None:
         if self.overflowed:
             return
-        self.queued += len(events)
+        fresh = [event for event in events if _after(event.id, self.position)]
+        if not fresh:
+            return
+        self.queued += len(fresh)
         if self.queued > MAX_QUEUED:
             self.overflowed = True
-        self.queue.put_nowait(events)
+        self.queue.put_nowait(fresh)
 
     async def next(self, timeout: float) -> list[Event]:
         """The next new events, or [] when `timeout` seconds pass without any."""
+        if self.behind:
+            page = await self.hub.read_page(self.key, self.position)
+            self.behind = len(page) == READ_COUNT
+            if page:
+                self.position = page[-1].id
+                return page
         # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that
         # comes as the queue hands over an item, and the connection's task would never end.
         try:
@@ -128,6 +143,11 @@ class Subscription:
 class _Watched:
     position: str
     subscribers: set[Subscription] = field(default_factory=set)
+
+    def advance(self, entry_id: str) -> None:
+        """Move the hub's read past `entry_id`; never back (a late reply can't rewind it)."""
+        if _after(entry_id, self.position):
+            self.position = entry_id
 
 
 class StreamHub:
@@ -162,10 +182,11 @@ class StreamHub:
         return sum(len(watched.subscribers) for watched in self.watched.values())
 
     async def subscribe(self, key: str, after: str) -> tuple[Subscription, list[Event]]:
-        """Follow `key` after entry id `after` (a concrete id): the subscription and the events
-        the key already holds after `after` (the catch-up, in order).
+        """Follow `key` after entry id `after` (a concrete id): the subscription and the first
+        page of what the key already holds after `after` (the rest comes from `next`).
 
-        A key new to the hub wakes the reader in the catch-up's round trip.
+        A key new to the hub wakes the reader in the catch-up's round trip, and the reader
+        takes it from its newest entry on: what is older comes through the pages.
         """
         subscription = Subscription(self, key, after)
         watched = self.watched.get(key)
@@ -174,13 +195,24 @@ class StreamHub:
             watched = self.watched[key] = _Watched(after)
         watched.subscribers.add(subscription)
         try:
-            caught_up = await self.read_after(key, after, wake=new)
+            async with self.client.pipeline(transaction=False) as pipe:
+                if new:
+                    pipe.xadd(self.wake_key, {"k": "1"}, maxlen=1)
+                    pipe.expire(self.wake_key, WAKE_TTL_SECONDS)
+                pipe.xrevrange(key, count=1)
+                pipe.xread({key: after}, count=READ_COUNT)
+                replies: Any = await pipe.execute()
         except BaseException:
             self.unsubscribe(subscription)
             raise
-        if caught_up:
-            subscription.position = caught_up[-1].id
-        return subscription, caught_up
+        newest, reply = replies[-2], replies[-1]
+        page = [entry_event(i, f) for _k, entries in reply or [] for i, f in entries]
+        if new and newest:
+            watched.advance(reply_text(newest[0][0]))
+        if page:
+            subscription.position = page[-1].id
+        subscription.behind = len(page) == READ_COUNT
+        return subscription, page
 
     def unsubscribe(self, subscription: Subscription) -> None:
         watched = self.watched.get(subscription.key)
@@ -190,24 +222,20 @@ class StreamHub:
         if not watched.subscribers:
             del self.watched[subscription.key]  # the next read leaves it out
 
-    async def read_after(self, key: str, after: str, wake: bool = False) -> list[Event]:
-        """Every entry of `key` after `after`, read in pages without blocking; with `wake`, the
-        first page's round trip also wakes the reader (so it reads `key` from now on)."""
+    async def read_page(self, key: str, after: str) -> list[Event]:
+        """Up to READ_COUNT entries of `key` after `after`, without blocking."""
+        reply: Any = await self.client.xread({key: after}, count=READ_COUNT)
+        return [entry_event(i, f) for _k, entries in reply or [] for i, f in entries]
+
+    async def read_after(self, key: str, after: str) -> list[Event]:
+        """Every entry of `key` after `after`, read in pages (a stream's capped rest)."""
         events: list[Event] = []
-        while True:
-            async with self.client.pipeline(transaction=False) as pipe:
-                if wake:
-                    pipe.xadd(self.wake_key, {"k": "1"}, maxlen=1)
-                    pipe.expire(self.wake_key, WAKE_TTL_SECONDS)
-                    wake = False
-                pipe.xread({key: after}, count=READ_COUNT)
-                replies: Any = await pipe.execute()
-            reply = replies[-1]
-            page = [entry_event(i, f) for _k, entries in reply or [] for i, f in entries]
+        while page := await self.read_page(key, after):
             events.extend(page)
-            if len(page) < READ_COUNT:
-                return events
             after = page[-1].id
+            if len(page) < READ_COUNT:
+                break
+        return events
 
     async def last_id(self, key: str) -> str:
         """The id of `key`'s newest entry ("0-0" for none): where "only what comes next" starts."""
@@ -220,9 +248,9 @@ class StreamHub:
             streams[self.wake_key] = self._wake_position
             try:
                 reply: Any = await self.reader.xread(streams, block=MAX_BLOCK_MS, count=READ_COUNT)
-            except OUTAGES as e:
+            except Exception as e:  # an outage, or a refusal (a replica, a missing permission)
                 self.outages += 1
-                log.warning("stream hub read failed", error=str(e))
+                log.warning("stream hub read failed", error=repr(e))
                 await asyncio.sleep(REDIS_RETRY_SECONDS)
                 continue
             for raw_key, entries in reply or []:
@@ -237,6 +265,6 @@ class StreamHub:
         if watched is None or not listed:
             return  # every subscriber left while the read was on its way
         events = [entry_event(entry_id, fields) for entry_id, fields in listed]
-        watched.position = events[-1].id
+        watched.advance(events[-1].id)
         for subscription in list(watched.subscribers):
             subscription.deliver(events)

@@ -237,6 +237,11 @@ def test_past_its_limit_a_token_gets_429_too_many_streams_until_one_closes(runni
             # Nor may it wait on a call: the same slots.
             waited = client.get(f"/api/calls/{run['call_id']}", params={"wait": 5})
             assert waited.status_code == 429
+            # A call it makes runs, and is answered as it stands rather than refused.
+            body = run_call(running.env["TEST_NODE"], "ticker", "cap", count=1)
+            made = client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body)
+            assert made.status_code == 200, made.text
+            assert made.json()["status"] in ("running", "done") and made.json()["call_id"]
             sockets.pop().close()
             wait_until(lambda: slots_of(running, token) == limit - 1, 30, "the slot to free")
             with client.stream("GET", path) as again:
@@ -388,3 +393,58 @@ def test_a_client_trickling_its_headers_is_disconnected_and_others_are_served(st
             raise AssertionError("the trickling client was never disconnected")
     with socket.create_connection((host, int(port)), timeout=30) as silent:
         assert silent.recv(1024) == b""  # connected and sent nothing: closed too
+
+
+def test_a_stream_followed_from_a_long_backlog_gets_every_entry_once(running: Fleet):
+    from relay.streams import RunStream
+
+    with running.http() as owner_client:
+        run = owner_client.post(
+            "/api/tools/run_skill_script",
+            json=run_call(running.env["TEST_NODE"], "ticker", "backlog", count=1),
+        ).json()
+        ended = owner_client.get(f"/api/calls/{run['call_id']}", params={"wait": 30}).json()
+        assert ended["status"] == "done"
+    # A run whose stream holds far more than a subscriber may queue (5,000 entries).
+    key = naming.run_stream(run["run_id"])
+    running.redis.delete(key)
+    pipe = running.redis.pipeline(transaction=False)
+    for index in range(5000):
+        pipe.xadd(key, {"kind": "stdout", "data": json.dumps({"text": f"{index}\n"})})
+    pipe.execute()
+    RunStream(running.redis, run["run_id"]).exit("succeeded", 0)
+    with running.http() as client:
+        with client.stream("GET", f"/api/runs/{run['run_id']}/events") as stream:
+            texts = [
+                json.loads(line[6:]).get("text")
+                for line in stream.iter_lines()
+                if line.startswith("data: ")
+            ]
+    assert texts[:-1] == [f"{index}\n" for index in range(5000)]
+
+
+def test_a_body_that_never_comes_is_cut_off_and_holds_no_thread(strict: Fleet):
+    host, port = strict.url.removeprefix("http://").split(":")
+    head = (
+        f"POST /api/tools/list_skills HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {strict.owner_token}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=30) as stalled:
+        stalled.sendall(head.encode())
+        assert stalled.recv(1024) == b""  # closed: the rest of the body never came
+
+
+def test_a_request_sent_behind_an_open_stream_does_not_keep_it_alive(running: Fleet):
+    with running.http() as owner_client:
+        token = owner_client.post("/api/tokens", json={"role": "owner"}).json()["token"]
+    sock = open_stream(running, "/api/events", token)
+    try:
+        wait_until(lambda: slots_of(running, token) == 1, 30, "the stream to open")
+        host = running.url.removeprefix("http://").split(":")[0]
+        sock.sendall(f"GET /api/health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        time.sleep(0.2)
+    finally:
+        sock.close()
+    # Closed long before the feed's idle limit (15 minutes here) would end it.
+    wait_until(lambda: slots_of(running, token) == 0, 30, "the stream to close")
