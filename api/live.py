@@ -111,6 +111,8 @@ def hand_off(job: Job, instead: Any = None) -> Response | Any:
     if pickup is not None:
         pickup.handoff = handoff
         return Response(iter(()), mimetype=mimetype, headers=headers)
+    if isinstance(job, WaitCall):  # answered (or failed) before the response starts
+        return Response(_wait_here(found, handoff), mimetype=mimetype)
     body = _in_this_thread(found, handoff)
     return Response(stream_with_context(body), mimetype=mimetype, headers=headers)
 
@@ -155,6 +157,29 @@ def _in_this_thread(found: Services, handoff: Handoff) -> Iterator[bytes]:
         with contextlib.suppress(RuntimeError):  # the loop closed: the body had ended
             loop.call_soon_threadsafe(task.cancel)
         producer.join(timeout=10)
+
+
+def _wait_here(found: Services, handoff: Handoff) -> bytes:
+    """A wait's answer for a plain WSGI server, waited for in the request's thread; a failure
+    goes to Flask's error handlers like any other."""
+    try:
+        return asyncio.run(_collect(found, handoff))
+    finally:
+        try:
+            slots.release_sync(found.redis, handoff.token, handoff.slot)
+        except redis.RedisError:
+            pass  # the lease lapses by itself
+
+
+async def _collect(found: Services, handoff: Handoff) -> bytes:
+    from api.livestreams import LiveContext, body_of
+
+    hub = StreamHub(found.settings)
+    await hub.start()
+    try:
+        return b"".join([chunk async for chunk in body_of(handoff.job, LiveContext(hub, found))])
+    finally:
+        await hub.stop()
 
 
 def _run_until_done(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:

@@ -444,7 +444,7 @@ def test_the_owner_is_asked_while_the_call_still_waits_for_the_answer(
     assert asked is not None and thread.is_alive()  # heard while the call waits
     answer(client, auth, asked["approval_id"], "approve")
     thread.join()
-    assert waited["status"] == "done" and waited["call_id"] == asked["call_id"]
+    assert waited.get("status") == "done" and waited["call_id"] == asked["call_id"], waited
 
 
 def test_each_decision_is_counted_once_whichever_way_the_call_goes(client, auth, wiper):
