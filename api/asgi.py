@@ -29,7 +29,7 @@ from sqlalchemy import select
 
 from api import create_app
 from api.live import PICKUP, Handoff, Pickup, WaitCall, kind_of
-from api.livestreams import LiveContext, body_of
+from api.livestreams import CallNews, LiveContext, body_of
 from api.metrics import SSE_STREAMS_OPEN
 from api.services import Services
 from relay import naming, slots
@@ -71,6 +71,7 @@ class LiveTier:
         settings = self.services.settings
         self.wsgi = WSGIMiddleware(app, workers=settings.api_threads)  # type: ignore[arg-type]
         self.hub: StreamHub | None = None
+        self.calls: CallNews | None = None
         self.client: Any = None  # redis.asyncio, made on the server's loop at start-up
         self.open: set[_Open] = set()
         self._chores: list[asyncio.Task[None]] = []
@@ -170,7 +171,7 @@ class LiveTier:
         """Send the stream's headers, then its chunks; False when one could not be written
         within `limit` seconds (a client that doesn't read)."""
         assert self.hub is not None
-        chunks = body_of(handoff.job, LiveContext(self.hub, self.services))
+        chunks = body_of(handoff.job, self._context())
         try:
             async with contextlib.aclosing(chunks):  # type: ignore[type-var]
                 async with asyncio.timeout(limit):
@@ -187,7 +188,7 @@ class LiveTier:
     async def _answer(self, handoff: Handoff, start: Message, send: Send, limit: float) -> bool:
         """The wait's answer, in one body after its headers."""
         assert self.hub is not None
-        chunks = body_of(handoff.job, LiveContext(self.hub, self.services))
+        chunks = body_of(handoff.job, self._context())
         async with contextlib.aclosing(chunks):  # type: ignore[type-var]
             body = b"".join([chunk async for chunk in chunks])
         try:
@@ -198,6 +199,10 @@ class LiveTier:
         except TimeoutError:
             return False
         return True
+
+    def _context(self) -> LiveContext:
+        assert self.hub is not None and self.calls is not None
+        return LiveContext(self.hub, self.services, self.calls)
 
     def _started(self, handoff: Handoff) -> None:
         for serving in self.open:
@@ -227,6 +232,7 @@ class LiveTier:
         settings = self.services.settings
         self.client = async_client(settings)
         self.hub = StreamHub(settings)
+        self.calls = CallNews(self.hub)
         await self.hub.start()
         self._chores = [
             asyncio.create_task(self._renew_leases(), name="renew-leases"),

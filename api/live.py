@@ -172,12 +172,14 @@ def _wait_here(found: Services, handoff: Handoff) -> bytes:
 
 
 async def _collect(found: Services, handoff: Handoff) -> bytes:
-    from api.livestreams import LiveContext, body_of
+    from api.livestreams import CallNews, LiveContext, body_of
 
     hub = StreamHub(found.settings)
     await hub.start()
     try:
-        return b"".join([chunk async for chunk in body_of(handoff.job, LiveContext(hub, found))])
+        return b"".join(
+            [chunk async for chunk in body_of(handoff.job, LiveContext(hub, found, CallNews(hub)))]
+        )
     finally:
         await hub.stop()
 
@@ -194,12 +196,12 @@ def _run_until_done(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -
 async def _produce(
     found: Services, handoff: Handoff, chunks: queue.SimpleQueue[bytes | None]
 ) -> None:
-    from api.livestreams import LiveContext, body_of
+    from api.livestreams import CallNews, LiveContext, body_of
 
     hub = StreamHub(found.settings)
     await hub.start()
     try:
-        async for chunk in body_of(handoff.job, LiveContext(hub, found)):
+        async for chunk in body_of(handoff.job, LiveContext(hub, found, CallNews(hub))):
             chunks.put(chunk)
     finally:
         chunks.put(None)

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from api.live import FollowFeed, FollowRun, FollowTurn, Job, WaitCall
@@ -39,9 +39,79 @@ ROW_CHECK_EVERY = 4
 
 
 @dataclass
+class _OwnerNews:
+    subscription: Subscription | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    calls: dict[str, set[asyncio.Event]] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+
+
+class CallNews:
+    """News of the calls waiting in this process, from their owners' feeds: one subscription
+    per owner, which wakes only the calls an event names (an owner with hundreds of waiting
+    calls costs one wake-up per event, not hundreds)."""
+
+    def __init__(self, hub: StreamHub) -> None:
+        self.hub = hub
+        self.owners: dict[int, _OwnerNews] = {}
+
+    async def listen(self, owner_id: int, call_id: str) -> asyncio.Event:
+        """An event set whenever the owner's feed tells of `call_id` from now on."""
+        owner = self.owners.get(owner_id)
+        if owner is None:
+            owner = self.owners[owner_id] = _OwnerNews()
+            key = naming.owner_events(owner_id)
+            try:
+                owner.subscription, _ = await self.hub.subscribe(key, await self.hub.last_id(key))
+            except BaseException:
+                del self.owners[owner_id]
+                owner.ready.set()
+                raise
+            owner.task = asyncio.create_task(self._follow(owner), name="call-news")
+            owner.ready.set()
+        else:
+            await owner.ready.wait()
+            if owner.subscription is None:
+                return await self.listen(owner_id, call_id)  # its subscribing failed
+        news = asyncio.Event()
+        owner.calls.setdefault(call_id, set()).add(news)
+        return news
+
+    def forget(self, owner_id: int, call_id: str, news: asyncio.Event) -> None:
+        owner = self.owners.get(owner_id)
+        if owner is None:
+            return
+        waiting = owner.calls.get(call_id, set())
+        waiting.discard(news)
+        if not waiting:
+            owner.calls.pop(call_id, None)
+        if not owner.calls and owner.ready.is_set():
+            del self.owners[owner_id]
+            if owner.task is not None:
+                owner.task.cancel()
+            if owner.subscription is not None:
+                owner.subscription.close()
+
+    async def _follow(self, owner: _OwnerNews) -> None:
+        assert owner.subscription is not None
+        while True:
+            try:
+                events = await owner.subscription.next(RECHECK_SECONDS)
+            except Overflow:  # fell behind: every waiting call reads its row again
+                events = []
+                for waiting in owner.calls.values():
+                    for news in waiting:
+                        news.set()
+            for event in events:
+                for news in owner.calls.get(str(event.data.get("call_id")), ()):
+                    news.set()
+
+
+@dataclass
 class LiveContext:
     hub: StreamHub
     services: Services
+    calls: CallNews
 
 
 def body_of(job: Job, context: LiveContext) -> AsyncIterator[bytes]:
@@ -202,14 +272,13 @@ async def _wait(
     with the id of the run it waited for, if any.
 
     News of the call comes from the owner's feed (an approval answered, a run started or
-    ended) and from its run's end stream; the row is read again after each, and every
-    RECHECK_SECONDS without any.
+    ended: `CallNews`) and from its run's end stream; the row is read again after each, and
+    every RECHECK_SECONDS without any.
     """
     hub = context.hub
     deadline = time.monotonic() + min(max(job.seconds, 0), MAX_WAIT_SECONDS)
-    feed_key = naming.owner_events(job.owner_id)
-    news, _ = await hub.subscribe(feed_key, await hub.last_id(feed_key))
     run_id = waited = job.run_id
+    news: asyncio.Event | None = None
     try:
         while True:
             left = deadline - time.monotonic()
@@ -219,6 +288,8 @@ async def _wait(
                     answer: dict[str, Any] = end.data["answer"]
                     return answer, run_id
                 waited, run_id = run_id, None
+            if news is None:  # listening before the row is read: no news can fall between
+                news = await context.calls.listen(job.owner_id, job.call_id)
             call = await asyncio.to_thread(_call_row, context.services, job)
             left = deadline - time.monotonic()
             if call.status not in OPEN_STATES or left <= 0:
@@ -226,9 +297,13 @@ async def _wait(
             if call.status == CallStatus.RUNNING and call.run_id:
                 run_id = call.run_id
                 continue
-            await _news_of(news, job.call_id, min(left, RECHECK_SECONDS))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, RECHECK_SECONDS)):
+                    await news.wait()
+            news.clear()
     finally:
-        news.close()
+        if news is not None:
+            context.calls.forget(job.owner_id, job.call_id, news)
 
 
 async def _run_end(hub: StreamHub, run_id: str, seconds: float) -> Event | None:
@@ -244,12 +319,3 @@ async def _run_end(hub: StreamHub, run_id: str, seconds: float) -> Event | None:
         return events[0]
     finally:
         subscription.close()
-
-
-async def _news_of(news: Subscription, call_id: str, seconds: float) -> None:
-    """Return once the owner's feed tells of the call, or `seconds` passed."""
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        events = await news.next(left)
-        if any(event.data.get("call_id") == call_id for event in events):
-            return

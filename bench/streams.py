@@ -228,7 +228,7 @@ async def open_connection(
 
 async def timed_requests(system: System, count: int, method: str, path: str, body: Any) -> list:
     samples = []
-    async with httpx.AsyncClient(base_url=system.url, headers=system.headers) as client:
+    async with httpx.AsyncClient(base_url=system.url, headers=system.headers, timeout=60) as client:
         for _ in range(count):
             started = time.perf_counter()
             answer = await client.request(method, path, json=body)
@@ -268,8 +268,11 @@ async def loaded_figures(system: System, size: int) -> dict[str, float]:
         waiters.append(
             await open_connection(port, "POST", "/api/tools/run_skill_script?wait=60", token, body)
         )
+    await all_asked(system, len(waiters))  # the burst of calls answered: the API is quiet again
     # The watched runs start, and every watcher follows one of them from its first line.
-    async with httpx.AsyncClient(base_url=system.url, headers=system.headers) as client:
+    async with httpx.AsyncClient(
+        base_url=system.url, headers=system.headers, timeout=120
+    ) as client:
         runs = []
         for i in range(WATCHED_RUNS):
             body = call_body("stamped", f"bench-watch-{size}-{i}", delay=WATCHERS_CONNECT)
@@ -320,19 +323,30 @@ async def loaded_figures(system: System, size: int) -> dict[str, float]:
     }
 
 
-async def answer_all(system: System, size: int, waiters: list[Connection]) -> list[float]:
-    """Deny every approval the waiting calls asked for; the time from each answer to its
-    call's return."""
-    async with httpx.AsyncClient(base_url=system.url, headers=system.headers) as client:
+async def all_asked(system: System, count: int) -> list[dict[str, Any]]:
+    """The pending approvals, once there are `count` of them."""
+    async with httpx.AsyncClient(
+        base_url=system.url, headers=system.headers, timeout=120
+    ) as client:
         pending: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 60
-        while len(pending) < len(waiters) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 180
+        while len(pending) < count and time.monotonic() < deadline:
             listed = await client.get(
                 "/api/approvals", params={"status": "pending", "page_size": 1000}
             )
             pending = listed.json()
             await asyncio.sleep(0.5)
-        assert len(pending) >= len(waiters), (len(pending), len(waiters))
+    assert len(pending) >= count, (len(pending), count)
+    return pending
+
+
+async def answer_all(system: System, size: int, waiters: list[Connection]) -> list[float]:
+    """Deny every approval the waiting calls asked for; the time from each answer to its
+    call's return."""
+    pending = await all_asked(system, len(waiters))
+    async with httpx.AsyncClient(
+        base_url=system.url, headers=system.headers, timeout=120
+    ) as client:
         answered_at: dict[str, float] = {}
         for approval in pending:
             answered_at[approval["call_id"]] = time.time()
@@ -375,8 +389,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-streams-") as folder, System(Path(folder)) as s:
         idle = asyncio.run(idle_figures(s))
         rows = [("idle", idle)]
+        print("idle", json.dumps(idle), flush=True)
         for size in sizes:
             rows.append((str(size), asyncio.run(loaded_figures(s, size))))
+            print(size, json.dumps(rows[-1][1]), flush=True)
         revoked = asyncio.run(revocation_figures(s))
     print(
         f"{'open':>6} {'health p50':>11} {'p99':>7} {'x idle':>7} {'list_skills':>12} "
