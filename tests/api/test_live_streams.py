@@ -15,6 +15,8 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -39,19 +41,25 @@ WRITE_NODE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 FEEDS, WATCHERS, WAITERS = 100, 100, 100
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    folder = tmp_path_factory.mktemp("live")
-    settings = Settings(
-        data_dir=folder / "var",
-        database_url=f"sqlite:///{folder / 'live.db'}",
-        redis_url=REDIS_URL,
-        stream_limit=FEEDS + 5,
-        stream_keepalive=1,
-    )
+def settings_in(folder: Path, **limits: Any) -> Settings:
+    """Settings of a fleet of this module's own: a fresh SQLite file, the test Redis."""
     from store.migrate import upgrade
 
+    settings = Settings(
+        data_dir=folder / "var",
+        database_url=f"sqlite:///{folder / 'fleet.db'}",
+        redis_url=REDIS_URL,
+        **limits,
+    )
     upgrade(settings.database)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    settings = settings_in(
+        tmp_path_factory.mktemp("live"), stream_limit=FEEDS + 5, stream_keepalive=1
+    )
     with fleet(settings) as started:
         node = f"live-{uuid.uuid4().hex[:6]}"
         started.start_node(node, concurrency=4)
@@ -299,20 +307,14 @@ def open_stream(running: Fleet, path: str, token: str) -> socket.socket:
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """A fleet whose streams have short limits: idle, absolute and send time."""
-    folder = tmp_path_factory.mktemp("strict")
-    settings = Settings(
-        data_dir=folder / "var",
-        database_url=f"sqlite:///{folder / 'strict.db'}",
-        redis_url=REDIS_URL,
+    settings = settings_in(
+        tmp_path_factory.mktemp("strict"),
         stream_keepalive=0.2,
         stream_idle=1,
         stream_max=4,
         stream_send_timeout=1,
         header_timeout=1,
     )
-    from store.migrate import upgrade
-
-    upgrade(settings.database)
     with fleet(settings) as started:
         yield started
 
