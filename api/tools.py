@@ -18,6 +18,7 @@ from broker.calls import OPEN_STATES, CallRequest
 from broker.classify import READ_EXACTLY
 from broker.editargs import repeated_fields
 from broker.errors import InvalidCall
+from relay import feed, wire
 
 blp = Blueprint("tools", __name__, url_prefix="/api/tools", description="Tools for agents")
 
@@ -97,9 +98,17 @@ def call_and_wait(
     )
     if wait <= 0:
         return broker.call(caller, request).envelope()
-    outcome = broker.call(caller, request)
-    if outcome.status not in OPEN_STATES:
+    grace = min(wait, services().settings.wait_grace)
+    # A run that ends within the grace is answered in this thread: one blocking read of its
+    # end, which also carries the call's events (relay.wire.hold). Only what outlasts it goes
+    # to the live tier, so a short run doesn't pay for a hand-off and a long wait holds no
+    # thread.
+    with wire.holding(feed.send):
+        outcome = broker.call(caller, request)
+        if outcome.status in OPEN_STATES and outcome.run_id is not None and grace > 0:
+            outcome = broker.outcome(caller, outcome.call_id, grace, outcome.run_id)
+    if outcome.status not in OPEN_STATES or wait <= grace:
         return outcome.envelope()
     # Without a slot to wait in, the call (already made) is answered as it stands.
-    job = WaitCall(caller, outcome.call_id, outcome.run_id, wait, "envelope")
+    job = WaitCall(caller, outcome.call_id, outcome.run_id, wait - grace, "envelope")
     return hand_off(job, instead=outcome.envelope())

@@ -53,6 +53,10 @@ DEFAULT_STREAM_SEND_TIMEOUT = 15
 DEFAULT_STREAM_RECHECK = 30
 # A connection whose request headers are not all in this long after it opened is closed.
 DEFAULT_HEADER_TIMEOUT = 10
+# A tool call's `?wait=` waits this long for its run in the request's thread before the live
+# tier takes the wait over (most runs end sooner, and pay for no hand-off).
+DEFAULT_WAIT_GRACE_MS = 200
+DEFAULT_WAIT_GRACE = DEFAULT_WAIT_GRACE_MS / 1000
 FLOWER_USER = "admin"
 
 
@@ -113,6 +117,7 @@ class Settings:
     stream_send_timeout: float = DEFAULT_STREAM_SEND_TIMEOUT
     stream_recheck: float = DEFAULT_STREAM_RECHECK
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    wait_grace: float = DEFAULT_WAIT_GRACE
     # Bounded memory: what Redis keeps of runs' and turns' streams, what Flower keeps of tasks.
     run_output_bytes: int = limits.RUN_OUTPUT_BYTES
     run_stream_ttl: int = limits.RUN_STREAM_TTL_SECONDS
@@ -237,6 +242,7 @@ class Settings:
             ),
             stream_recheck=_int(env, "SKILLFLEET_STREAM_RECHECK", DEFAULT_STREAM_RECHECK),
             header_timeout=_int(env, "SKILLFLEET_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT),
+            wait_grace=_int(env, "SKILLFLEET_WAIT_GRACE_MS", DEFAULT_WAIT_GRACE_MS) / 1000,
             run_output_bytes=_at_least(
                 env, "SKILLFLEET_RUN_OUTPUT_BYTES", limits.RUN_OUTPUT_BYTES, limits.KIB
             ),
