@@ -17,7 +17,7 @@ import contextvars
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import redis
@@ -82,7 +82,6 @@ class Pickup:
     """Where a view leaves its hand-off for the ASGI tier (one per request)."""
 
     handoff: Handoff | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # Set by the ASGI tier around each request it passes to Flask; the view's thread runs in a copy
