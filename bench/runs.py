@@ -76,10 +76,10 @@ def free_port() -> int:
         return port
 
 
-def skill_zip(name: str, execution: str, scripts: dict[str, str]) -> bytes:
+def skill_zip(name: str, execution: str, scripts: dict[str, str], tier: str = "read") -> bytes:
     header = (
         f"---\nname: {name}\ndescription: Benchmark skill {name}.\nmetadata:\n"
-        f"  skillfleet.execution: {execution}\n  skillfleet.tier: read\n---\nBody.\n"
+        f"  skillfleet.execution: {execution}\n  skillfleet.tier: {tier}\n---\nBody.\n"
     )
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +38,9 @@ import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.runs import free_port, skill_zip  # noqa: E402
+
 SKILLFLEET = [sys.executable, "-m", "skillfleet"]
 NODE = f"bench-{os.getpid()}"
 JSON_TYPE = {"Content-Type": "application/json"}
@@ -59,26 +59,6 @@ STAMPED = (
     "    time.sleep(0.1)\n"
 )
 DATA = re.compile(rb"data: (\{[^\n]*\})\n")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def skill_zip(name: str, tier: str, scripts: dict[str, str]) -> bytes:
-    header = (
-        f"---\nname: {name}\ndescription: Benchmark skill {name}.\nmetadata:\n"
-        f"  skillfleet.execution: node\n  skillfleet.tier: {tier}\n---\nBody.\n"
-    )
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr(f"{name}/SKILL.md", header)
-        for path, text in scripts.items():
-            archive.writestr(f"{name}/{path}", text)
-    return buffer.getvalue()
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -137,7 +117,7 @@ class System:
         self.start("worker", "node", "--name", NODE, "--concurrency", "16", env=node_env)
         self._wait(self._node_ready)
         for name, tier in (("stamped", "read"), ("wiper", "destructive")):
-            data = skill_zip(name, tier, {"scripts/run.py": STAMPED})
+            data = skill_zip(name, "node", {"scripts/run.py": STAMPED}, tier)
             answer = httpx.post(
                 f"{self.url}/api/skills", headers=self.headers, files={"file": ("s.zip", data)}
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -83,3 +84,24 @@ def skill_folder(services: object, skill_name: str, owner: str = "alice") -> Pat
     """Where the store keeps an owned skill's files."""
     store = services.store  # type: ignore[attr-defined]
     return store.folder(store.get(owner_id_of(services, owner), skill_name))  # type: ignore[no-any-return]
+
+
+def finished_run(owner_id: int, skill_hash: str, run_id: str, status: str = "succeeded") -> Any:
+    """A run row of the `wiper` skill on node web01: succeeded with its output, or as `status`."""
+    from store.models import Run
+
+    return Run(
+        id=run_id,
+        owner_id=owner_id,
+        skill_name="wiper",
+        skill_hash=skill_hash,
+        script="scripts/wipe.sh",
+        arguments={},
+        execution="node",
+        queue="node.web01",
+        node="web01",
+        status=status,
+        exit_code=0 if status == "succeeded" else None,
+        stdout="wiping\n" if status == "succeeded" else "",
+        timeout_seconds=300,
+    )

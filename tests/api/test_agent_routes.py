@@ -16,13 +16,13 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from factories import skill_files, zip_bytes
+from factories import finished_run, skill_files, zip_bytes
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from api.services import Services
 from store.db import transaction
-from store.models import Node, Owner, Run, Turn
+from store.models import Node, Owner, Turn
 
 TOKENS_DOC = Path(__file__).resolve().parents[2] / "docs" / "tokens.md"
 ACCESS_TABLE = "| route | owner | agent |"
@@ -206,7 +206,7 @@ def world(
         alice = session.scalar(select(Owner.id).where(Owner.name == "alice"))
         assert alice is not None
         session.add(Node(name="web01"))
-        session.add(finished_run(alice, skill_hash))
+        session.add(finished_run(alice, skill_hash, RUN_ID))
         session.add(finished_turn(alice))
     return {
         "name": "wiper",
@@ -226,24 +226,6 @@ def world(
 
 # The parameters above that name something of alice's own (not shared, like tools and nodes).
 ALICES_OWN = ("name", "path", "call_id", "approval_id", "chat_id", "run_id", "turn_id", "job_id")
-
-
-def finished_run(owner_id: int, skill_hash: str) -> Run:
-    return Run(
-        id=RUN_ID,
-        owner_id=owner_id,
-        skill_name="wiper",
-        skill_hash=skill_hash,
-        script="scripts/wipe.sh",
-        arguments={},
-        execution="node",
-        queue="node.web01",
-        node="web01",
-        status="succeeded",
-        exit_code=0,
-        stdout="wiping\n",
-        timeout_seconds=300,
-    )
 
 
 def finished_turn(owner_id: int) -> Turn:

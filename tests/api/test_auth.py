@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 
 import pytest
-from factories import skill_files, zip_bytes
+from factories import finished_run, skill_files, zip_bytes
 from sqlalchemy import select
 
 from store.db import transaction
-from store.models import ApiToken, Base, Node, Owner, Run
+from store.models import ApiToken, Base, Node, Owner
 from store.tokens import create_node_token, token_digest
 
 PROTECTED = [
@@ -122,7 +122,7 @@ def world(client, auth, agent_auth, services) -> dict[str, str]:
         token_id = session.scalar(
             select(ApiToken.id).where(ApiToken.owner_id == alice, ApiToken.role == "owner")
         )
-        session.add(finished_run(alice, skill_hash))
+        session.add(finished_run(alice, skill_hash, RUN_ID))
     return {
         "approval": envelope["approval_id"],
         "call": envelope["call_id"],
@@ -133,24 +133,6 @@ def world(client, auth, agent_auth, services) -> dict[str, str]:
 
 
 RUN_ID = "7d1c4e0a-0000-4000-8000-000000000001"
-
-
-def finished_run(owner_id: int, skill_hash: str, run_id: str = RUN_ID, status: str = "succeeded"):
-    return Run(
-        id=run_id,
-        owner_id=owner_id,
-        skill_name="wiper",
-        skill_hash=skill_hash,
-        script="scripts/wipe.sh",
-        arguments={},
-        execution="node",
-        queue="node.web01",
-        node="web01",
-        status=status,
-        exit_code=0 if status == "succeeded" else None,
-        stdout="wiping\n" if status == "succeeded" else "",
-        timeout_seconds=300,
-    )
 
 
 def everything(services) -> dict[str, list[tuple[str, ...]]]:

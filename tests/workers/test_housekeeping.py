@@ -14,7 +14,6 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 import redis
 from celery.schedules import crontab
 from fleet import Fleet, RedisServer, fleet, own_redis, wait_until
+from receiver import receiver
 from sqlalchemy import select
 
 from relay import events, naming
@@ -152,35 +152,12 @@ def watching(running: Fleet) -> Iterator[dict[str, list[str]]]:
         connection.release()
 
 
-@contextmanager
-def webhook_receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """A local HTTP server that keeps every JSON body posted to it."""
-    got: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802 - the http.server name
-            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/hook", got
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_a_waiting_approval_reaches_a_webhook_promptly_with_no_beat_running(running: Fleet):
     with running.services.sessions() as session:
         owner_id = session.scalars(select(Owner.id)).one()  # the fleet's owner, the only one
     running.env["SKILLFLEET_EGRESS_ALLOW"] = "127.0.0.1"  # the receiver is on loopback
-    with webhook_receiver() as (url, got):
+    with receiver() as (port, posted):
+        url = f"http://127.0.0.1:{port}/hook"
         with transaction(running.services.sessions) as session:
             sealer = Sealer(running.settings.keys_dir)
             notifications.add_webhook(session, sealer, owner_id, url, ["*"], events.WEBHOOK_KINDS)
@@ -191,8 +168,8 @@ def test_a_waiting_approval_reaches_a_webhook_promptly_with_no_beat_running(runn
         with running.http() as client:
             call = client.post("/api/tools/run_skill_script", json=WIPE_CALL).json()
         assert call["status"] == "pending_approval", call
-        wait_until(lambda: got, 30, "the notify task the approval sent to deliver it")
-    [delivered] = got
+        wait_until(lambda: posted, 30, "the notify task the approval sent to deliver it")
+    [delivered] = [json.loads(body) for _path, _headers, body in posted]
     assert delivered["kind"] == "approval.waiting"
     assert delivered["data"]["approval_id"] == call["approval_id"]
     assert not running.redis.exists(naming.notify_due(owner_id))
