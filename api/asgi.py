@@ -123,11 +123,11 @@ class LiveTier:
         """
         settings = self.services.settings
         limit = settings.stream_send_timeout
-        if isinstance(handoff.job, WaitCall):
-            body = self._answer(handoff, start, send, limit)
-        else:
-            body = self._pump(handoff, start, send, limit)
         serving = _Open(handoff)
+        if isinstance(handoff.job, WaitCall):
+            body = self._answer(serving, start, send, limit)
+        else:
+            body = self._pump(serving, start, send, limit)
         self.open.add(serving)
         gauge = SSE_STREAMS_OPEN.labels(kind_of(handoff.job))
         gauge.inc()
@@ -167,16 +167,16 @@ class LiveTier:
                     await send(_error_start(start))
                     await send({"type": "http.response.body", "body": _UNAVAILABLE})
 
-    async def _pump(self, handoff: Handoff, start: Message, send: Send, limit: float) -> bool:
+    async def _pump(self, serving: _Open, start: Message, send: Send, limit: float) -> bool:
         """Send the stream's headers, then its chunks; False when one could not be written
         within `limit` seconds (a client that doesn't read)."""
         assert self.hub is not None
-        chunks = body_of(handoff.job, self._context())
+        chunks = body_of(serving.handoff.job, self._context())
         try:
             async with contextlib.aclosing(chunks):  # type: ignore[type-var]
                 async with asyncio.timeout(limit):
                     await send(start)
-                self._started(handoff)
+                serving.started = True
                 async for chunk in chunks:
                     message = {"type": "http.response.body", "body": chunk, "more_body": True}
                     async with asyncio.timeout(limit):
@@ -185,16 +185,16 @@ class LiveTier:
         except TimeoutError:
             return False
 
-    async def _answer(self, handoff: Handoff, start: Message, send: Send, limit: float) -> bool:
+    async def _answer(self, serving: _Open, start: Message, send: Send, limit: float) -> bool:
         """The wait's answer, in one body after its headers."""
         assert self.hub is not None
-        chunks = body_of(handoff.job, self._context())
+        chunks = body_of(serving.handoff.job, self._context())
         async with contextlib.aclosing(chunks):  # type: ignore[type-var]
             body = b"".join([chunk async for chunk in chunks])
         try:
             async with asyncio.timeout(limit):
                 await send(start)
-                self._started(handoff)
+                serving.started = True
                 await send({"type": "http.response.body", "body": body, "more_body": True})
         except TimeoutError:
             return False
@@ -203,11 +203,6 @@ class LiveTier:
     def _context(self) -> LiveContext:
         assert self.hub is not None and self.calls is not None
         return LiveContext(self.hub, self.services, self.calls)
-
-    def _started(self, handoff: Handoff) -> None:
-        for serving in self.open:
-            if serving.handoff is handoff:
-                serving.started = True
 
     async def _release(self, handoff: Handoff) -> None:
         try:
