@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,8 @@ from api.errors import SkillfleetApi, register_error_handlers
 from api.headers import install_headers
 from api.jsonprovider import JSONProvider
 from api.services import Services
-from skillfleet import __version__
-from skillfleet.logs import configure_logging
-from skillfleet.settings import Settings
+from store.logs import configure_logging
+from store.settings import Settings
 
 SWAGGER_DIR = Path(swagger_ui_bundle.swagger_ui_path)
 
@@ -50,7 +50,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 def _flask_config() -> dict[str, Any]:
     return {
         "API_TITLE": "skillfleet",
-        "API_VERSION": __version__,
+        "API_VERSION": version("skillfleet"),
         "OPENAPI_VERSION": "3.0.3",
         "OPENAPI_URL_PREFIX": "/api",
         "OPENAPI_JSON_PATH": "openapi.json",

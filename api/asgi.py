@@ -35,8 +35,8 @@ from api.services import Services
 from relay import naming, slots
 from relay.connections import database_number
 from relay.hub import OUTAGES, StreamHub, async_client
-from skillfleet.settings import Settings
 from store.models import ApiToken
+from store.settings import Settings
 
 log = structlog.get_logger(__name__)
 CANCEL_SECONDS = 5.0  # a stream's tasks end this soon after being cancelled, or are left

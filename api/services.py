@@ -20,11 +20,11 @@ from relay.connections import redis_client
 from relay.dispatch import CeleryDispatcher
 from relay.generations import GenerationWatch
 from relay.streams import wait_for_end
-from skillfleet.settings import Settings
 from store import indexcache
 from store.db import SessionFactory, make_engine, make_sessions
 from store.discovery import read_only_skills
 from store.packagestore import PackageStore
+from store.settings import Settings
 from store.signing import load_or_create_key
 from store.skills import BUILTIN_DIR, SkillStore
 

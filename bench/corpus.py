@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from flask import Flask  # noqa: E402
 
 from api import create_app  # noqa: E402
-from skillfleet.settings import Settings  # noqa: E402
 from store.archive import SKILL_FILE  # noqa: E402
 from store.bundles import skill_folders  # noqa: E402
 from store.db import transaction  # noqa: E402
 from store.errors import SkillInvalid, SkillTooLarge  # noqa: E402
 from store.migrate import upgrade  # noqa: E402
+from store.settings import Settings  # noqa: E402
 from store.tokens import create_owner_token  # noqa: E402
 from store.validation import check_limits  # noqa: E402
 

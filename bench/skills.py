@@ -33,11 +33,11 @@ import httpx  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
 from api import create_app  # noqa: E402
-from skillfleet.settings import Settings  # noqa: E402
 from store.db import transaction  # noqa: E402
 from store.hashing import content_hash  # noqa: E402
 from store.migrate import upgrade  # noqa: E402
 from store.models import Owner  # noqa: E402
+from store.settings import Settings  # noqa: E402
 from store.skillmd import parse_skill_md  # noqa: E402
 from store.tokens import create_owner_token  # noqa: E402
 

@@ -9,7 +9,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from relay import naming, transport
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 JOB_TICK_SECONDS = 60.0
 # The housekeeping answers a lost worker's runs `interrupted` within seconds of its last beat

@@ -6,8 +6,8 @@ from typing import Any
 
 import redis
 
-from skillfleet.settings import Settings
 from store.limits import REDIS_CONNECT_TIMEOUT_SECONDS, REDIS_SOCKET_TIMEOUT_SECONDS
+from store.settings import Settings
 
 
 def redis_client(settings: Settings) -> redis.Redis:

@@ -32,13 +32,13 @@ import structlog
 from relay import naming
 from relay.connections import reply_text
 from relay.streams import Event, parse_entry_id
-from skillfleet.settings import Settings
 from store.limits import (
     MAX_BLOCK_MS,
     REDIS_CONNECT_TIMEOUT_SECONDS,
     REDIS_RETRY_SECONDS,
     REDIS_SOCKET_TIMEOUT_SECONDS,
 )
+from store.settings import Settings
 
 log = structlog.get_logger(__name__)
 

@@ -25,8 +25,8 @@ import redis
 
 from relay import naming
 from relay.connections import reply_text
-from skillfleet.settings import Settings
 from store.limits import RUN_OUTPUT_BYTES, RUN_STREAM_TTL_SECONDS, RUN_STREAMS_KEPT
+from store.settings import Settings
 
 # Keys removed per command when ended streams are trimmed.
 UNLINK_BATCH = 500

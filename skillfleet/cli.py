@@ -16,7 +16,7 @@ from skillfleet.cli_run import run
 from skillfleet.cli_runs import runs
 from skillfleet.cli_skills import skills
 from skillfleet.cli_workers import beat_command, worker
-from skillfleet.settings import Settings, SettingsError
+from store.settings import Settings, SettingsError
 
 
 @click.group()

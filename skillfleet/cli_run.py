@@ -12,7 +12,7 @@ import click
 import httpx
 
 from skillfleet.client import Client, ClientError
-from skillfleet.settings import ClientSettings
+from store.settings import ClientSettings
 
 # Exit codes for runs that ended without one of their own, as shells report them.
 STATE_EXIT = {"timed_out": 124, "cancelled": 130, "interrupted": 137, "failed": 1}

@@ -9,7 +9,7 @@ import click
 from skillfleet.cli_run import stream_run
 from skillfleet.cli_skills import call_api, table
 from skillfleet.client import Client, ClientError
-from skillfleet.settings import ClientSettings
+from store.settings import ClientSettings
 
 STATES = ["queued", "running", "succeeded", "failed", "timed_out", "cancelled", "interrupted"]
 

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from skillfleet.client import Client, ClientError
-from skillfleet.settings import ClientSettings
+from store.settings import ClientSettings
 
 
 def _client() -> Client:

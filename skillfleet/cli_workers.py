@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from relay import naming
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--loglevel", "INFO"]
 
@@ -197,9 +197,9 @@ def _serve(
     from relay.connections import redis_client
     from relay.heartbeat import Beater, Instance
     from relay.retention import StreamCaps
-    from skillfleet.logs import configure_logging
     from skillfleet.serving import freeze_startup_heap
     from store.db import make_engine, make_sessions
+    from store.logs import configure_logging
     from workers.execute import WorkerContext
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)

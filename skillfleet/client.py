@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from skillfleet.settings import ClientSettings
+from store.settings import ClientSettings
 
 
 class ClientError(Exception):

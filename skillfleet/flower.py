@@ -6,7 +6,7 @@ import os
 import secrets
 import sys
 
-from skillfleet.settings import FLOWER_USER, Settings
+from store.settings import FLOWER_USER, Settings
 
 
 def credentials(settings: Settings) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 _made: list[Path] = []
 

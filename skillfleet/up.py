@@ -18,8 +18,8 @@ from typing import Any
 import click
 
 from skillfleet.flower import flower_banner
-from skillfleet.settings import Settings
 from skillfleet.supervisor import Supervisor
+from store.settings import Settings
 
 TOKEN_FILE = "owner-token"
 AGENT_TOKEN_FILE = "agent-token"

@@ -118,7 +118,7 @@ MAX_LINT_WARNINGS = 50  # review warnings kept per skill
 MAX_CRON_CHARS = 100  # the column's width
 
 # Live streams in Redis (a run's output, an agent turn's events): the defaults of
-# SKILLFLEET_RUN_OUTPUT_BYTES, _RUN_STREAM_TTL and _RUN_STREAMS_KEPT (skillfleet/settings.py).
+# SKILLFLEET_RUN_OUTPUT_BYTES, _RUN_STREAM_TTL and _RUN_STREAMS_KEPT (store/settings.py).
 # A stream holds this much output (a turn's: text), then one note that the rest is not streamed;
 # it expires this long after its end (while it runs, this long after its last refresh); and the
 # housekeeping keeps at most this many ended streams of each kind, removing the oldest.

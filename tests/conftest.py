@@ -20,10 +20,10 @@ from sqlalchemy.engine import make_url
 
 from api import create_app
 from api.services import Services
-from skillfleet.settings import Settings, normalise_database_url
 from store.db import make_engine, transaction
 from store.migrate import upgrade
 from store.models import Base
+from store.settings import Settings, normalise_database_url
 from store.tokens import Role, create_owner_token, create_token
 
 IN_CI = os.environ.get("CI", "").lower() == "true"

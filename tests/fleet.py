@@ -32,9 +32,9 @@ from api.asgi import LiveTier
 from api.services import Services
 from relay import heartbeat, naming
 from skillfleet.serving import headers_in_time
-from skillfleet.settings import Settings
 from store.db import transaction
 from store.models import Node
+from store.settings import Settings
 from store.signing import load_or_create_key, public_key_text
 from store.tokens import create_node_token, create_owner_token
 

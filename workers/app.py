@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.app import create_celery
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 
 def __getattr__(name: str) -> Any:

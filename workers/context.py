@@ -13,10 +13,10 @@ from relay import feed, generations, naming
 from relay.connections import redis_client
 from relay.heartbeat import Instance
 from relay.retention import StreamCaps
-from skillfleet.settings import Settings
 from store.db import SessionFactory, make_engine, make_sessions
 from store.egress import Egress
 from store.secrets import Sealer
+from store.settings import Settings
 from workers.execute import WorkerContext
 from workers.jobruns import JobContext
 from workers.notify import NotifyContext

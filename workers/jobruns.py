@@ -23,7 +23,6 @@ from broker.callstate import OPEN_STATES, CallStatus
 from broker.jobstate import JobRunStatus
 from relay import events, heartbeat, turnstate
 from relay.retention import DEFAULT_CAPS, StreamCaps
-from skillfleet.settings import DEFAULT_TURN_TIMEOUT
 from store import modelsettings
 from store.cron import latest_time, next_time
 from store.db import SessionFactory, transaction
@@ -31,6 +30,7 @@ from store.errors import SkillfleetError
 from store.limits import JOB_MISSED_GRACE_SECONDS
 from store.models import Job, JobRun, ToolCall, utcnow
 from store.secrets import Sealer
+from store.settings import DEFAULT_TURN_TIMEOUT
 from workers import turns
 
 log = structlog.get_logger(__name__)

@@ -16,8 +16,8 @@ from factories import skill_files, store_snapshot, zip_bytes
 from fleet import fleet
 from sqlalchemy import func, select
 
-from skillfleet.settings import Settings
 from store.models import ToolCall
+from store.settings import Settings
 
 ROUNDS = 150
 

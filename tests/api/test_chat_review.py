@@ -22,11 +22,11 @@ from broker.callstate import CallStatus
 from broker.chatreview import TRANSCRIPT_CUT
 from broker.results import CUT_NOTE, json_size
 from relay import heartbeat, naming
-from skillfleet.settings import Settings
 from store import runs
 from store.db import transaction
 from store.limits import MAX_RESOURCE_BYTES, MAX_REVIEWED_CHATS, RESULT_CAP
 from store.models import Approval, Chat, ChatReview, utcnow
+from store.settings import Settings
 
 
 def test_list_chats_counts_each_chats_declined_and_failed_calls(client, auth, other_auth):

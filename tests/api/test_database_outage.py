@@ -12,8 +12,8 @@ from sqlalchemy.engine import make_url
 
 from api import create_app
 from api.services import Services
-from skillfleet.settings import Settings, normalise_database_url
 from store.db import transaction
+from store.settings import Settings, normalise_database_url
 from store.tokens import create_owner_token
 
 

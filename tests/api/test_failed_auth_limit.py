@@ -25,8 +25,8 @@ from api import create_app
 from api.auth import client_address
 from api.services import Services
 from relay import lockouts
-from skillfleet.settings import Settings, SettingsError
 from store.db import transaction
+from store.settings import Settings, SettingsError
 from store.tokens import create_owner_token
 
 LIMIT = 3

@@ -17,9 +17,9 @@ from api.services import Services
 from broker import jobstate
 from relay import events as owner_events
 from relay import naming
-from skillfleet.settings import Settings
 from store.db import transaction
 from store.models import JobRun, Owner, Run, utcnow
+from store.settings import Settings
 
 
 @pytest.fixture(autouse=True)
@@ -320,7 +320,7 @@ def test_other_origins_and_the_default_settings_get_no_cors_headers(cors_client,
 
 
 def test_bad_cors_origins_in_the_environment_are_refused_at_start():
-    from skillfleet.settings import SettingsError
+    from store.settings import SettingsError
 
     with pytest.raises(SettingsError, match="SKILLFLEET_CORS_ORIGINS"):
         Settings.from_env({"SKILLFLEET_CORS_ORIGINS": "console.example.org"})

@@ -24,7 +24,7 @@ from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
 
 from relay import naming
-from skillfleet.settings import Settings
+from store.settings import Settings
 from store.tokens import token_digest
 
 pytestmark = pytest.mark.redis

@@ -18,9 +18,9 @@ from fleet import wait_until
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api import create_app
-from skillfleet.settings import Settings
 from store.db import transaction
 from store.models import utcnow
+from store.settings import Settings
 from store.tokens import create_node_token
 
 SKILLFLEET = str(Path(sys.executable).parent / "skillfleet")
@@ -320,7 +320,7 @@ import sys
 from types import SimpleNamespace
 
 from relay.heartbeat import Instance
-from skillfleet.settings import Settings
+from store.settings import Settings
 from workers import jobruns
 from workers.context import job_context
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
 
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 QUIET_SECONDS = 17  # longer than the 15 s block of a stream read and the 5 s socket timeout

@@ -15,9 +15,9 @@ from toolcalls import tool
 
 from api import create_app
 from api.services import Services
-from skillfleet.settings import Settings
 from store.db import make_sessions, transaction
 from store.models import Skill
+from store.settings import Settings
 from store.tokens import create_owner_token
 
 

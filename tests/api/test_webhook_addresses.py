@@ -18,9 +18,9 @@ from netguard import watched_connections
 from receiver import receiver
 
 from relay import naming, push
-from skillfleet.settings import Settings
 from store.egress import Egress
 from store.secrets import Sealer
+from store.settings import Settings
 from workers import notify
 
 WIPE_CALL = {"arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",

@@ -18,7 +18,7 @@ from fleet import Fleet, fleet
 from github_standin import serve
 
 from relay import naming
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

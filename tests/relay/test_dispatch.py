@@ -21,10 +21,10 @@ from api import create_app
 from api.services import Services
 from relay import dispatch, heartbeat, naming
 from relay.dispatch import UNREACHABLE
-from skillfleet.settings import Settings
 from store import runs
 from store.db import transaction
 from store.models import Run
+from store.settings import Settings
 from store.tokens import create_owner_token
 
 

@@ -24,9 +24,9 @@ from api.services import Services
 from relay import naming, retention
 from relay.retention import StreamCaps
 from relay.streams import RunStream, TurnStream, read_events, read_stream
-from skillfleet.settings import Settings, SettingsError
 from store.db import transaction
 from store.models import Run, utcnow
+from store.settings import Settings, SettingsError
 from store.tokens import create_owner_token
 from workers.runners.base import OutputCollector
 

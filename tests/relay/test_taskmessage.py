@@ -18,7 +18,7 @@ from relay.taskmessage import (
     sent_event_channel,
     task_message,
 )
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 # Set per message (or per sending process and thread) by both sides.
 PER_MESSAGE_HEADERS = ("id", "root_id")

@@ -13,7 +13,7 @@ from conftest import REDIS_URL
 from fleet import Fleet, fleet
 
 from relay import naming
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 SKILLFLEET = str(Path(sys.executable).with_name("skillfleet"))
 

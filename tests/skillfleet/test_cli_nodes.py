@@ -11,8 +11,8 @@ import pytest
 from fleet import Fleet, fleet
 from test_up import SKILLFLEET, clean_env
 
-from skillfleet.settings import Settings
 from store.models import Node
+from store.settings import Settings
 from store.signing import public_key_text, verify_manifest
 
 CLI_LIMIT = 60.0

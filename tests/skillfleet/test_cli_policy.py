@@ -11,7 +11,7 @@ import pytest
 
 from api.services import Services
 from broker.errors import PolicyError
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 SKILLFLEET = str(Path(sys.executable).with_name("skillfleet"))
 BUILTIN = str(Path(__file__).resolve().parents[2] / "broker" / "builtin_policy.yaml")

@@ -15,7 +15,7 @@ import pytest
 from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
 
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 SKILLFLEET = str(Path(sys.executable).with_name("skillfleet"))
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from skillfleet.settings import Settings, SettingsError
+from store.settings import Settings, SettingsError
 
 
 def settings_error(path: Path, text: str) -> str:

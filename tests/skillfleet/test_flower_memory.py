@@ -5,7 +5,7 @@ from __future__ import annotations
 from flower.options import options
 
 from skillfleet.flower import flower_command
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 
 def test_flower_is_told_to_keep_at_most_the_configured_number_of_tasks():

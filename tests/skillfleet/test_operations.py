@@ -18,9 +18,9 @@ from fleet import Fleet, fleet, wait_until
 from test_up import SKILLFLEET, Running, clean_env, free_port, listening, up_env
 
 from skillfleet.flower import credentials
-from skillfleet.logs import configure_logging
-from skillfleet.settings import Settings, SettingsError
+from store.logs import configure_logging
 from store.models import Node
+from store.settings import Settings, SettingsError
 from store.signing import public_key_text, verify_manifest
 
 CLI_LIMIT = 60.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import missing_service
 
-from skillfleet.settings import Settings
 from skillfleet.up import _spark_status
+from store.settings import Settings
 
 pytestmark = pytest.mark.docker
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from factories import skill_files, skill_md, write_skill
 
-from skillfleet.settings import Settings, SettingsError
 from store.discovery import discover, read_only_skills
 from store.errors import ConfigError
+from store.settings import Settings, SettingsError
 from store.skills import BUILTIN_DIR
 
 

@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from netguard import watched_connections
 
-from skillfleet.settings import Settings, SettingsError
 from store.egress import Egress, EgressRefused
+from store.settings import Settings, SettingsError
 
 NAME = "hooks.example.org"
 

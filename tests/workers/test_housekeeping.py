@@ -28,11 +28,11 @@ from relay import events, naming
 from relay.app import QUIET_ENTRIES, QuietEntries, create_celery
 from relay.retention import StreamCaps
 from relay.streams import RunStream
-from skillfleet.settings import Settings
 from store import notifications
 from store.db import transaction
 from store.models import Owner
 from store.secrets import Sealer
+from store.settings import Settings
 
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 WIPE_CALL = {"arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",

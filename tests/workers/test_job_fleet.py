@@ -15,9 +15,9 @@ from sqlalchemy import func, select
 
 from relay import events, naming
 from relay.streams import read_events
-from skillfleet.settings import Settings
 from store.db import transaction
 from store.models import Job, ToolCall, utcnow
+from store.settings import Settings
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 

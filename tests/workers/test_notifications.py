@@ -28,9 +28,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from factories import owner_id_of
 
 from relay import naming, push
-from skillfleet.settings import DEFAULT_PUSH_SERVICES, Settings
 from store.egress import Egress
 from store.secrets import Sealer
+from store.settings import DEFAULT_PUSH_SERVICES, Settings
 from workers import notify, webhooks
 
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}

@@ -14,8 +14,8 @@ from fleet import Fleet, fleet
 from sqlalchemy import select
 
 from relay import naming
-from skillfleet.settings import Settings
 from store.models import ApiToken
+from store.settings import Settings
 from store.tokens import token_digest
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}

@@ -20,9 +20,9 @@ from fleet import Fleet, fleet, wait_until
 
 from relay import naming
 from relay.errors import PackageUnverified
-from skillfleet.settings import Settings
 from store.hashing import content_hash
 from store.models import Skill
+from store.settings import Settings
 from store.signing import public_key_text
 from workers.packages import PackageCache
 from workers.runners.spark import copy_skill

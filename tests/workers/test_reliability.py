@@ -14,7 +14,7 @@ from conftest import POSTGRES_URL, REDIS_URL  # noqa: F401 - documents the servi
 from fleet import fleet, own_redis, process_ended, wait_until
 
 from relay.streams import read_events
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 OUTAGE_SECONDS = 60
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}

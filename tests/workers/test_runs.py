@@ -18,8 +18,8 @@ from fleet import Fleet, fleet, wait_until
 from relay import naming
 from relay.dispatch import EXECUTE_TASK, NO_SANDBOX
 from relay.streams import read_events
-from skillfleet.logs import configure_logging
-from skillfleet.settings import Settings
+from store.logs import configure_logging
+from store.settings import Settings
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 TICKER = (

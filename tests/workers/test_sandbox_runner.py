@@ -30,9 +30,9 @@ from fleet import killed_worker_leaves_no_child
 
 from relay.errors import PackageUnverified
 from relay.streams import RunStream, read_events
-from skillfleet.settings import Settings
 from store.hashing import content_hash
 from store.limits import COALESCE_SECONDS
+from store.settings import Settings
 from workers.runners.base import Job, OutputCollector
 from workers.runners.node import LAUNCHER
 from workers.runners.sandbox import (

@@ -11,7 +11,7 @@ from fleet import fleet, wait_until
 
 from relay import heartbeat, naming
 from relay.dispatch import NO_SANDBOX
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 
 @pytest.mark.skipif(

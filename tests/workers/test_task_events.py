@@ -16,7 +16,7 @@ from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
 
 from relay import naming
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 RUNS = 30
 QUICK = "print('ok')\n"

@@ -10,7 +10,7 @@ from fleet import fleet
 from model_standin import model_standin, text, tools
 
 from relay import naming
-from skillfleet.settings import Settings
+from store.settings import Settings
 
 
 def test_the_control_worker_runs_a_posted_turn_and_its_events_stream_over_sse(
