@@ -7,7 +7,7 @@ of the request's time; a `GenerationWatch` answers from memory instead, kept cur
 pub/sub: `bump` increments a counter and publishes its name and new value in one script, and
 each process hears it on a connection of its own.
 
-A request drains what that connection holds before it reads (a poll, no round trip), so it
+A request drains what that subscription holds before it reads (a poll, no round trip), so it
 sees every bump whose writer had its reply: Redis writes the message to the subscribers in the
 same pass as that reply. The watch answers from memory only while it is live: subscribed, and
 its last answered PING was sent within LIVE_SECONDS (it pings every PING_SECONDS while it is
@@ -27,6 +27,9 @@ from typing import Any
 
 import redis
 import structlog
+from redis.backoff import NoBackoff
+from redis.client import PubSub
+from redis.retry import Retry
 
 from relay import naming
 from relay.connections import database_number, reply_text
@@ -76,7 +79,8 @@ class GenerationWatch:
         self.live_seconds = live_seconds
         self.asked = 0  # reads that asked Redis, for the watch's tests
         self._lock = threading.Lock()
-        self._connection: Any = None
+        self._listener = _listener(client)
+        self._pubsub: PubSub | None = None
         self._pid = os.getpid()
         self._subscribed = False
         self._heard = 0.0  # when the last answered PING (or the SUBSCRIBE) was sent
@@ -105,20 +109,20 @@ class GenerationWatch:
 
     def _live(self) -> bool:
         if self._pid != os.getpid():  # a forked child: the connection is its parent's
-            self._connection, self._subscribed, self._pid = None, False, os.getpid()
+            self._pubsub, self._subscribed, self._pid = None, False, os.getpid()
         now = time.monotonic()
-        if self._connection is None:
+        if self._pubsub is None:
             if now >= self._retry_at:
                 self._subscribe()
             return False
         try:
-            while self._connection.can_read(timeout=0):
-                self._take(self._connection.read_response(push_request=True))
+            while (message := self._pubsub.get_message(timeout=0.0)) is not None:
+                self._take(message)
             waiting = self._pinged or not self._subscribed
             if waiting and now - self._sent >= self.live_seconds:  # cut off silently: start over
                 raise redis.TimeoutError("no answer from Redis on the watch's connection")
             if self._subscribed and not self._pinged and now - self._heard >= self.ping_seconds:
-                self._connection.send_command("PING", check_health=False)
+                self._pubsub.ping()
                 self._pinged, self._sent = True, now
         except (redis.RedisError, OSError) as e:
             log.info("generation watch lost its connection", error=str(e))
@@ -127,19 +131,18 @@ class GenerationWatch:
         return self._subscribed and time.monotonic() - self._heard < self.live_seconds
 
     def _subscribe(self) -> None:
+        pubsub = self._listener.pubsub()
+        sent = time.monotonic()
         try:
-            connection: Any = self.client.connection_pool.make_connection()
-            connection.connect()
-            sent = time.monotonic()
-            connection.send_command("SUBSCRIBE", _channel(self.client), check_health=False)
+            pubsub.subscribe(_channel(self.client))
         except (redis.RedisError, OSError):
+            pubsub.close()
             self._retry_at = time.monotonic() + RETRY_SECONDS
             return
-        self._connection, self._sent = connection, sent
+        self._pubsub, self._sent = pubsub, sent
 
-    def _take(self, message: Any) -> None:
-        # RESP2 answers a PING while subscribed with ["pong", ""], RESP3 with plain PONG.
-        kind = reply_text(message[0]) if isinstance(message, list) else "pong"
+    def _take(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
         if kind == "pong":
             self._heard, self._pinged = self._sent, False
         elif kind == "subscribe":  # bumps before it were not heard: read where they got to
@@ -148,7 +151,7 @@ class GenerationWatch:
                 raise redis.ConnectionError("the generations could not be read")
             self._values, self._subscribed, self._heard = values, True, self._sent
         elif kind == "message" and self._subscribed:
-            key, _, value = reply_text(message[2]).partition(" ")
+            key, _, value = reply_text(message["data"]).partition(" ")
             if key in self.keys:  # counters only grow: a late message never moves one back
                 index = self.keys.index(key)
                 kept = list(self._values)
@@ -156,12 +159,23 @@ class GenerationWatch:
                 self._values = tuple(kept)
 
     def _drop(self, retry: bool = True) -> None:
-        if self._connection is not None:
-            self._connection.disconnect()
-        self._connection = None
+        if self._pubsub is not None:
+            self._pubsub.close()
+        self._pubsub = None
         self._subscribed = False
         self._pinged = False
         self._retry_at = time.monotonic() + RETRY_SECONDS if retry else 0.0
+
+
+def _listener(client: redis.Redis) -> redis.Redis:
+    """A client of `client`'s server for the watch's subscription that never retries: a lost
+    connection is given up at once (the watch subscribes again after RETRY_SECONDS), so a
+    request never waits out redis-py's backoff."""
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    )
 
 
 def _channel(client: redis.Redis) -> str:

@@ -71,7 +71,7 @@ def test_a_watch_whose_connection_was_killed_asks_redis_until_it_is_back(
     client, keys, redis_client
 ):
     watch = live(GenerationWatch(client, keys))
-    host, port = watch._connection._sock.getsockname()  # noqa: SLF001 - the one to cut off
+    host, port = watch._pubsub.connection._sock.getsockname()  # noqa: SLF001 - the one to cut
     assert redis_client.client_kill_filter(addr=f"{host}:{port}") == 1
     bump(redis_client, keys[0])  # the watch can't hear this one
     asked = watch.asked
