@@ -12,12 +12,12 @@ from sqlalchemy import Engine
 
 from broker.broker import Broker
 from broker.context import Dispatcher, RecordingDispatcher
+from broker.dispatcher import CeleryDispatcher
 from broker.policy import Policy, load_builtin_policy
 from broker.toolset import build_registry
 from relay import events, feed, generations, naming
 from relay.app import create_celery
 from relay.connections import redis_client
-from relay.dispatch import CeleryDispatcher
 from relay.generations import GenerationWatch
 from relay.streams import wait_for_end
 from store import indexcache

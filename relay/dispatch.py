@@ -1,132 +1,23 @@
-"""Sending work to the workers: a run to its queue (after checking that a live worker serves
-it), a job run or an agent turn to the control worker. Every message carries an id only."""
+"""Sending work to the control worker: a job run or an agent turn. Every message carries an id
+only. (A run goes to its queue through the broker's dispatcher, broker/dispatcher.py.)"""
 
 from __future__ import annotations
-
-import time
 
 import kombu.exceptions
 import redis
 import structlog
 from celery import Celery
 
-from broker import callstate, jobstate
-from broker.callstate import CallStatus
-from broker.context import RunStarted, ToolContext
-from relay import feed, heartbeat, naming, wire
-from relay.connections import database_number
-from relay.errors import BackendUnavailable, NoRunner
-from relay.taskmessage import new_task_id, push, sent_event, sent_event_channel, task_message
-from store.db import SessionFactory, core_transaction, insert_row, transaction
-from store.limits import RUN_SAVE_SECONDS
-from store.packagestore import PackageStore
-from store.runs import abandon, new_run
+from broker import jobstate
+from relay import naming
+from relay.errors import BackendUnavailable
+from store.db import SessionFactory, transaction
 
-EXECUTE_TASK = "skillfleet.execute_run"
-LIVE_CHECK_SECONDS = 1.0
 RUN_JOB_TASK = "skillfleet.run_job"
 RUN_TURN_TASK = "skillfleet.run_turn"
-UNREACHABLE = "The run queue (Redis) can't be reached, so the script was not started."
-SAVE_TOO_SLOW = "The database took too long to save the run, so the script was not started."
 JOB_UNREACHABLE = "The control queue (Redis) can't be reached, so the job run was not started."
-NO_SANDBOX = "No server can run sandboxed skills: Hyperlight needs an x86_64 server with KVM."
 
 log = structlog.get_logger(__name__)
-
-
-class CeleryDispatcher:
-    """Checks that a live worker serves the run's queue, then queues the run by its id."""
-
-    def __init__(
-        self,
-        sessions: SessionFactory,
-        client: redis.Redis,
-        celery: Celery,
-        timeout: int,
-        packages: PackageStore,
-    ) -> None:
-        self.sessions = sessions
-        self.client = client
-        self.celery = celery
-        self.timeout = timeout
-        self.packages = packages
-        self._live: dict[str, float] = {}  # queue -> until when a live worker is assumed
-        # Flower's "sent" events go where kombu's Redis transport publishes them for this database.
-        self._sent_channel = sent_event_channel(database_number(client), celery.conf.event_exchange)
-
-    def _served(self, queue: str) -> bool:
-        """A live worker beats for `queue`; a yes is remembered for LIVE_CHECK_SECONDS.
-
-        A worker that died within that second is no different from one that dies right after
-        the check: its run is answered `interrupted` by the reaper, never run twice.
-        """
-        now = time.monotonic()
-        if self._live.get(queue, 0.0) > now:
-            return True
-        try:
-            alive = heartbeat.live_workers(self.client, queue)
-        except redis.RedisError as e:
-            raise BackendUnavailable(UNREACHABLE) from e
-        if alive:
-            self._live[queue] = now + LIVE_CHECK_SECONDS
-        return bool(alive)
-
-    def dispatch(self, context: ToolContext) -> RunStarted:
-        plan = context.plan
-        assert plan.skill is not None
-        queue = naming.queue_for(plan.skill.execution, plan.node)
-        if not self._served(queue):
-            raise NoRunner(_no_runner_message(plan.skill.execution, plan.node))
-        # Built now, while this hash is current: the runner may fetch it after an edit.
-        self.packages.ensure_built(plan.skill)
-        run = new_run(plan, context.call_id, context.owner_id, self.timeout)
-        context.call.run_id = run.id
-        # The message goes out first and the rows are saved while it travels: the worker claims
-        # the run only once they are there (store.runs.claim waits for them), and finds nothing
-        # to run if they never are. The call is saved with its run: the worker answers it.
-        refused = self._send(run.id, queue)
-        sent_at = time.monotonic()
-        events: list[feed.OwnerEvent] = []
-        with core_transaction(self.sessions) as connection:
-            if context.call.status == CallStatus.DECIDING:
-                callstate.record(connection, context.call, CallStatus.RUNNING, events)
-            else:  # it waited for the owner, who approved it
-                callstate.answer(
-                    connection, context.call.id, CallStatus.RUNNING, run_id=run.id, events=events
-                )
-                context.call.status = CallStatus.RUNNING
-            insert_row(connection, run)
-            if time.monotonic() - sent_at > RUN_SAVE_SECONDS:
-                # Its worker may have stopped waiting for the rows: saved now, it would stay
-                # queued for good. Rolled back, the message finds nothing to run.
-                raise BackendUnavailable(SAVE_TOO_SLOW)
-        if refused is not None:
-            # Claimed already (the reply was lost, not the message)? Then abandon changes nothing.
-            abandon(self.sessions, run.id, UNREACHABLE)
-            raise BackendUnavailable(UNREACHABLE) from refused
-        # The owner's events only once the rows are saved, with the decision's count.
-        feed.add_run_state(events, run)
-        feed.publish_all(self.client, events, context.riders)
-        return RunStarted(run.id)
-
-    def _send(self, run_id: str, queue: str) -> Exception | None:
-        """The task message (after Flower's "sent" event, when there is one) in one round trip;
-        what kept it from its queue, if anything did."""
-        # Flower shows the shadow name: what the task is, never the script's arguments.
-        shadow = f"run {run_id} on {queue}"
-        task_id = new_task_id()
-        pipe = self.client.pipeline(transaction=False)
-        if self.celery.conf.task_send_sent_event:
-            exchange = self.celery.conf.event_exchange
-            clock = self.celery.clock.forward()
-            event = sent_event(exchange, clock, task_id, shadow, [run_id], queue)
-            pipe.publish(self._sent_channel, event)
-        push(pipe, queue, task_message(task_id, EXECUTE_TASK, [run_id], queue, shadow))
-        try:
-            pushed = wire.execute(pipe, raise_on_error=False)[-1]
-        except redis.RedisError as e:  # the connection: whether the message got there is unknown
-            return e
-        return pushed if isinstance(pushed, Exception) else None
 
 
 def send_job_run(celery: Celery, job_run_id: str) -> None:
@@ -156,11 +47,3 @@ def start_job_run(sessions: SessionFactory, celery: Celery, job_run_id: str) -> 
 def send_turn(celery: Celery, turn_id: str) -> None:
     """Send a turn's task to the control worker; the message carries the id only."""
     celery.send_task(RUN_TURN_TASK, args=[turn_id], queue=naming.CONTROL)
-
-
-def _no_runner_message(execution: str, node: str | None) -> str:
-    if execution == naming.SANDBOX:
-        return NO_SANDBOX
-    if execution == naming.SPARK:
-        return "No Spark worker is running, so spark skills can't run now."
-    return f"HOST: no node agent named '{node}' is running; check the node name."

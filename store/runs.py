@@ -10,7 +10,6 @@ is one conditional UPDATE, so a redelivered task or a racing cancel changes noth
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
@@ -21,7 +20,6 @@ from sqlalchemy.orm import Session
 
 from broker import callstate
 from broker.callstate import CallStatus
-from broker.classify import CallPlan
 from broker.results import shape_result
 from relay import events, feed, heartbeat, naming
 from relay.errors import RunFinished, RunNotFound
@@ -34,7 +32,6 @@ from store.db import (
     core_connection,
     core_transaction,
     transaction,
-    transient,
 )
 from store.limits import KEPT_OUTPUT_CHARS, RUN_SAVE_WAIT_SECONDS
 from store.models import Run, RunFacts, utcnow
@@ -92,31 +89,6 @@ class Outcome:
     code: str | None = None  # the stable code of an error that ended the run before its script
 
 
-def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
-    """A queued Run for an allowed call's plan (not saved yet)."""
-    assert plan.skill is not None and plan.script is not None
-    execution = plan.skill.execution
-    return transient(
-        Run,
-        {
-            "id": str(uuid.uuid4()),
-            "call_id": call_id,
-            "owner_id": owner_id,
-            "skill_name": plan.skill.name,
-            "skill_hash": plan.skill.hash,
-            "script": plan.script,
-            "arguments": plan.script_arguments,
-            "execution": execution,
-            "queue": naming.queue_for(execution, plan.node),
-            "node": plan.node if execution == "node" else None,
-            "network": plan.network,
-            "status": QUEUED,
-            "timeout_seconds": timeout,
-            "created_at": utcnow(),
-        },
-    )
-
-
 def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
     """End a queued run that could not be sent to its queue, and its call with it: nothing
     will ever pick the run up, so neither may stay open."""
@@ -148,7 +120,7 @@ def claim(
 ) -> RunFacts | None:
     """Move a queued run to running for this worker; None if it was claimed or ended before.
 
-    The API sends a run's message before it saves the run (relay/dispatch.py), so a message
+    The API sends a run's message before it saves the run (broker/dispatcher.py), so a message
     can come before its row: the claim then waits for the row, up to RUN_SAVE_WAIT_SECONDS
     (the API saves it well within that or not at all). The owner's event for the move goes to
     `events`, for the caller to publish.

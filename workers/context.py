@@ -76,11 +76,11 @@ def turn_context(app: Any) -> TurnContext:
 
 def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
     """The broker of the API, dispatching runs through Celery (see api/services.py)."""
+    from broker.dispatcher import CeleryDispatcher
     from broker.policy import Policy, load_builtin_policy
     from broker.toolset import build_registry
     from relay import events
     from relay.app import create_celery
-    from relay.dispatch import CeleryDispatcher
     from relay.streams import wait_for_end
     from store import indexcache
     from store.packagestore import PackageStore

@@ -19,8 +19,9 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from api.services import Services
-from relay import dispatch, heartbeat, naming
-from relay.dispatch import UNREACHABLE
+from broker import dispatcher
+from broker.dispatcher import UNREACHABLE
+from relay import heartbeat, naming
 from store import runs
 from store.db import transaction
 from store.models import Run
@@ -174,7 +175,7 @@ def test_a_message_whose_run_is_never_saved_runs_nothing(
 def test_a_run_saved_too_late_for_its_worker_is_rolled_back_and_its_message_finds_nothing(
     live_services: Services, node: str, redis_client, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(dispatch, "RUN_SAVE_SECONDS", -1.0)  # every save is too late
+    monkeypatch.setattr(dispatcher, "RUN_SAVE_SECONDS", -1.0)  # every save is too late
     client, auth, answer = call_run(live_services, node)
     assert answer.status_code == 503, answer.json
     assert answer.json["code"] == "service_unavailable"

@@ -9,8 +9,8 @@ import uuid
 
 from conftest import REDIS_URL
 
+from broker.dispatcher import EXECUTE_TASK
 from relay.app import create_celery
-from relay.dispatch import EXECUTE_TASK
 from relay.taskmessage import (
     new_task_id,
     push,

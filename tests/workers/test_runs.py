@@ -15,8 +15,8 @@ import structlog
 from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
 
+from broker.dispatcher import EXECUTE_TASK, NO_SANDBOX
 from relay import naming
-from relay.dispatch import EXECUTE_TASK, NO_SANDBOX
 from relay.streams import read_events
 from store.logs import configure_logging
 from store.settings import Settings

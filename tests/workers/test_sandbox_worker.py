@@ -9,8 +9,8 @@ import pytest
 from conftest import REDIS_URL
 from fleet import fleet, wait_until
 
+from broker.dispatcher import NO_SANDBOX
 from relay import heartbeat, naming
-from relay.dispatch import NO_SANDBOX
 from store.settings import Settings
 
 
