@@ -9,6 +9,10 @@ RUN mkdir /out && sh /src/build-launcher.sh /out/skillfleet-launch
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
+# Dependencies first, at the locked versions and hashes: this layer is rebuilt only when the
+# lock changes, not with every change of the code.
+COPY requirements.lock ./
+RUN pip install --require-hashes -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY skillfleet ./skillfleet
 COPY api ./api
@@ -18,7 +22,7 @@ COPY relay ./relay
 COPY workers ./workers
 COPY migrations ./migrations
 COPY --from=launcher /out/ /usr/local/bin/
-RUN pip install . && useradd --system --uid 10001 skillfleet \
+RUN pip install --no-deps . && useradd --system --uid 10001 skillfleet \
     && mkdir -p /data /secrets && chown skillfleet /data /secrets
 USER skillfleet
 ENV SKILLFLEET_DATA_DIR=/data

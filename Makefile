@@ -5,14 +5,34 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LAUNCHER := $(BIN)/skillfleet-launch
+# Exact versions, with hashes, of what pyproject.toml's ranges resolve to: the application's
+# (the images install it) and, for this checkout, with the dev and sandbox extras.
+LOCK := requirements.lock
+DEV_LOCK := requirements-dev.lock
 
-.PHONY: up test compose-test lint format bench screenshots clean
+.PHONY: up test compose-test lint format bench screenshots clean lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK) $(DEV_LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,sandbox]"
+	$(BIN)/pip install --quiet --require-hashes -r $(DEV_LOCK)
+	$(BIN)/pip install --quiet --no-deps -e .
+	@$(BIN)/pip check >/dev/null || { $(BIN)/pip check; \
+		echo "$(DEV_LOCK) does not satisfy pyproject.toml: run make lock" >&2; exit 1; }
 	touch $(STAMP)
+
+# uv alone, at its locked version: the lock can be rewritten when it no longer installs.
+$(BIN)/uv:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet "uv==$$(sed -n 's/^uv==\([^ ;]*\).*/\1/p' $(DEV_LOCK))"
+
+# Rewrites both lock files from pyproject.toml, keeping every locked version the ranges still
+# allow; LOCK_ARGS=--upgrade moves everything to the newest allowed, --upgrade-package NAME one.
+LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --annotation-style line --quiet \
+	--custom-compile-command "make lock" $(LOCK_ARGS)
+lock: $(BIN)/uv
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra sandbox $(LOCK_FLAGS) -o $(DEV_LOCK)
+	$(BIN)/uv pip compile pyproject.toml -c $(DEV_LOCK) $(LOCK_FLAGS) -o $(LOCK)
 
 # Node scripts start through this: it sets their parent-death signal about 0.9 ms sooner than
 # setpriv, which the node runner uses where it can't be built (no C compiler, not x86_64).

@@ -108,13 +108,22 @@ build_app() {  # always: it holds this checkout's code
   say "installing skillfleet and its dependencies for CPython 3.11 ..."
   "$python" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' ||
     die "$python is not CPython 3.11 (bookworm's python3 is 3.11)."
-  # pip reads dependency markers for this machine's Python, not the image's: redis needs
-  # async-timeout before 3.11.3 (bookworm has 3.11.2), so it is named here. Wheels are
-  # preferred; a pure-Python package published only as source (http_ece) is built here.
+  # The dependencies at the versions and hashes of requirements.lock, as the Dockerfile installs
+  # them. pip reads dependency markers for this machine's Python, not the image's: redis needs
+  # async-timeout before 3.11.3 (bookworm has 3.11.2), so it is named here, at its locked
+  # version. Wheels are preferred; a pure-Python package published only as source (http_ece)
+  # is built here.
+  local async_timeout
+  async_timeout=$(sed -n 's/^\(async-timeout==[^ ;]*\).*/\1/p' "$repo/requirements.lock")
+  [[ -n $async_timeout ]] || die "requirements.lock names no async-timeout."
   "$python" -m pip wheel --quiet --no-deps --wheel-dir "$workdir/wheel" "$repo" 2>/dev/null
   "$python" -m pip install --quiet --no-compile --target "$context/site-packages" \
-    --prefer-binary "$workdir"/wheel/skillfleet-*.whl async-timeout 2>&1 | grep -v '^WARNING: Location' >&2 || true
+    --prefer-binary --require-hashes -r "$repo/requirements.lock" 2>&1 |
+    grep -v '^WARNING: Location' >&2 || true
+  "$python" -m pip install --quiet --no-compile --target "$context/site-packages" --no-deps \
+    "$workdir"/wheel/skillfleet-*.whl "$async_timeout" 2>&1 | grep -v '^WARNING: Location' >&2 || true
   [[ -d $context/site-packages/skillfleet ]] || die "pip did not install skillfleet."
+  [[ -d $context/site-packages/redis ]] || die "pip did not install the locked dependencies."
   rm -rf "$context/site-packages/bin"
   # Built here (the image has no C compiler); an empty bin/ where it can't be: setpriv is used.
   mkdir -p "$context/bin"
