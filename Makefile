@@ -10,7 +10,7 @@ LAUNCHER := $(BIN)/skillfleet-launch
 LOCK := requirements.lock
 DEV_LOCK := requirements-dev.lock
 
-.PHONY: up test compose-test lint format bench screenshots clean lock
+.PHONY: up test test-fast compose-test lint format bench screenshots clean lock
 
 $(STAMP): pyproject.toml $(LOCK) $(DEV_LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +43,14 @@ up: $(STAMP) $(LAUNCHER)
 	$(BIN)/skillfleet db upgrade
 	$(BIN)/skillfleet up
 
+# Every tier (docs/operations.md, "Tests"); PYTEST_ARGS=--databases=both runs each database
+# test on both databases.
 test: $(STAMP) $(LAUNCHER)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The inner loop: SQLite only, no worker processes, browser, Docker or slow tests.
+test-fast: $(STAMP) $(LAUNCHER)
+	$(BIN)/python -m pytest -m "not (postgres or fleet or browser or docker or slow)" $(PYTEST_ARGS)
 
 # The docker-compose deployment, built without a registry and proven across containers.
 compose-test: $(STAMP) $(LAUNCHER)

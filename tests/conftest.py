@@ -1,6 +1,9 @@
 """Shared fixtures: real SQLite and PostgreSQL databases, the real app, real tokens.
 
-With CI=true a service a test needs (PostgreSQL, Redis) fails the run instead of skipping.
+A database test runs on SQLite; one marked `both_databases` (the dialect matters: migrations,
+locks and claims, constraints, concurrent writes) runs on PostgreSQL too, and so does every
+database test under `--databases=both`. With CI=true a service a test needs (PostgreSQL, Redis)
+fails the run instead of skipping.
 """
 
 from __future__ import annotations
@@ -77,10 +80,57 @@ def postgres_database() -> Iterator[str]:
     admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+DIALECTS = ("sqlite", "postgresql")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--databases",
+        choices=("dialect", "both"),
+        default="dialect",
+        help="dialect: SQLite, and PostgreSQL too for tests marked both_databases (default); "
+        "both: every database test on SQLite and on PostgreSQL",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Give `database_url` its databases, unless the test names them itself."""
+    if "database_url" not in metafunc.fixturenames or _names_database(metafunc.definition):
+        return
+    both = metafunc.config.getoption("databases") == "both"
+    if both or metafunc.definition.get_closest_marker("both_databases"):
+        metafunc.parametrize("database_url", DIALECTS, indirect=True)
+    else:
+        metafunc.parametrize("database_url", DIALECTS[:1], indirect=True)
+
+
+def _names_database(definition: pytest.Function) -> bool:
+    for marker in definition.iter_markers("parametrize"):
+        names = marker.args[0]
+        if isinstance(names, str):
+            names = [name.strip() for name in names.split(",")]
+        if "database_url" in names:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tiers a test reaches through its fixtures: PostgreSQL, the browser."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("database_url") == "postgresql"
+        if on_postgres or "postgres_database" in fixtures:
+            item.add_marker(pytest.mark.postgres)
+        if "browser" in fixtures:
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """Every database test runs on SQLite and on PostgreSQL."""
-    if request.param == "sqlite":
+    """A migrated database of the test's own: a SQLite file, or PostgreSQL's tables emptied
+    after the test (see pytest_generate_tests for which)."""
+    if getattr(request, "param", "sqlite") == "sqlite":
         path = tmp_path / "skillfleet.db"
         shutil.copy(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"

@@ -133,6 +133,7 @@ def test_approve_once_runs_once_and_the_next_call_asks_again(client, auth, wiper
     assert run(client, auth)["status"] == "pending_approval"
 
 
+@pytest.mark.both_databases
 def test_answering_twice_is_409_and_another_owners_approval_is_404(client, auth, other_auth, wiper):
     envelope = run(client, auth)
     theirs = answer(client, other_auth, envelope["approval_id"], "approve")
@@ -213,6 +214,7 @@ def test_deleting_a_chat_forgets_its_grants(client, auth, changer):
     assert run(client, auth, name="changer")["status"] == "pending_approval"
 
 
+@pytest.mark.both_databases
 def test_an_approval_expires_after_thirty_minutes(client, auth, services, wiper):
     envelope = run(client, auth)
     approval = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json

@@ -238,6 +238,7 @@ def test_an_expired_plan_answers_410_and_changes_nothing(client, auth, services,
     assert client.get("/api/review", headers=auth).json["edits"] == []
 
 
+@pytest.mark.both_databases
 def test_at_most_200_plans_are_held_and_the_oldest_pending_one_expires_first(
     client, auth, services, report
 ):

@@ -257,6 +257,7 @@ def test_refused_skill_folders_are_reported_and_leave_nothing_behind(client, aut
     assert not installed & {"bad-tier", "broken-script", "too-big"}
 
 
+@pytest.mark.both_databases
 def test_two_folders_that_make_the_same_name_import_once_and_the_409_names_both(client, auth):
     files = {
         "one/Data Tools/SKILL.md": skill_md("Data Tools").encode(),

@@ -187,6 +187,7 @@ def test_calls_are_filtered_by_skill_node_and_since(client, auth, services):
     assert refused.status_code == 422 and refused.json["code"] == "invalid_request"
 
 
+@pytest.mark.both_databases
 def test_runs_and_calls_made_at_the_same_instant_page_once_each_in_a_fixed_order(
     client, auth, services
 ):

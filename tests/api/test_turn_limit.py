@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from flask import Flask
 
 from broker.turns import turn_key
 from store.limits import MAX_CALLS_PER_TURN
+
+pytestmark = pytest.mark.both_databases  # concurrent writes
 
 
 def fire(app: Flask, auth: dict[str, str], bodies: list[dict[str, object]]) -> Counter[str]:

@@ -143,6 +143,7 @@ def test_a_sent_run_is_saved_queued_and_its_message_carries_its_id(
     assert run["run_id"] == answer.json["run_id"] and run["status"] == "queued"
 
 
+@pytest.mark.both_databases
 def test_a_claim_that_comes_before_its_run_is_saved_waits_and_claims_it_once(
     live_services: Services, node: str
 ):

@@ -27,6 +27,8 @@ from store.db import (
 )
 from store.models import Owner, ToolCall, utcnow
 
+pytestmark = pytest.mark.both_databases  # SQL compiled for each dialect
+
 
 def new_call(sessions: SessionFactory, status: str) -> ToolCall:
     """A call (not saved yet) of a new owner's."""

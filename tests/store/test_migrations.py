@@ -13,6 +13,8 @@ from store.db import make_engine
 from store.migrate import alembic_config, drift, upgrade
 from store.models import Base, utcnow
 
+pytestmark = pytest.mark.both_databases  # migrations run on each dialect
+
 
 def test_migrated_database_has_no_drift_from_the_models(database_url):
     engine = make_engine(database_url)

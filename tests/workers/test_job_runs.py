@@ -218,6 +218,7 @@ def runs_of(services, job_id: str) -> list[JobRun]:
         return list(session.scalars(query))
 
 
+@pytest.mark.both_databases
 def test_the_tick_starts_each_due_time_once_and_skips_a_job_still_running(client, auth, services):
     job = create(client, auth, [{"tool": "list_skills"}], skills=(), cron="*/5 * * * *")
     due = due_job(services, job["id"])
@@ -264,6 +265,7 @@ def test_a_disabled_job_is_never_due(client, auth, services):
     assert runs_of(services, job["id"]) == []
 
 
+@pytest.mark.both_databases
 def test_a_run_whose_worker_died_is_interrupted_and_never_run_again(
     client, auth, services, context, feed
 ):
