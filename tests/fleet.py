@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import httpx
 import pytest
 import redis
 import uvicorn
+from conftest import REDIS_URL
 from factories import skill_files, zip_bytes
 from flask import Flask
 
@@ -167,6 +168,24 @@ class Fleet:
     def log_text(self, label: str) -> str:
         path = self.logs / f"{label}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def with_new_owner(self) -> Fleet:
+        """The same fleet seen by an owner of its own, so that what one test makes (skills,
+        chats, runs, approvals) is not in the next one's lists."""
+        with transaction(self.services.sessions) as session:
+            owner = create_owner_token(session, f"owner-{uuid.uuid4().hex[:6]}")
+        return replace(self, owner_token=owner)
+
+
+def sqlite_settings(folder: Path, template: Path, **changes: Any) -> Settings:
+    """Settings for a fleet shared by a module: a copy of the migrated SQLite template in
+    `folder`, and the test Redis."""
+    database = folder / "skillfleet.db"
+    shutil.copy(template, database)
+    return Settings(
+        data_dir=folder / "var", database_url=f"sqlite:///{database}", redis_url=REDIS_URL,
+        **changes,
+    )  # fmt: skip
 
 
 @contextmanager

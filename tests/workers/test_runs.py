@@ -13,13 +13,15 @@ import httpx
 import pytest
 import structlog
 from conftest import REDIS_URL
-from fleet import Fleet, fleet, wait_until
+from fleet import Fleet, fleet, sqlite_settings, wait_until
 
 from broker.dispatcher import EXECUTE_TASK, NO_SANDBOX
 from relay import naming
 from relay.streams import read_events
 from store.logs import configure_logging
 from store.settings import Settings
+
+pytestmark = pytest.mark.fleet
 
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 TICKER = (
@@ -33,25 +35,27 @@ TICKER = (
 )
 
 
-@pytest.fixture
-def fleet_settings(tmp_path: Path, database_url: str) -> Settings:
-    return Settings(
-        data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL, run_timeout=20
-    )
+NODE = f"t-{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture
-def running(fleet_settings: Settings) -> Iterator[Fleet]:
-    with fleet(fleet_settings) as started:
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Fleet]:
+    """One fleet and node worker for the module; each test is an owner of its own."""
+    folder = tmp_path_factory.mktemp("runs")
+    with fleet(sqlite_settings(folder, sqlite_template, run_timeout=20)) as started:
+        started.start_node(NODE)
         yield started
 
 
 @pytest.fixture
+def running(shared: Fleet) -> Fleet:
+    return shared.with_new_owner()
+
+
+@pytest.fixture
 def node(running: Fleet) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    running.start_node(name)
     running.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICKER})
-    return name
+    return NODE
 
 
 def call_run(client: httpx.Client, node: str, wait: float = 0, **arguments: object) -> dict:
@@ -273,10 +277,18 @@ def test_dispatch_to_sandbox_without_a_kvm_host_gives_the_exact_message(running:
     )
 
 
-def test_a_redelivered_message_never_runs_the_script_twice(
-    running: Fleet, node: str, tmp_path: Path
-):
-    marker = tmp_path / "runs.log"
+@pytest.mark.both_databases
+def test_a_redelivered_message_never_runs_the_script_twice(tmp_path: Path, database_url: str):
+    settings = Settings(data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL)
+    with fleet(settings) as running:
+        node = f"t-{uuid.uuid4().hex[:8]}"
+        running.start_node(node)
+        runs_each_once(running, node, tmp_path / "runs.log")
+
+
+def runs_each_once(running: Fleet, node: str, marker: Path) -> None:
+    """Run a script that appends its run id to `marker`, send its message three more times:
+    the worker refuses each, and the id is there once."""
     script = (
         f"import os\nopen({str(marker)!r}, 'a').write(os.environ['SKILLFLEET_RUN_ID'] + '\\n')\n"
     )
