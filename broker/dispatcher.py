@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import kombu.exceptions
 import redis
 from celery import Celery
 
@@ -13,10 +14,8 @@ from broker import callstate
 from broker.callstate import CallStatus
 from broker.classify import CallPlan
 from broker.context import RunStarted, ToolContext
-from relay import feed, heartbeat, naming, wire
-from relay.connections import database_number
+from relay import dispatch, feed, heartbeat, naming
 from relay.errors import BackendUnavailable, NoRunner
-from relay.taskmessage import new_task_id, push, sent_event, sent_event_channel, task_message
 from store.db import SessionFactory, core_transaction, insert_row, transient
 from store.limits import RUN_SAVE_SECONDS
 from store.models import Run, utcnow
@@ -47,8 +46,6 @@ class CeleryDispatcher:
         self.timeout = timeout
         self.packages = packages
         self._live: dict[str, float] = {}  # queue -> until when a live worker is assumed
-        # Flower's "sent" events go where kombu's Redis transport publishes them for this database.
-        self._sent_channel = sent_event_channel(database_number(client), celery.conf.event_exchange)
 
     def _served(self, queue: str) -> bool:
         """A live worker beats for `queue`; a yes is remembered for LIVE_CHECK_SECONDS.
@@ -106,23 +103,13 @@ class CeleryDispatcher:
         return RunStarted(run.id)
 
     def _send(self, run_id: str, queue: str) -> Exception | None:
-        """The task message (after Flower's "sent" event, when there is one) in one round trip;
-        what kept it from its queue, if anything did."""
-        # Flower shows the shadow name: what the task is, never the script's arguments.
-        shadow = f"run {run_id} on {queue}"
-        task_id = new_task_id()
-        pipe = self.client.pipeline(transaction=False)
-        if self.celery.conf.task_send_sent_event:
-            exchange = self.celery.conf.event_exchange
-            clock = self.celery.clock.forward()
-            event = sent_event(exchange, clock, task_id, shadow, [run_id], queue)
-            pipe.publish(self._sent_channel, event)
-        push(pipe, queue, task_message(task_id, EXECUTE_TASK, [run_id], queue, shadow))
+        """The run's task message (after Flower's "sent" event, when there is one); what kept
+        it from its queue, if anything did."""
         try:
-            pushed = wire.execute(pipe, raise_on_error=False)[-1]
-        except redis.RedisError as e:  # the connection: whether the message got there is unknown
-            return e
-        return pushed if isinstance(pushed, Exception) else None
+            dispatch.send_run(self.celery, EXECUTE_TASK, run_id, queue)
+        except (redis.RedisError, kombu.exceptions.OperationalError) as e:
+            return e  # a refusal, or the connection: whether the message got there is unknown
+        return None
 
 
 def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:

@@ -1,7 +1,10 @@
-"""Sending work to the control worker: a job run or an agent turn. Every message carries an id
-only. (A run goes to its queue through the broker's dispatcher, broker/dispatcher.py.)"""
+"""Sending work to the workers: a run's task to its queue (for the broker's dispatcher,
+broker/dispatcher.py), a job run or an agent turn to the control worker. Every message carries
+an id only."""
 
 from __future__ import annotations
+
+import uuid
 
 import kombu.exceptions
 import redis
@@ -18,6 +21,32 @@ RUN_TURN_TASK = "skillfleet.run_turn"
 JOB_UNREACHABLE = "The control queue (Redis) can't be reached, so the job run was not started."
 
 log = structlog.get_logger(__name__)
+
+
+def send_run(celery: Celery, task: str, run_id: str, queue: str) -> None:
+    """Queue `task` for the run on `queue`; the message carries the run's id only.
+
+    Flower shows it as `run <id> on <queue>` (its shadow name), never the script's arguments.
+    With task events on, the "task-sent" event names it so too and goes out before the message:
+    Celery's own names the task and follows the message, so a fast worker's "task-received"
+    could reach Flower first and the late "sent" event put the bare name back. Both are built
+    and sent through Celery's public API (`app.amqp`, `app.events`). Redis errors are raised.
+    """
+    shadow = f"run {run_id} on {queue}"
+    task_id = str(uuid.uuid4())
+    args = [run_id]
+    message = celery.amqp.create_task_message(
+        task_id, task, args, {}, shadow=shadow, ignore_result=True, root_id=task_id
+    )
+    with celery.producer_or_acquire() as producer:
+        if celery.conf.task_send_sent_event:
+            sent = {
+                "uuid": task_id, "root_id": task_id, "parent_id": None, "name": shadow,
+                "args": repr(args), "kwargs": "{}", "retries": 0, "eta": None, "expires": None,
+                "queue": queue, "exchange": "", "routing_key": queue,
+            }  # fmt: skip
+            celery.events.Dispatcher(enabled=False).publish("task-sent", sent, producer)
+        celery.amqp.send_task_message(producer, task, message, queue=queue)
 
 
 def send_job_run(celery: Celery, job_run_id: str) -> None:

@@ -22,7 +22,7 @@ import structlog
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from relay import naming, wire
+from relay import held, naming
 from relay.connections import reply_text
 from relay.streams import Event, _event, blocking_client
 from store.db import SessionFactory
@@ -63,18 +63,24 @@ def publish_all(
     `riders` (see `also`); best effort like publish."""
     if not events and not riders:
         return
+
+    def add(pipe: Any) -> None:
+        for rider in riders:
+            rider(pipe)
+        add_to(pipe, events)
+
+    kinds = [kind for _owner, kind, _data in events]
+    if not held.hold(add, lambda: send(client, add, kinds)):  # held: see relay.held
+        send(client, add, kinds)
+
+
+def send(client: redis.Redis, add: Rider, kinds: Sequence[str] = ()) -> None:
+    """Send the owner events (`kinds`) and riders `add` puts on a pipeline; best effort, as
+    publish."""
     pipe = client.pipeline(transaction=False)
-    for add in riders:
-        add(pipe)
-    add_to(pipe, events)
-    if not wire.hold(pipe):  # held: it rides the wait's first read (see relay.wire)
-        send(pipe, [kind for _owner, kind, _data in events])
-
-
-def send(pipe: Any, kinds: Sequence[str] = ()) -> None:
-    """Send a pipeline of owner events (`kinds`) and riders; best effort, as publish."""
+    add(pipe)
     try:
-        wire.execute(pipe)
+        pipe.execute()
     except redis.RedisError as e:
         log.warning("owner events not published", kinds=list(kinds), error=str(e))
 

@@ -1,8 +1,8 @@
 """Waking the control worker's notifier: a notice sends the notify task as it is published.
 
 The task carries the owner's id and delivers that owner's new notices (workers/notify.py). A
-burst of notices sends one task: the first sets `skillfleet:owner:<id>:notify` and pushes the
-task's message (relay/taskmessage.py) to the control queue; the task deletes the key before it
+burst of notices sends one task: the first sets `skillfleet:owner:<id>:notify` and sends the
+task to the control queue of the Redis it was published to; the task deletes the key before it
 reads the owner's feed, so a notice published after that sends the next one. The key expires
 after DUE_SECONDS, so a message lost with Redis holds nothing back for longer; beat's sweep
 delivers what a lost wake left behind.
@@ -10,16 +10,26 @@ delivers what a lost wake left behind.
 
 from __future__ import annotations
 
+import threading
+import weakref
+from urllib.parse import quote
+
+import kombu.exceptions
 import redis
 import structlog
+from celery import Celery
 
 from relay import naming
-from relay.taskmessage import new_task_id, push, task_message
+from relay.app import create_celery
+from store.settings import Settings
 
 NOTIFY_TASK = "skillfleet.notify"
 DUE_SECONDS = 60
 
 log = structlog.get_logger(__name__)
+# The Celery app that sends the notify tasks of each Redis client, made on first use.
+_senders: weakref.WeakKeyDictionary[redis.Redis, Celery] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
 
 
 def wake(client: redis.Redis, owner_id: int) -> None:
@@ -27,15 +37,39 @@ def wake(client: redis.Redis, owner_id: int) -> None:
     try:
         if not client.set(naming.notify_due(owner_id), "1", nx=True, ex=DUE_SECONDS):
             return
-        args = [str(owner_id)]
-        message = task_message(new_task_id(), NOTIFY_TASK, args, naming.CONTROL, NOTIFY_TASK)
-        pipe = client.pipeline(transaction=False)
-        push(pipe, naming.CONTROL, message)
-        pipe.execute()
-    except redis.RedisError as e:
+        _sender(client).send_task(
+            NOTIFY_TASK, args=[str(owner_id)], queue=naming.CONTROL, ignore_result=True
+        )
+    except (redis.RedisError, kombu.exceptions.OperationalError) as e:
         log.warning("notifier not woken", owner_id=owner_id, error=str(e))
 
 
 def woken(client: redis.Redis, owner_id: int) -> None:
     """The owner's notify task is running: a notice published from now on sends another."""
     client.delete(naming.notify_due(owner_id))
+
+
+def _sender(client: redis.Redis) -> Celery:
+    with _lock:
+        found = _senders.get(client)
+        if found is None:
+            found = _senders[client] = create_celery(Settings(redis_url=redis_url(client)))
+        return found
+
+
+def redis_url(client: redis.Redis) -> str:
+    """The URL of the server and database `client` talks to."""
+    kwargs = client.connection_pool.connection_kwargs
+    db = int(kwargs.get("db") or 0)
+    user, password = kwargs.get("username"), kwargs.get("password")
+    auth = ""
+    if password:
+        auth = f"{quote(user or '', safe='')}:{quote(password, safe='')}@"
+    if "path" in kwargs:
+        return f"unix://{auth}{kwargs['path']}" + (f"?db={db}" if db else "")
+    scheme = (
+        "rediss"
+        if issubclass(client.connection_pool.connection_class, redis.SSLConnection)
+        else "redis"
+    )
+    return f"{scheme}://{auth}{kwargs.get('host', '127.0.0.1')}:{kwargs.get('port', 6379)}/{db}"

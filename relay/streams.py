@@ -14,7 +14,7 @@ from typing import Any
 import redis
 import structlog
 
-from relay import naming, retention, wire
+from relay import held, naming, retention
 from relay.connections import reply_text
 from relay.retention import DEFAULT_CAPS, Expiry, StreamCaps
 from store.limits import (
@@ -69,7 +69,7 @@ class RunStream:
         pipe = self._pipeline([("status", {"status": state, **details})], refresh=False)
         status_at = len(pipe) - 1
         self.expiry.refresh(pipe, self.key)
-        return reply_text(wire.execute(pipe)[status_at])
+        return reply_text(pipe.execute()[status_at])
 
     def status_later(self, state: str, **details: Any) -> None:
         """A status to publish with the next entries (see `send_pending`)."""
@@ -81,7 +81,7 @@ class RunStream:
 
     def send_pending(self) -> None:
         if self.pending or self.riders:
-            wire.execute(self._pipeline([]))
+            self._pipeline([]).execute()
 
     def output(self, stream: str, data: bytes, later: bool = False) -> None:
         """Publish stdout/stderr bytes in entries of at most CHUNK_BYTES, up to the stream cap;
@@ -112,7 +112,7 @@ class RunStream:
         if later:
             self.pending.extend(entries)
         else:
-            wire.execute(self._pipeline(entries))
+            self._pipeline(entries).execute()
 
     def exit(
         self,
@@ -138,7 +138,7 @@ class RunStream:
         pipe.xadd(self.end_key, end)
         self.expiry.end(pipe, self.key, self.end_key)
         retention.ended(pipe, naming.ended_runs(), self.run_id)
-        return reply_text(wire.execute(pipe)[exit_at])
+        return reply_text(pipe.execute()[exit_at])
 
     def _pipeline(self, entries: list[tuple[str, dict[str, Any]]], refresh: bool = True) -> Any:
         """A pipeline adding what is pending, then `entries`, then (with `refresh`) the
@@ -336,7 +336,7 @@ def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> dict[str, 
     else None: the time ran out, or whoever ended the run left the answer to the database.
     It wakes once, at the end, however much the run prints. A Redis outage is waited out too:
     the caller then reads the run's state from the database. Commands held for this request's
-    next round trip (relay.wire.hold: the owner's events of the call) go before the first read.
+    next round trip (relay.held: the owner's events of the call) go before the first read.
     """
     deadline = time.monotonic() + timeout
     reader = blocking_client(client)
@@ -346,13 +346,14 @@ def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> dict[str, 
         if left <= 0:
             return None
         pipe = reader.pipeline(transaction=False)
-        held = wire.take_held()  # only the first read finds any
-        pipe.command_stack.extend(held)
+        riders = held.take()  # only the first read finds any
+        for add in riders:
+            add(pipe)
         pipe.xread({key: "0-0"}, count=1, block=max(1, min(MAX_BLOCK_MS, int(left * 1000))))
         try:
-            replies = wire.execute(pipe, raise_on_error=False)
+            replies = pipe.execute(raise_on_error=False)
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            if held:
+            if riders:
                 log.warning("owner events not published", error=str(e))
             time.sleep(min(left, REDIS_RETRY_SECONDS))
             continue

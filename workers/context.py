@@ -8,8 +8,8 @@ from typing import Any
 
 import redis
 
-from broker.broker import Broker
-from relay import feed, generations, naming
+from broker.wiring import wire
+from relay import feed
 from relay.connections import redis_client
 from relay.heartbeat import Instance
 from relay.retention import StreamCaps
@@ -47,8 +47,11 @@ def job_context(app: Any) -> JobContext:
         context: JobContext | None = getattr(app, "skillfleet_jobs", None)
         if context is None:
             settings: Settings = app.skillfleet_settings
+            wired = wire(settings)  # the API's broker, from the same settings
             context = JobContext(
-                *_broker(settings),
+                wired.sessions,
+                wired.redis,
+                wired.broker,
                 worker=_instance_id(app),
                 step_limit=settings.run_timeout + STEP_SLACK_SECONDS,
                 sealer=Sealer(settings.keys_dir),
@@ -72,47 +75,6 @@ def turn_context(app: Any) -> TurnContext:
         settings.turn_timeout,
         jobs.caps,
     )
-
-
-def _broker(settings: Settings) -> tuple[SessionFactory, redis.Redis, Broker]:
-    """The broker of the API, dispatching runs through Celery (see api/services.py)."""
-    from broker.dispatcher import CeleryDispatcher
-    from broker.policy import Policy, load_builtin_policy
-    from broker.toolset import build_registry
-    from relay import events
-    from relay.app import create_celery
-    from relay.streams import wait_for_end
-    from store import indexcache
-    from store.packagestore import PackageStore
-    from store.skills import SkillStore
-
-    sessions = make_sessions(make_engine(settings.database))
-    client = redis_client(settings)
-    # Job runs and turns change calls, approvals and runs too: the owner's feed must hear them.
-    feed.attach(sessions, client)
-    store = SkillStore(sessions, settings.skills_dir)
-    # Drafts written here make the API processes forget what they read of the skills index.
-    indexcache.watch(
-        sessions, store.index, lambda: generations.bump(client, naming.skills_generation())
-    )
-    policy = (
-        Policy.from_file(settings.policy_file) if settings.policy_file else load_builtin_policy()
-    )
-    packages = PackageStore(settings.data_dir / "packages", store)
-    dispatcher = CeleryDispatcher(
-        sessions, client, create_celery(settings), settings.run_timeout, packages
-    )
-    broker = Broker(
-        build_registry(),
-        policy,
-        store,
-        sessions,
-        dispatcher=dispatcher,
-        run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
-        publish=lambda owner, kind, data: events.publish(client, owner, kind, **data),
-        redis=client,
-    )
-    return sessions, client, broker
 
 
 def _instance_id(app: Any) -> str:
