@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REDIS_URL
-from fleet import Fleet, fleet, wait_until
+from fleet import Fleet, fleet, sqlite_settings, wait_until
 
-from store.settings import Settings
+pytestmark = pytest.mark.fleet
 
 SKILLFLEET = str(Path(sys.executable).with_name("skillfleet"))
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
@@ -28,16 +27,22 @@ TICK = (
     "print('warning', file=sys.stderr)\n"
     "sys.exit(args.get('code', 0))\n"
 )
+NODE = f"t-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Fleet]:
+    """One fleet and node worker for the module; each test is an owner of its own."""
+    with fleet(sqlite_settings(tmp_path_factory.mktemp("cli-run"), sqlite_template)) as started:
+        started.start_node(NODE)
+        yield started
 
 
 @pytest.fixture
-def running(tmp_path: Path, database_url: str) -> Iterator[tuple[Fleet, str]]:
-    settings = Settings(data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL)
-    with fleet(settings) as started:
-        node = f"t-{uuid.uuid4().hex[:8]}"
-        started.start_node(node)
-        started.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICK})
-        yield started, node
+def running(shared: Fleet) -> tuple[Fleet, str]:
+    started = shared.with_new_owner()
+    started.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICK})
+    return started, NODE
 
 
 def cli_env(started: Fleet) -> dict[str, str]:
