@@ -115,7 +115,8 @@ def _names_database(definition: pytest.Function) -> bool:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tiers a test reaches through its fixtures: PostgreSQL, the browser."""
+    """Mark the tiers a test reaches through its fixtures: PostgreSQL, the browser, the
+    console's fleet."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
@@ -124,6 +125,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
         if "browser" in fixtures:
             item.add_marker(pytest.mark.browser)
+        if "console" in fixtures:
+            item.add_marker(pytest.mark.fleet)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from relay import naming
 from store.settings import Settings
 from store.tokens import token_digest
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.fleet]
 
 TICKER = (
     "import json, os, time\n"

@@ -18,6 +18,8 @@ from fleet import Fleet, fleet, wait_until
 
 from store.settings import Settings
 
+pytestmark = pytest.mark.fleet
+
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 QUIET_SECONDS = 17  # longer than the 15 s block of a stream read and the 5 s socket timeout
 

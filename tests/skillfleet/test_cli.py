@@ -12,6 +12,8 @@ import pytest
 from factories import write_skill
 from test_up import SKILLFLEET, Running, clean_env, free_port, up_env
 
+pytestmark = pytest.mark.fleet
+
 CLI_LIMIT = 60.0
 TOKEN = re.compile(r"sf_[A-Za-z0-9_-]+")
 

@@ -15,6 +15,8 @@ from fleet import Fleet, fleet
 from relay import naming
 from store.settings import Settings
 
+pytestmark = pytest.mark.fleet
+
 SKILLFLEET = str(Path(sys.executable).with_name("skillfleet"))
 
 

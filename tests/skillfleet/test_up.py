@@ -24,6 +24,8 @@ import httpx
 import pytest
 from factories import skill_files, skill_md, write_skill, zip_bytes
 
+pytestmark = pytest.mark.fleet
+
 SKILLFLEET = str(Path(sys.executable).parent / "skillfleet")
 HOST = "127.0.0.1"
 START_LIMIT = 60.0

@@ -8,7 +8,7 @@ from conftest import missing_service
 from skillfleet.up import _spark_status
 from store.settings import Settings
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.fleet]
 
 
 def test_a_missing_runner_image_is_reported_with_the_command_that_builds_it(tmp_path):

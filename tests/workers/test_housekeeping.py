@@ -34,6 +34,8 @@ from store.models import Owner
 from store.secrets import Sealer
 from store.settings import Settings
 
+pytestmark = pytest.mark.fleet
+
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 WIPE_CALL = {"arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",
                            "arguments": {"node": "web01"}}, "chat_id": "c1"}  # fmt: skip

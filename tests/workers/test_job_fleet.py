@@ -19,6 +19,8 @@ from store.db import transaction
 from store.models import Job, ToolCall, utcnow
 from store.settings import Settings
 
+pytestmark = pytest.mark.fleet
+
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 
 

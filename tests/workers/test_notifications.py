@@ -33,6 +33,8 @@ from store.secrets import Sealer
 from store.settings import DEFAULT_PUSH_SERVICES, Settings
 from workers import notify, webhooks
 
+pytestmark = pytest.mark.fleet
+
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 WIPE_CALL = {"arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",
                            "arguments": {"node": "web01"}}, "chat_id": "c1"}  # fmt: skip

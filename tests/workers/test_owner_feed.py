@@ -18,6 +18,8 @@ from store.models import ApiToken
 from store.settings import Settings
 from store.tokens import token_digest
 
+pytestmark = pytest.mark.fleet
+
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 HELLO = "print('hello')\n"
 

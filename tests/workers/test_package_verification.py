@@ -278,6 +278,7 @@ def marker_script(marker: Path) -> bytes:
     return f"open({str(marker)!r}, 'w').write('ran')\nprint('planted')\n".encode()
 
 
+@pytest.mark.fleet
 def test_a_node_run_refuses_an_altered_folder_and_runs_the_package_fetched_again(
     running: Fleet, tmp_path: Path
 ):
@@ -298,6 +299,7 @@ def test_a_node_run_refuses_an_altered_folder_and_runs_the_package_fetched_again
     assert "planted or altered" in running.log_text(node)
 
 
+@pytest.mark.fleet
 def test_a_node_run_whose_planted_folder_can_t_be_fetched_again_fails_with_package_unverified(
     running: Fleet, tmp_path: Path
 ):

@@ -16,6 +16,8 @@ from fleet import fleet, own_redis, process_ended, wait_until
 from relay.streams import read_events
 from store.settings import Settings
 
+pytestmark = pytest.mark.fleet
+
 OUTAGE_SECONDS = 60
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 

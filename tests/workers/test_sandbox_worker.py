@@ -13,6 +13,8 @@ from broker.dispatcher import NO_SANDBOX
 from relay import heartbeat, naming
 from store.settings import Settings
 
+pytestmark = pytest.mark.fleet
+
 
 @pytest.mark.skipif(
     os.environ.get("SKILLFLEET_TEST_KVM") == "1", reason="on a KVM host the worker serves"

@@ -18,6 +18,8 @@ from fleet import Fleet, fleet, wait_until
 from relay import naming
 from store.settings import Settings
 
+pytestmark = pytest.mark.fleet
+
 RUNS = 30
 QUICK = "print('ok')\n"
 

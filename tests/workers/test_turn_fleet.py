@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import REDIS_URL
 from fleet import fleet
 from model_standin import model_standin, text, tools
 
 from relay import naming
 from store.settings import Settings
+
+pytestmark = pytest.mark.fleet
 
 
 def test_the_control_worker_runs_a_posted_turn_and_its_events_stream_over_sse(
