@@ -15,8 +15,8 @@ from api.paging import paginate, sql_page
 from api.schemas import CallQuerySchema, CallSchema, WaitSchema
 from api.services import services
 from broker.calls import OPEN_STATES
-from broker.callstate import CallStatus
 from store.models import Chat, ToolCall
+from store.states import CallStatus
 
 blp = Blueprint("calls", __name__, url_prefix="/api/calls", description="Tool call outcomes")
 

@@ -22,7 +22,6 @@ from api.schemas import CallSchema, ToolResultSchema
 from api.services import Services
 from api.sse import KEEPALIVE, frame
 from broker.calls import OPEN_STATES, CallOutcome
-from broker.callstate import CallStatus
 from relay import naming
 from relay.hub import OUTAGES, Overflow, StreamHub, Subscription
 from relay.streams import END_KINDS, TURN_END_KINDS, Event
@@ -30,6 +29,7 @@ from store import jsoncodec
 from store.limits import MAX_WAIT_SECONDS
 from store.models import Run, ToolCall
 from store.runs import END_STATES, get_run
+from store.states import CallStatus
 
 FEED_OPENING = "retry: 1000\n\n"
 # A waiting call reads its row again this often without news of it (an expiry, a lost event).

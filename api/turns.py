@@ -16,17 +16,18 @@ from api.schemas import sse_response
 from api.services import services
 from api.sse import FROM_START, event_stream, frame, resume_after
 from broker.calls import MODES
-from relay import naming, turnstate
+from relay import naming
 from relay.dispatch import send_turn
-from relay.errors import BackendUnavailable, NoModel, TurnFinished
+from relay.errors import BackendUnavailable, NoModel, TurnActive, TurnFinished, TurnNotFound
 from relay.retention import StreamCaps
 from relay.streams import Event, TurnStream, read_stream
-from relay.turnstate import TurnStatus
 from store import modelsettings
-from store.db import transaction
+from store.db import SessionFactory, transaction
+from store.lifecycle import turns as turnstates
 from store.limits import MAX_ID_CHARS, MAX_PROMPT_CHARS
 from store.models import Turn
 from store.secrets import Sealer
+from store.states import TurnStatus
 
 TURN_EXAMPLE = 'id: 1733011200000-0\nevent: text\ndata: {"text": "Checking the disk."}\n\n'
 blp = Blueprint("turns", __name__, url_prefix="/api/turns", description="Agent turns")
@@ -72,21 +73,26 @@ def start_turn(body: dict[str, Any]) -> Turn:
     if modelsettings.load(found.sessions, sealer, caller) is None:
         raise NoModel(NO_MODEL)
     with transaction(found.sessions) as session:
-        turn = turnstate.create(session, caller, body["prompt"], body["chat_id"], mode=body["mode"])
+        active = turnstates.open_turn(session, caller, body["chat_id"])
+        if active is not None:
+            raise TurnActive(f"The chat already has a turn that has not ended ({active}).")
+        turn = turnstates.create(
+            session, caller, body["prompt"], body["chat_id"], mode=body["mode"]
+        )
     try:
         send_turn(found.celery, turn.id)
     except (redis.RedisError, kombu.exceptions.OperationalError) as e:
         with transaction(found.sessions) as session:
-            turnstate.abandon(session, turn.id, BackendUnavailable.code, UNREACHABLE)
+            turnstates.abandon(session, turn.id, BackendUnavailable.code, UNREACHABLE)
         raise BackendUnavailable(UNREACHABLE) from e
-    return turnstate.get(found.sessions, turn.id)
+    return _turn(found.sessions, turn.id)
 
 
 @blp.route("/<turn_id>")
 @blp.response(200, TurnSchema)
 def show_turn(turn_id: str) -> Turn:
     """Show a turn: state, the model's answer, how many tool calls it made"""
-    return turnstate.get(services().sessions, turn_id, owner_or_agent())
+    return _turn(services().sessions, turn_id, owner_or_agent())
 
 
 @blp.route("/<turn_id>/stop", methods=["POST"])
@@ -94,18 +100,18 @@ def show_turn(turn_id: str) -> Turn:
 def stop_turn(turn_id: str) -> Turn:
     """Stop a turn: a queued one at once, a running one at its next step"""
     found = services()
-    turn = turnstate.get(found.sessions, turn_id, owner_or_agent())
-    if turn.status not in turnstate.OPEN_STATES:
+    turn = _turn(found.sessions, turn_id, owner_or_agent())
+    if turn.status not in turnstates.OPEN_STATES:
         raise TurnFinished(f"The turn already ended: it is {turn.status}.")
     with transaction(found.sessions) as session:
-        stopped = turnstate.stop_queued(session, turn_id)
+        stopped = turnstates.stop_queued(session, turn_id)
     if stopped:
         TurnStream(found.redis, turn_id, StreamCaps.of(found.settings)).end(
             TurnStatus.STOPPED, ("stopped", "Stopped before it started.")
         )
     else:
         found.redis.set(naming.turn_stop(turn_id), "1", ex=found.settings.turn_timeout + 60)
-    return turnstate.get(found.sessions, turn_id)
+    return _turn(found.sessions, turn_id)
 
 
 @blp.route("/<turn_id>/events")
@@ -113,13 +119,21 @@ def stop_turn(turn_id: str) -> Turn:
 @blp.doc(responses={"200": sse_response("The turn's text and tool events", TURN_EXAMPLE)})
 def turn_events(turn_id: str) -> Response:
     """Text and tool events as Server-Sent Events; reconnect with Last-Event-ID to replay"""
-    turn = turnstate.get(services().sessions, turn_id, owner_or_agent())
+    turn = _turn(services().sessions, turn_id, owner_or_agent())
     client = services().redis
     key = naming.turn_stream(turn_id)
     after = resume_after(client, key, "turn") or FROM_START
-    if turn.status not in turnstate.OPEN_STATES and not read_stream(client, key, FROM_START):
+    if turn.status not in turnstates.OPEN_STATES and not read_stream(client, key, FROM_START):
         return event_stream(iter(_from_row(turn)))  # the stream expired; the row remains
     return hand_off(FollowTurn(turn_id, after))
+
+
+def _turn(sessions: SessionFactory, turn_id: str, owner_id: int | None = None) -> Turn:
+    with sessions() as session:
+        turn = session.get(Turn, turn_id)
+    if turn is None or (owner_id is not None and turn.owner_id != owner_id):
+        raise TurnNotFound(f"You have no turn '{turn_id}'.")
+    return turn
 
 
 def _from_row(turn: Turn) -> list[str]:

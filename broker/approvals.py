@@ -5,30 +5,27 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from broker import callstate
-from broker.callstate import CallStatus
 from broker.classify import CallPlan
 from broker.editplans import refuse_expired
 from broker.errors import ApprovalAnswered, ApprovalNotFound
 from broker.warnings import warning_for
-from relay import feed
+from store import ownerevents
+from store.lifecycle import approvals, calls
 from store.models import Approval, ToolCall, utcnow
+from store.states import ApprovalStatus, CallStatus
 
 APPROVAL_LIFE = timedelta(minutes=30)
-PENDING = "pending"
-ANSWERING = "answering"
-STALE = "stale"
-DECISIONS = ("approve", "approve_for_chat", "deny")
-ANSWERED = {"approve": "approved", "approve_for_chat": "approved_for_chat", "deny": "denied"}
+PENDING = ApprovalStatus.PENDING
+DECISIONS = tuple(approvals.ANSWERED)
 
 
 def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str | None) -> Approval:
     """A pending approval bound to this call's tool, arguments, full skill hash and node."""
     now = utcnow()
-    approval = Approval(
+    approval = approvals.new(
         id=str(uuid.uuid4()),
         owner_id=call.owner_id,
         call_id=call.id,
@@ -44,12 +41,11 @@ def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str 
         rule=rule,
         warning=warning_for(plan),
         offers_chat_grant=plan.offers_grant(in_job=call.job_run_id is not None),
-        status=PENDING,
         created_at=now,
         expires_at=now + APPROVAL_LIFE,
     )
     session.add(approval)
-    feed.note_approval(session, approval)
+    ownerevents.note_approval(session, approval)
     return approval
 
 
@@ -61,10 +57,9 @@ def expire_due(session: Session, owner_id: int | None = None) -> int:
         query = query.where(Approval.owner_id == owner_id)
     expired = list(session.scalars(query.with_for_update(skip_locked=True)))
     for approval in expired:
-        approval.status = "expired"
-        approval.answered_at = now
-        feed.note_approval(session, approval)
-        callstate.answer(
+        approvals.move(approval, ApprovalStatus.EXPIRED, now)
+        ownerevents.note_approval(session, approval)
+        calls.answer(
             session,
             approval.call_id,
             CallStatus.EXPIRED,
@@ -83,22 +78,16 @@ def claim_for_answer(session: Session, owner_id: int, approval_id: str) -> Appro
     if approval.status != PENDING:
         raise ApprovalAnswered(f"This approval was already answered: it is {approval.status}.")
     # The conditional update is the claim: of two answers racing, exactly one changes the row.
-    claimed = session.execute(
-        update(Approval)
-        .where(Approval.id == approval_id, Approval.status == PENDING)
-        .values(status=ANSWERING)
-    )
-    if claimed.rowcount != 1:  # type: ignore[attr-defined]
+    if not approvals.claim(session, approval_id):
         raise ApprovalAnswered("This approval was answered by another request just now.")
     session.refresh(approval)
-    feed.note_approval(session, approval)  # published with the answer, after commit
+    ownerevents.note_approval(session, approval)  # published with the answer, after commit
     return approval
 
 
 def deny(session: Session, approval: Approval) -> None:
-    approval.status = "denied"
-    approval.answered_at = utcnow()
-    callstate.answer(
+    approvals.move(approval, ApprovalStatus.DENIED)
+    calls.answer(
         session,
         approval.call_id,
         CallStatus.DENIED,
@@ -108,12 +97,15 @@ def deny(session: Session, approval: Approval) -> None:
 
 def make_stale(session: Session, approval: Approval, reason: str) -> None:
     """The skill is no longer the one the owner was shown: the approval is void, nothing runs."""
-    approval.status = STALE
-    approval.answered_at = utcnow()
-    callstate.answer(session, approval.call_id, CallStatus.FAILED, error=("skill_changed", reason))
+    approvals.move(approval, ApprovalStatus.STALE)
+    calls.answer(session, approval.call_id, CallStatus.FAILED, error=("skill_changed", reason))
 
 
 def void_after_approval(session: Session, approval: Approval) -> None:
     """The approved call could not run because its skill moved meanwhile: the approval is void."""
-    session.execute(update(Approval).where(Approval.id == approval.id).values(status=STALE))
-    approval.status = STALE
+    approvals.void(session, approval)
+
+
+def approve(approval: Approval, decision: str) -> None:
+    """The owner approved (once, or for the whole chat) a claimed approval."""
+    approvals.move(approval, approvals.ANSWERED[decision])

@@ -13,9 +13,8 @@ import structlog
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from broker import approvals, callstate, editplans, jobstate
+from broker import approvals, editplans
 from broker.calls import CallOutcome, CallRequest
-from broker.callstate import OPEN_STATES, CallStatus
 from broker.classify import READ_EXACTLY, CallPlan, plan_call
 from broker.context import Dispatcher, RecordingDispatcher, RunStarted, ToolContext
 from broker.editargs import repeated_message
@@ -34,11 +33,15 @@ from broker.results import shape_result, tool_failure
 from broker.turns import admit, turn_key
 from relay import feed
 from relay.counters import POLICY_DECISIONS
-from store.db import SessionFactory, core_transaction, transaction, transient
+from store.db import SessionFactory, core_transaction, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
+from store.lifecycle import calls, jobruns
+from store.lifecycle.calls import OPEN_STATES
 from store.limits import MAX_CALLS_PER_TURN, MAX_WAIT_SECONDS
-from store.models import Approval, Chat, Job, JobRun, ToolCall, utcnow
+from store.models import Approval, Chat, Job, JobRun, ToolCall
+from store.ownerevents import OwnerEvent
 from store.skills import SkillStore
+from store.states import CallStatus
 
 log = structlog.get_logger(__name__)
 SERVICE_DOWN = ("service_unavailable", "A service the call needs could not be reached.")
@@ -49,7 +52,8 @@ POLL_SECONDS = 0.1
 
 @dataclass
 class Broker:
-    """Decides and runs tool calls for owners; every call's state goes through `callstate`."""
+    """Decides and runs tool calls for owners; every call's state goes through
+    `store.lifecycle.calls`."""
 
     registry: Registry
     policy: Policy
@@ -78,8 +82,7 @@ class Broker:
             )
         except SQLAlchemyError as e:
             raise ServiceUnavailable("The database can't be reached; try again shortly.") from e
-        call = transient(
-            ToolCall,
+        call = calls.new(
             {
                 "id": str(uuid.uuid4()),
                 "owner_id": owner_id,
@@ -89,7 +92,6 @@ class Broker:
                 "tool": tool.name,
                 "tier": str(tool.tier),
                 "mode": request.mode,
-                "status": CallStatus.DECIDING,
                 "arguments": request.arguments,  # as sent, until classify reads them (chat review)
             },
         )
@@ -180,7 +182,7 @@ class Broker:
     ) -> CallOutcome:
         with transaction(self.sessions) as session:
             self._count_with(session, count)
-            callstate.record(session, call, CallStatus.PENDING_APPROVAL)
+            calls.record(session, call, CallStatus.PENDING_APPROVAL)
             session.flush()
             approval = approvals.create_approval(session, call, plan, decision.rule)
             call.approval_id = approval.id
@@ -290,16 +292,16 @@ class Broker:
     ) -> CallOutcome:
         """Save a new call on a bare connection (every read tool's call: no Session needed),
         then send its event with the decision's count in one round trip."""
-        events: list[feed.OwnerEvent] = []
+        events: list[OwnerEvent] = []
         try:
             with core_transaction(self.sessions) as connection:
-                callstate.record(connection, call, status, events)
+                calls.record(connection, call, status, events)
         except IntegrityError:
             # The chat was deleted while the call was being answered: keep the call, not the link.
             call.chat_id = None
             events.clear()
             with core_transaction(self.sessions) as connection:
-                callstate.record(connection, call, status, events)
+                calls.record(connection, call, status, events)
         if self.redis is not None:
             feed.publish_all(self.redis, events, (count.add_to,) if count is not None else ())
         return CallOutcome.of(call)
@@ -319,16 +321,13 @@ class Broker:
     ) -> CallOutcome:
         """End a call that already has a row (it waited for the owner)."""
         with transaction(self.sessions) as session:
-            callstate.answer(session, call.id, status, result=result, error=error)
-        call.status = status
-        if error is not None:
-            call.error_code, call.error_message = error
+            calls.answer(session, call.id, status, result=result, error=error, call=call)
         return CallOutcome.of(call)
 
     def _job(self, owner_id: int, job_run_id: str) -> Job:
         """The job of an active run of the owner: its grants and skills govern the call."""
         with self.sessions() as session:
-            job = session.get(Job, jobstate.job_of_call(session, owner_id, job_run_id))
+            job = session.get(Job, jobruns.job_of_call(session, owner_id, job_run_id))
         assert job is not None  # a run is removed with its job
         return job
 
@@ -371,8 +370,7 @@ class Broker:
                 approvals.make_stale(session, approval, stale)
                 editplans.settle(session, approval.id, editplans.STALE)
             else:
-                approval.status = approvals.ANSWERED[decision]
-                approval.answered_at = utcnow()
+                approvals.approve(approval, decision)
                 if decision == "approve_for_chat":
                     self._grant_for_chat(session, approval)
         if stale is not None:

@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from broker.callstate import OPEN_STATES
 from broker.errors import InvalidCall
+from store.lifecycle.calls import OPEN_STATES
 from store.limits import MAX_ID_CHARS
 from store.models import ToolCall
 

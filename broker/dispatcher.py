@@ -10,17 +10,20 @@ import kombu.exceptions
 import redis
 from celery import Celery
 
-from broker import callstate
-from broker.callstate import CallStatus
 from broker.classify import CallPlan
 from broker.context import RunStarted, ToolContext
 from relay import dispatch, feed, heartbeat, naming
 from relay.errors import BackendUnavailable, NoRunner
-from store.db import SessionFactory, core_transaction, insert_row, transient
+from store import ownerevents
+from store.db import SessionFactory, core_transaction, insert_row
+from store.lifecycle import calls
+from store.lifecycle import runs as runstates
 from store.limits import RUN_SAVE_SECONDS
 from store.models import Run, utcnow
+from store.ownerevents import OwnerEvent
 from store.packagestore import PackageStore
-from store.runs import QUEUED, abandon
+from store.runs import abandon
+from store.states import CallStatus
 
 EXECUTE_TASK = "skillfleet.execute_run"
 LIVE_CHECK_SECONDS = 1.0
@@ -79,15 +82,19 @@ class CeleryDispatcher:
         # to run if they never are. The call is saved with its run: the worker answers it.
         refused = self._send(run.id, queue)
         sent_at = time.monotonic()
-        events: list[feed.OwnerEvent] = []
+        events: list[OwnerEvent] = []
         with core_transaction(self.sessions) as connection:
             if context.call.status == CallStatus.DECIDING:
-                callstate.record(connection, context.call, CallStatus.RUNNING, events)
+                calls.record(connection, context.call, CallStatus.RUNNING, events)
             else:  # it waited for the owner, who approved it
-                callstate.answer(
-                    connection, context.call.id, CallStatus.RUNNING, run_id=run.id, events=events
+                calls.answer(
+                    connection,
+                    context.call.id,
+                    CallStatus.RUNNING,
+                    run_id=run.id,
+                    events=events,
+                    call=context.call,
                 )
-                context.call.status = CallStatus.RUNNING
             insert_row(connection, run)
             if time.monotonic() - sent_at > RUN_SAVE_SECONDS:
                 # Its worker may have stopped waiting for the rows: saved now, it would stay
@@ -98,7 +105,7 @@ class CeleryDispatcher:
             abandon(self.sessions, run.id, UNREACHABLE)
             raise BackendUnavailable(UNREACHABLE) from refused
         # The owner's events only once the rows are saved, with the decision's count.
-        feed.add_run_state(events, run)
+        ownerevents.add_run_state(events, run)
         feed.publish_all(self.client, events, context.riders)
         return RunStarted(run.id)
 
@@ -116,8 +123,7 @@ def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
     """A queued Run for an allowed call's plan (not saved yet)."""
     assert plan.skill is not None and plan.script is not None
     execution = plan.skill.execution
-    return transient(
-        Run,
+    return runstates.new(
         {
             "id": str(uuid.uuid4()),
             "call_id": call_id,
@@ -130,7 +136,6 @@ def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
             "queue": naming.queue_for(execution, plan.node),
             "node": plan.node if execution == "node" else None,
             "network": plan.network,
-            "status": QUEUED,
             "timeout_seconds": timeout,
             "created_at": utcnow(),
         },

@@ -17,11 +17,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from broker import callstate
-from broker.callstate import CallStatus
 from broker.context import ToolContext
 from broker.editargs import EditArguments
 from broker.errors import DiffTooLarge, EditPlanExpired, InvalidCall
@@ -32,20 +30,20 @@ from store.errors import SkillBuiltin, SkillChanged, SkillInvalid, SkillTooLarge
 from store.frontmatter import read_loose
 from store.hashing import regular_files
 from store.leniency import read_skill_dir
+from store.lifecycle import approvals, calls
+from store.lifecycle import editplans as plans
 from store.limits import MAX_DIFF_BYTES, MAX_DIFF_FILE_BYTES, MAX_EDIT_PLANS, MAX_EDITABLE_BYTES
 from store.lint import lint
-from store.models import Approval, EditPlan, Skill, ToolCall, utcnow
+from store.models import Approval, EditPlan, Skill, ToolCall
 from store.skillmd import decode_skill_md, has_front_matter, split_front_matter
 from store.skills import SkillStore
+from store.states import ApprovalStatus, CallStatus, EditPlanStatus
 from store.validation import format_problems
 
 EDIT_PLAN_LIFE = timedelta(hours=2)
-PENDING = "pending"
-APPLIED = "applied"
-DENIED = "denied"
-STALE = "stale"
-FAILED = "failed"
-EXPIRED = "expired"
+PENDING = EditPlanStatus.PENDING
+DENIED = EditPlanStatus.DENIED
+STALE = EditPlanStatus.STALE
 
 
 @dataclass(frozen=True)
@@ -186,7 +184,7 @@ def hold(session: Session, call: ToolCall, approval: Approval, draft: EditDraft)
     for old in pending[: max(0, len(pending) - MAX_EDIT_PLANS + 1)]:
         _expire(session, old, f"At most {MAX_EDIT_PLANS} edit plans are held; a newer one came.")
     now = approval.created_at  # the plan and its approval share their time
-    plan = EditPlan(
+    plan = plans.new(
         id=str(uuid.uuid4()),
         owner_id=call.owner_id,
         call_id=call.id,
@@ -197,7 +195,6 @@ def hold(session: Session, call: ToolCall, approval: Approval, draft: EditDraft)
         diff=draft.diff,
         lint_warnings=draft.lint_warnings,
         rationale=draft.rationale,
-        status=PENDING,
         created_at=now,
         expires_at=now + EDIT_PLAN_LIFE,
     )
@@ -207,48 +204,27 @@ def hold(session: Session, call: ToolCall, approval: Approval, draft: EditDraft)
 
 
 def _expire(session: Session, plan: EditPlan, reason: str) -> None:
-    plan.status = EXPIRED
-    plan.answered_at = utcnow()
+    plans.expire(plan)
     if plan.approval_id is None:
         return
-    claimed = session.execute(
-        update(Approval)
-        .where(Approval.id == plan.approval_id, Approval.status == PENDING)
-        .values(status=EXPIRED, answered_at=plan.answered_at)
-    )
-    if claimed.rowcount == 1:  # type: ignore[attr-defined]
-        callstate.answer(
-            session, plan.call_id, CallStatus.EXPIRED, error=("edit_plan_expired", reason)
-        )
+    assert plan.answered_at is not None
+    if approvals.expire_pending(session, plan.approval_id, plan.answered_at):
+        calls.answer(session, plan.call_id, CallStatus.EXPIRED, error=("edit_plan_expired", reason))
 
 
 def sweep(session: Session, owner_id: int) -> None:
     """Plans past their 2 hours are expired (their approvals expire by the same time)."""
-    session.execute(
-        update(EditPlan)
-        .where(
-            EditPlan.owner_id == owner_id,
-            EditPlan.status == PENDING,
-            EditPlan.expires_at <= utcnow(),
-        )
-        .values(status=EXPIRED)
-        .execution_options(synchronize_session=False)
-    )
+    plans.sweep(session, owner_id)
 
 
-def settle(session: Session, approval_id: str, status: str) -> None:
+def settle(session: Session, approval_id: str, status: EditPlanStatus) -> None:
     """End the pending plan of an approval (no-op for approvals of other tools)."""
-    session.execute(
-        update(EditPlan)
-        .where(EditPlan.approval_id == approval_id, EditPlan.status == PENDING)
-        .values(status=status, answered_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
+    plans.settle(session, approval_id, status)
 
 
 def refuse_expired(approval: Approval) -> None:
     """An edit plan's approval that expired answers 410, not "already answered"."""
-    if approval.tool == "edit_skill" and approval.status == EXPIRED:
+    if approval.tool == "edit_skill" and approval.status == ApprovalStatus.EXPIRED:
         raise EditPlanExpired(
             "This edit plan expired (plans are kept 2 hours, at most 200 at once); "
             "nothing was changed. Ask for the edit again."
@@ -278,9 +254,9 @@ def apply_plan(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any
     try:
         skill = install_edit(context.store, context.owner_id, name, base, files, by_owner=False)
     except SkillChanged as e:
-        _finish(context, row, FAILED, None)
+        _finish(context, row, EditPlanStatus.FAILED, None)
         raise SkillChanged(f"HOST: {e.message} Nothing was written.") from e
-    _finish(context, row, APPLIED, skill.hash)
+    _finish(context, row, EditPlanStatus.APPLIED, skill.hash)
     return {
         "skill_name": name,
         "hash": skill.hash,
@@ -291,12 +267,10 @@ def apply_plan(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any
     }
 
 
-def _finish(context: ToolContext, row: EditPlan | None, status: str, new_hash: str | None) -> None:
+def _finish(
+    context: ToolContext, row: EditPlan | None, status: EditPlanStatus, new_hash: str | None
+) -> None:
     if row is None:
         return
     with context.sessions() as session, session.begin():
-        session.execute(
-            update(EditPlan)
-            .where(EditPlan.id == row.id)
-            .values(status=status, applied_hash=new_hash, answered_at=utcnow())
-        )
+        plans.finish(session, row.id, status, new_hash)

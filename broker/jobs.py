@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from broker import jobstate
 from broker.classify import RUN, SKILL_TOOLS
 from broker.errors import UnknownTool
 from broker.grants import JOB, add_grant, tool_key
@@ -31,6 +30,7 @@ from store.errors import (
     TooManyJobs,
 )
 from store.hashing import grant_key
+from store.lifecycle import jobruns
 from store.limits import (
     MAX_JOB_GRANTS,
     MAX_JOB_NAME_CHARS,
@@ -117,12 +117,12 @@ class Jobs:
         """Queue a run of the job now; refused while one is still queued, running or waiting."""
         with transaction(self.sessions) as session:
             job = _owned(session, owner_id, job_id, lock=True)
-            active = jobstate.active_run(session, job.id)
+            active = jobruns.active_run(session, job.id)
             if active is not None:
                 raise JobRunning(
                     f"The job is still {active.status} (run {active.id}); wait for it to end."
                 )
-            return jobstate.queue(session, job, jobstate.MANUAL)
+            return jobruns.queue(session, job, jobruns.MANUAL)
 
     def runs(self, owner_id: int, job_id: str) -> list[JobRun]:
         """The job's runs, newest first (at most the newest 50 are kept)."""

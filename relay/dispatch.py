@@ -11,10 +11,10 @@ import redis
 import structlog
 from celery import Celery
 
-from broker import jobstate
 from relay import naming
 from relay.errors import BackendUnavailable
 from store.db import SessionFactory, transaction
+from store.lifecycle import jobruns
 
 RUN_JOB_TASK = "skillfleet.run_job"
 RUN_TURN_TASK = "skillfleet.run_turn"
@@ -69,7 +69,7 @@ def start_job_run(sessions: SessionFactory, celery: Celery, job_run_id: str) -> 
         send_job_run(celery, job_run_id)
     except (redis.RedisError, kombu.exceptions.OperationalError) as e:
         with transaction(sessions) as session:
-            jobstate.abandon(session, job_run_id, JOB_UNREACHABLE)
+            jobruns.abandon(session, job_run_id, JOB_UNREACHABLE)
         raise BackendUnavailable(JOB_UNREACHABLE) from e
 
 

@@ -27,17 +27,13 @@ from relay.connections import reply_text
 from relay.streams import Event, _event, blocking_client
 from store.db import SessionFactory
 from store.limits import MAX_BLOCK_MS, MAX_OWNER_EVENTS
-from store.models import Approval, RunFacts
+from store.ownerevents import NOTED, OwnerEvent
 
 log = structlog.get_logger(__name__)
 
-# What a session holds until it commits: (owner id, kind, data or a snapshot to take then).
-_NOTED = "skillfleet.owner_events"
 _READY = "skillfleet.owner_events.ready"
 # Commands of others sent in the same round trip as the events (relay/counters.py).
 _RIDERS = "skillfleet.owner_events.riders"
-Snapshot = Callable[[], dict[str, Any]]
-OwnerEvent = tuple[int, str, dict[str, Any]]
 Rider = Callable[[Any], object]
 
 
@@ -102,68 +98,12 @@ def also(session: Session, add: Rider) -> None:
     session.info.setdefault(_RIDERS, []).append(add)
 
 
-def note(
-    session: Session, owner_id: int | None, kind: str, data: dict[str, Any] | Snapshot
-) -> None:
-    """Publish an event once `session` commits; a callable `data` is read just before commit."""
-    if owner_id is not None:
-        session.info.setdefault(_NOTED, []).append((owner_id, kind, data))
-
-
-def note_approval(session: Session, approval: Approval) -> None:
-    """The approval's state as it is when the session commits: created, or answered."""
-
-    def snapshot() -> dict[str, Any]:
-        return {
-            "approval_id": approval.id,
-            "call_id": approval.call_id,
-            "status": approval.status,
-            "tool": approval.tool,
-            "tier": approval.tier,
-            "skill_name": approval.skill_name,
-            "node": approval.node,
-        }
-
-    kind = "approval.created" if approval.status == "pending" else "approval.answered"
-    note(session, approval.owner_id, kind, snapshot)
-
-
-def note_run(session: Session, run: RunFacts) -> None:
-    """A run moved to a new state."""
-    note(session, run.owner_id, *run_state(run))
-
-
-def add_run_state(events: list[OwnerEvent], run: RunFacts) -> None:
-    """The event of a run's new state, for a caller that publishes its events itself."""
-    if run.owner_id is not None:
-        events.append((run.owner_id, *run_state(run)))
-
-
-def run_state(run: RunFacts) -> tuple[str, dict[str, Any]]:
-    """The kind and data of the event saying a run moved to its current state."""
-    data = {
-        "run_id": run.id,
-        "call_id": run.call_id,
-        "status": run.status,
-        "skill_name": run.skill_name,
-        "node": run.node,
-        "exit_code": run.exit_code,
-    }
-    return "run.state", data
-
-
-def note_job_run(session: Session, owner_id: int, job_id: str, run_id: str, status: str) -> None:
-    """A job run was queued, skipped or moved to a new state."""
-    data = {"job_run_id": run_id, "job_id": job_id, "status": str(status)}
-    note(session, owner_id, "job_run.state", data)
-
-
 def attach(sessions: SessionFactory, client: redis.Redis) -> None:
     """Publish what sessions of `sessions` noted, after each commit, through `client`."""
 
     @event.listens_for(sessions, "before_commit")
     def take_snapshots(session: Session) -> None:
-        noted = session.info.pop(_NOTED, [])
+        noted = session.info.pop(NOTED, [])
         ready = session.info.setdefault(_READY, [])
         for owner_id, kind, data in noted:
             snapshot = data() if callable(data) else data
@@ -183,7 +123,7 @@ def attach(sessions: SessionFactory, client: redis.Redis) -> None:
 
     @event.listens_for(sessions, "after_soft_rollback")
     def forget(session: Session, _transaction: Any) -> None:
-        session.info.pop(_NOTED, None)
+        session.info.pop(NOTED, None)
         session.info.pop(_READY, None)
         session.info.pop(_RIDERS, None)
 

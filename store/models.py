@@ -20,6 +20,16 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from store.states import (
+    ApprovalStatus,
+    CallStatus,
+    EditPlanStatus,
+    JobRunStatus,
+    RunStatus,
+    TurnStatus,
+    check,
+)
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -159,6 +169,7 @@ class ToolCall(Base):
     """One tool call an agent made, with its outcome."""
 
     __tablename__ = "tool_calls"
+    __table_args__ = (CheckConstraint(check(CallStatus), name="status"),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
@@ -220,6 +231,7 @@ class Approval(Base):
     """The owner's answer to exactly one call: tool, arguments, skill hash and node."""
 
     __tablename__ = "approvals"
+    __table_args__ = (CheckConstraint(check(ApprovalStatus), name="status"),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
@@ -246,6 +258,7 @@ class EditPlan(Base):
     """An edit_skill call read once: the changes, their diff and the hash they apply to."""
 
     __tablename__ = "edit_plans"
+    __table_args__ = (CheckConstraint(check(EditPlanStatus), name="status"),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
@@ -257,7 +270,7 @@ class EditPlan(Base):
     diff: Mapped[str] = mapped_column(Text)
     lint_warnings: Mapped[list[str]] = mapped_column(JSON)
     rationale: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16))  # pending, applied, denied, expired, failed
+    status: Mapped[str] = mapped_column(String(16))
     applied_hash: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
@@ -281,6 +294,7 @@ class Run(Base):
     """One dispatched script: where it ran, how it ended and its capped output."""
 
     __tablename__ = "runs"
+    __table_args__ = (CheckConstraint(check(RunStatus), name="status"),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     call_id: Mapped[str | None] = mapped_column(String(36), index=True)
@@ -364,6 +378,7 @@ class JobRun(Base):
     """One run of a job: its own chat in execute mode; steps in order, the first failure stops."""
 
     __tablename__ = "job_runs"
+    __table_args__ = (CheckConstraint(check(JobRunStatus), name="status"),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -387,6 +402,7 @@ class Turn(Base):
     """One agent turn: a prompt answered by the owner's model calling the governed tools."""
 
     __tablename__ = "turns"
+    __table_args__ = (CheckConstraint(check(TurnStatus), name="status"),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)

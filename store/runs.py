@@ -1,10 +1,5 @@
-"""A run's lifecycle: the one writer of `runs.status`.
-
-    queued -> running -> succeeded | failed | timed_out | cancelled | interrupted
-    queued -> cancelled | failed                  (cancelled, or never sent to its queue)
-
-Runs are created queued, claimed once, finished once; the reaper answers lost ones. Every move
-is one conditional UPDATE, so a redelivered task or a racing cancel changes nothing twice.
+"""A run's life around its state (store/lifecycle/runs.py): the worker's claim and finish,
+the tool call a run answers, cancelling, reaping and announcing ends to the owner.
 """
 
 from __future__ import annotations
@@ -15,68 +10,40 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import redis
-from sqlalchemy import String, Table, bindparam, func, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from broker import callstate
-from broker.callstate import CallStatus
 from broker.results import shape_result
 from relay import events, feed, heartbeat, naming
 from relay.errors import RunFinished, RunNotFound
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import RunStream, collected_output
+from store import ownerevents
 from store.db import (
     DriverConnection,
-    DriverStatement,
     SessionFactory,
     core_connection,
     core_transaction,
     transaction,
 )
+from store.lifecycle import calls
+from store.lifecycle import runs as lifecycle
 from store.limits import KEPT_OUTPUT_CHARS, RUN_SAVE_WAIT_SECONDS
-from store.models import Run, RunFacts, utcnow
+from store.models import Run, RunFacts
+from store.ownerevents import OwnerEvent
+from store.states import CallStatus, RunStatus
 
-QUEUED = "queued"
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-TIMED_OUT = "timed_out"
-CANCELLED = "cancelled"
-INTERRUPTED = "interrupted"
-# States a run can still leave; everything else is an end state.
-ACTIVE_STATES = (QUEUED, RUNNING)
-END_STATES = (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, INTERRUPTED)
+QUEUED = RunStatus.QUEUED
+RUNNING = RunStatus.RUNNING
+SUCCEEDED = RunStatus.SUCCEEDED
+FAILED = RunStatus.FAILED
+TIMED_OUT = RunStatus.TIMED_OUT
+CANCELLED = RunStatus.CANCELLED
+INTERRUPTED = RunStatus.INTERRUPTED
+ACTIVE_STATES = lifecycle.ACTIVE_STATES
+END_STATES = lifecycle.END_STATES
 # Ends the owner hears about (push, webhooks).
 ANNOUNCED = (FAILED, TIMED_OUT, INTERRUPTED)
-
-# The worker's two writes of every run, built once on the table rather than through the ORM
-# and run on the driver's cursor: each run then costs little more than their execution.
-_RUNS = cast(Table, Run.__table__)
-_CLAIM = DriverStatement(
-    update(_RUNS)
-    .where(_RUNS.c.id == bindparam("run_id"), _RUNS.c.status == QUEUED)
-    .values(
-        status=RUNNING,
-        worker=bindparam("new_worker"),
-        started_at=bindparam("new_started_at", type_=_RUNS.c.started_at.type),
-    )
-    .returning(*_RUNS.c)
-)
-_FINISH = DriverStatement(
-    update(_RUNS)
-    .where(_RUNS.c.id == bindparam("run_id"), _RUNS.c.status == RUNNING)
-    .values(
-        {
-            **{
-                column: bindparam(f"new_{column}", type_=_RUNS.c[column].type)
-                for column in ("status", "exit_code", "stdout", "stderr", "error", "finished_at")
-            },
-            # A run ended by the reaper keeps the isolation it had (None: not known).
-            "isolation": func.coalesce(bindparam("new_isolation", type_=String), _RUNS.c.isolation),
-        }
-    )
-    .returning(*_RUNS.c)
-)
 
 
 @dataclass(frozen=True)
@@ -93,19 +60,13 @@ def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
     """End a queued run that could not be sent to its queue, and its call with it: nothing
     will ever pick the run up, so neither may stay open."""
     with transaction(sessions) as session:
-        run = session.scalars(
-            update(Run)
-            .where(Run.id == run_id, Run.status == QUEUED)
-            .values(status=FAILED, error=message, finished_at=utcnow())
-            .returning(Run)
-            .execution_options(synchronize_session=False)
-        ).one_or_none()
+        run = lifecycle.abandon(session, run_id, message)
         if run is None:
             return
-        feed.note_run(session, run)
+        ownerevents.note_run(session, run)
         if run.call_id is not None:
             error = ("service_unavailable", message)
-            callstate.answer(session, run.call_id, CallStatus.FAILED, error=error)
+            calls.answer(session, run.call_id, CallStatus.FAILED, error=error)
 
 
 def _facts(row: dict[str, Any]) -> RunFacts:
@@ -116,7 +77,7 @@ def _facts(row: dict[str, Any]) -> RunFacts:
 
 
 def claim(
-    sessions: SessionFactory, run_id: str, worker: str, events: list[feed.OwnerEvent]
+    sessions: SessionFactory, run_id: str, worker: str, events: list[OwnerEvent]
 ) -> RunFacts | None:
     """Move a queued run to running for this worker; None if it was claimed or ended before.
 
@@ -130,9 +91,7 @@ def claim(
     saved = False
     while True:
         with core_transaction(sessions) as connection:
-            rows = _CLAIM.execute(
-                connection, {"run_id": run_id, "new_worker": worker, "new_started_at": utcnow()}
-            )
+            rows = lifecycle.claim(connection, run_id, worker)
         if rows or saved or time.monotonic() > deadline:
             break
         # Saved since the claim missed it, the next claim finds it; saved before, it was
@@ -144,7 +103,7 @@ def claim(
     if not rows:
         return None
     claimed = _facts(rows[0])
-    feed.add_run_state(events, claimed)
+    ownerevents.add_run_state(events, claimed)
     return claimed
 
 
@@ -167,28 +126,26 @@ def finish(
     run_id: str,
     outcome: Outcome,
     isolation: str | None,
-    events: list[feed.OwnerEvent],
+    events: list[OwnerEvent],
 ) -> Finished | None:
     """Record how a running run ended, and answer its tool call; None if it already ended.
 
     The owner's events for the end go to `events`, for the caller to publish.
     """
     values: dict[str, Any] = {
-        "new_status": outcome.status,
-        "new_exit_code": outcome.exit_code,
-        "new_stdout": outcome.stdout[-KEPT_OUTPUT_CHARS:],
-        "new_stderr": outcome.stderr[-KEPT_OUTPUT_CHARS:],
-        "new_error": outcome.error,
-        "new_finished_at": utcnow(),
-        "new_isolation": isolation,
+        "exit_code": outcome.exit_code,
+        "stdout": outcome.stdout[-KEPT_OUTPUT_CHARS:],
+        "stderr": outcome.stderr[-KEPT_OUTPUT_CHARS:],
+        "error": outcome.error,
+        "isolation": isolation,
     }
-    ended: list[feed.OwnerEvent] = []
+    ended: list[OwnerEvent] = []
     with core_transaction(sessions) as connection:
-        rows = _FINISH.execute(connection, {"run_id": run_id, **values})
+        rows = lifecycle.finish(connection, run_id, outcome.status, values)
         if not rows:
             return None
         run = _facts(rows[0])
-        feed.add_run_state(ended, run)
+        ownerevents.add_run_state(ended, run)
         answer = _answer_call(connection, run, outcome.code, ended)
     events.extend(ended)  # only once committed
     return Finished(run, answer)
@@ -198,7 +155,7 @@ def _answer_call(
     session: Session | DriverConnection,
     run: RunFacts,
     code: str | None = None,
-    events: list[feed.OwnerEvent] | None = None,
+    events: list[OwnerEvent] | None = None,
 ) -> dict[str, Any] | None:
     """The tool call that started the run ends with the run's result; returns the call's
     answer (status, result, error) when this gave it.
@@ -214,9 +171,7 @@ def _answer_call(
         status = CallStatus.FAILED
         code = code or ("script_failed" if run.status == FAILED else run.status)
         error = (code, run.error or f"The script ended {run.status.replace('_', ' ')}.")
-    if not callstate.answer(
-        session, run.call_id, status, result=result, error=error, events=events
-    ):
+    if not calls.answer(session, run.call_id, status, result=result, error=error, events=events):
         return None
     answer: dict[str, Any] = {"status": str(status), "result": result}
     if error is not None:
@@ -256,17 +211,13 @@ def request_cancel(
     if run.status in END_STATES:
         raise RunFinished(f"The run already ended: it is {run.status}.")
     with transaction(sessions) as session:
-        stopped = session.execute(
-            update(Run)
-            .where(Run.id == run_id, Run.status == QUEUED)
-            .values(status=CANCELLED, finished_at=utcnow(), error="Cancelled before it started.")
-        )
-        if stopped.rowcount == 1:  # type: ignore[attr-defined]
+        stopped = lifecycle.cancel_queued(session, run_id)
+        if stopped:
             found = session.get(Run, run_id)
             assert found is not None
-            feed.note_run(session, found)
+            ownerevents.note_run(session, found)
             _answer_call(session, found)
-    if stopped.rowcount == 1:  # type: ignore[attr-defined]
+    if stopped:
         RunStream(client, run_id, caps).exit(CANCELLED, None)
     else:
         client.set(naming.run_cancel(run_id), "1", ex=3600)
@@ -287,7 +238,7 @@ def reap(
         stdout, stderr = collected_output(client, run_id)
         message = "The worker running this script stopped; it will not run again."
         outcome = Outcome(INTERRUPTED, None, stdout, stderr, message)
-        ended: list[feed.OwnerEvent] = []
+        ended: list[OwnerEvent] = []
         if finish(sessions, run_id, outcome, None, ended):
             feed.publish_all(client, ended)
             RunStream(client, run_id, caps).exit(INTERRUPTED, None, error=outcome.error)

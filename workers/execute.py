@@ -17,6 +17,7 @@ from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import RunStream
 from store.db import SessionFactory
 from store.models import RunFacts
+from store.ownerevents import OwnerEvent
 from store.runs import (
     ANNOUNCED,
     FAILED,
@@ -55,7 +56,7 @@ class WorkerContext:
 def execute(context: WorkerContext, run_id: str) -> str | None:
     """Run `run_id` once; a redelivered message finds it claimed, and one whose run was never
     saved finds nothing (after waiting for it): both do nothing."""
-    events: list[feed.OwnerEvent] = []
+    events: list[OwnerEvent] = []
     run = claim(context.sessions, run_id, context.instance.id, events)
     if run is None:
         log.info("run already claimed or ended, or never saved; nothing to do", run_id=run_id)
@@ -103,7 +104,7 @@ def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream)
 
 def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcome) -> str:
     # The row first: whoever wakes on the exit event must find the final state.
-    events: list[feed.OwnerEvent] = []
+    events: list[OwnerEvent] = []
     ended = finish(context.sessions, run_id, outcome, context.runner.isolation, events)
     stream.also(lambda pipe: feed.add_to(pipe, events))  # in the exit's round trip
     details = {"code": outcome.code} if outcome.code else {}

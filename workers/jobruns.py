@@ -16,21 +16,22 @@ import redis
 import structlog
 from sqlalchemy import select, update
 
-from broker import jobstate
 from broker.broker import Broker
 from broker.calls import CallRequest
-from broker.callstate import OPEN_STATES, CallStatus
-from broker.jobstate import JobRunStatus
-from relay import events, heartbeat, turnstate
+from relay import events, heartbeat
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from store import modelsettings
 from store.cron import latest_time, next_time
 from store.db import SessionFactory, transaction
 from store.errors import SkillfleetError
+from store.lifecycle import jobruns
+from store.lifecycle import turns as turnstates
+from store.lifecycle.calls import OPEN_STATES
 from store.limits import JOB_MISSED_GRACE_SECONDS
-from store.models import Job, JobRun, ToolCall, utcnow
+from store.models import Job, JobRun, ToolCall, Turn, utcnow
 from store.secrets import Sealer
 from store.settings import DEFAULT_TURN_TIMEOUT
+from store.states import CallStatus, JobRunStatus, TurnStatus
 from workers import turns
 
 log = structlog.get_logger(__name__)
@@ -96,17 +97,17 @@ def _start_due(session: Any, job_id: str, due_at: datetime, now: datetime) -> st
         return None
     latest = latest_time(job.cron, job.time_zone, now)
     if now - latest > timedelta(seconds=JOB_MISSED_GRACE_SECONDS):
-        jobstate.skip(
+        jobruns.skip(
             session, job, latest, "missed", "skillfleet was not running when this time came."
         )
         return None
-    active = jobstate.active_run(session, job.id)
+    active = jobruns.active_run(session, job.id)
     if active is not None:
         message = f"The previous run ({active.id}) was still {active.status}."
-        jobstate.skip(session, job, latest, "still_running", message)
+        jobruns.skip(session, job, latest, "still_running", message)
         log.info("job skipped: still running", job_id=job.id, run_id=active.id)
         return None
-    run = jobstate.queue(session, job, jobstate.SCHEDULE, latest)
+    run = jobruns.queue(session, job, jobruns.SCHEDULE, latest)
     return run.id
 
 
@@ -136,7 +137,7 @@ def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
         if not worker or heartbeat.is_alive(client, worker):
             continue
         with transaction(sessions) as session:
-            run = jobstate.interrupt(session, run_id, worker, LOST_WORKER)
+            run = jobruns.interrupt(session, run_id, worker, LOST_WORKER)
             job = session.get(Job, run.job_id) if run is not None else None
         if run is not None and job is not None:
             _notify(client, job, run, JobRunStatus.INTERRUPTED, LOST_WORKER)
@@ -166,14 +167,14 @@ def execute(context: JobContext, run_id: str) -> str | None:
         if ended is not None:
             return ended
     with transaction(context.sessions) as session:
-        jobstate.succeed(session, run, context.worker)
+        jobruns.succeed(session, run, context.worker)
     log.info("job run succeeded", job_id=job.id, job_run_id=run.id)
     return JobRunStatus.SUCCEEDED
 
 
 def _claim(context: JobContext, run_id: str) -> JobRun | None:
     with transaction(context.sessions) as session:
-        run = jobstate.claim(session, run_id, context.worker)
+        run = jobruns.claim(session, run_id, context.worker)
     if run is not None:
         return run
     with context.sessions() as session:
@@ -184,7 +185,7 @@ def _claim(context: JobContext, run_id: str) -> JobRun | None:
     if call.status == CallStatus.PENDING_APPROVAL:
         return None
     with transaction(context.sessions) as session:
-        return jobstate.resume(session, run_id, context.worker)
+        return jobruns.resume(session, run_id, context.worker)
 
 
 def _step(context: JobContext, job: Job, run: JobRun) -> str | None:
@@ -216,9 +217,9 @@ def _prompt(context: JobContext, job: Job, run: JobRun, prompt: str) -> str | No
         failed = {"step": number, "kind": "prompt", "status": "failed", "error_code": "no_model"}
         return _end(context, job, run, JobRunStatus.FAILED, "no_model", NO_MODEL, failed)
     with transaction(context.sessions) as session:
-        turn_id = turnstate.create(session, job.owner_id, prompt, job_run_id=run.id).id
+        turn_id = turnstates.create(session, job.owner_id, prompt, job_run_id=run.id).id
     with transaction(context.sessions) as session:
-        turn = turnstate.claim(session, turn_id, context.worker)
+        turn = turnstates.claim(session, turn_id, context.worker)
     assert turn is not None  # nobody else knows this turn yet
     turn_context = turns.TurnContext(
         context.sessions,
@@ -230,12 +231,14 @@ def _prompt(context: JobContext, job: Job, run: JobRun, prompt: str) -> str | No
         context.caps,
     )
     status = turns.run_claimed(turn_context, turn)
-    ended = turnstate.get(context.sessions, turn_id)
+    with context.sessions() as session:
+        ended = session.get(Turn, turn_id)
+    assert ended is not None  # made above; a turn is removed only with its owner
     outcome: dict[str, Any] = {"step": number, "kind": "prompt", "turn_id": turn_id}
-    if status == turnstate.TurnStatus.SUCCEEDED:
+    if status == TurnStatus.SUCCEEDED:
         outcome.update(status="done", calls=ended.calls)
         with transaction(context.sessions) as session:
-            moved = jobstate.step_done(session, run, context.worker, outcome)
+            moved = jobruns.step_done(session, run, context.worker, outcome)
         return None if moved else run.status
     code = ended.error_code or str(status)
     message = ended.error_message or f"Step {number} (prompt) ended {status}."
@@ -248,7 +251,7 @@ def _settle(context: JobContext, job: Job, run: JobRun, call_id: str) -> str | N
     call = context.broker.get_call(job.owner_id, call_id)
     if call.status == CallStatus.RUNNING:
         with transaction(context.sessions) as session:
-            jobstate.calling(session, run.id, context.worker, call_id)
+            jobruns.calling(session, run.id, context.worker, call_id)
         call = _wait_for(context, job.owner_id, call_id)
     outcome = {
         "step": run.step + 1,
@@ -259,12 +262,12 @@ def _settle(context: JobContext, job: Job, run: JobRun, call_id: str) -> str | N
     }
     if call.status == CallStatus.DONE:
         with transaction(context.sessions) as session:
-            moved = jobstate.step_done(session, run, context.worker, outcome)
+            moved = jobruns.step_done(session, run, context.worker, outcome)
         return None if moved else run.status
     if call.status == CallStatus.PENDING_APPROVAL:
         assert call.approval_id is not None
         with transaction(context.sessions) as session:
-            waiting = jobstate.wait(session, run.id, context.worker, call.id, call.approval_id)
+            waiting = jobruns.wait(session, run.id, context.worker, call.id, call.approval_id)
         if waiting:
             message = f"Step {run.step + 1} ({call.tool}) waits for your approval."
             _notify(context.redis, job, run, JobRunStatus.WAITING, message, call.approval_id)
@@ -299,7 +302,7 @@ def _end(
     outcome: dict[str, Any],
 ) -> str:
     with transaction(context.sessions) as session:
-        ended = jobstate.fail(session, run, status, code, message, outcome)
+        ended = jobruns.fail(session, run, status, code, message, outcome)
     if ended:
         _notify(context.redis, job, run, status, message)
         log.info("job run stopped", job_id=job.id, job_run_id=run.id, status=status, code=code)

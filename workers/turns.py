@@ -15,20 +15,22 @@ from typing import Any
 
 import redis
 import structlog
+from sqlalchemy import select
 
 from broker.broker import Broker
 from broker.calls import CallOutcome, CallRequest
-from broker.callstate import OPEN_STATES, CallStatus
-from relay import events, naming, turnstate
+from relay import events, heartbeat, naming
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import TurnStream
-from relay.turnstate import TurnStatus
 from store import modelsettings
 from store.db import SessionFactory, transaction
 from store.errors import SkillfleetError
+from store.lifecycle import turns as turnstates
+from store.lifecycle.calls import OPEN_STATES
 from store.limits import MAX_MODEL_ROUNDS
 from store.models import Turn
 from store.secrets import Sealer
+from store.states import CallStatus, TurnStatus
 from workers.model import Reply, ToolRequest, complete
 
 log = structlog.get_logger(__name__)
@@ -44,6 +46,7 @@ SYSTEM_PROMPT = (
 JOB_NOTE = "This turn is a step of a scheduled job: nobody is watching, so don't ask questions."
 # Waits for an answered or running call are cut into slices this long to notice a stop.
 WAIT_SLICE_SECONDS = 1.0
+LOST_WORKER = "The control worker running this turn stopped; the turn will not run again."
 
 
 @dataclass
@@ -62,7 +65,7 @@ class TurnContext:
 def execute(context: TurnContext, turn_id: str) -> str | None:
     """Run a queued turn once; a redelivered message finds it taken and does nothing."""
     with transaction(context.sessions) as session:
-        turn = turnstate.claim(session, turn_id, context.worker)
+        turn = turnstates.claim(session, turn_id, context.worker)
     if turn is None:
         log.info("turn already taken or ended; nothing to do", turn_id=turn_id)
         return None
@@ -82,7 +85,7 @@ def run_claimed(context: TurnContext, turn: Turn) -> TurnStatus:
         log.exception("turn failed", turn_id=turn.id, error_type=type(e).__name__)
         status, error = TurnStatus.FAILED, ("turn_failed", "The turn failed unexpectedly.")
     with transaction(context.sessions) as session:
-        ended = turnstate.finish(session, turn.id, status, loop.text, loop.calls, error)
+        ended = turnstates.finish(session, turn.id, status, loop.text, loop.calls, error)
     stream.end(status, error)
     if ended and status in (TurnStatus.FAILED, TurnStatus.TIMED_OUT) and not turn.job_run_id:
         # A job's turn is reported by its job run; a chat's turn by itself.
@@ -100,17 +103,34 @@ def reap(
 ) -> list[str]:
     """End turns whose control worker stopped beating `interrupted`, and tell their owner."""
     reaped = []
-    for turn in turnstate.lost(sessions, client):
-        TurnStream(client, turn.id, caps).end(
-            TurnStatus.INTERRUPTED, ("interrupted", turnstate.LOST_WORKER)
-        )
+    for turn in lost(sessions, client):
+        TurnStream(client, turn.id, caps).end(TurnStatus.INTERRUPTED, ("interrupted", LOST_WORKER))
         if turn.job_run_id is None:
             events.publish(
                 client, turn.owner_id, "turn.interrupted",
                 turn_id=turn.id, chat_id=turn.chat_id, status="interrupted",
-                message=turnstate.LOST_WORKER,
+                message=LOST_WORKER,
             )  # fmt: skip
         reaped.append(turn.id)
+    return reaped
+
+
+def lost(sessions: SessionFactory, client: redis.Redis) -> list[Turn]:
+    """Running turns whose worker stopped beating, moved to `interrupted`."""
+    with sessions() as session:
+        running = list(
+            session.execute(select(Turn.id, Turn.worker).where(Turn.status == TurnStatus.RUNNING))
+        )
+    reaped = []
+    for turn_id, worker in running:
+        if not worker or heartbeat.is_alive(client, worker):
+            continue
+        with transaction(sessions) as session:
+            error = ("interrupted", LOST_WORKER)
+            if turnstates.finish(session, turn_id, TurnStatus.INTERRUPTED, "", 0, error):
+                found = session.get(Turn, turn_id)
+                assert found is not None
+                reaped.append(found)
     return reaped
 
 
@@ -165,7 +185,7 @@ class _Loop:
         system = SYSTEM_PROMPT + (f"\n{JOB_NOTE}" if self.turn.job_run_id else "")
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         with self.context.sessions() as session:
-            for prompt, answer in turnstate.history(session, self.turn):
+            for prompt, answer in turnstates.history(session, self.turn):
                 messages.append({"role": "user", "content": prompt})
                 messages.append({"role": "assistant", "content": answer})
         messages.append({"role": "user", "content": self.turn.prompt})

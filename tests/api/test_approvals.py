@@ -338,7 +338,7 @@ def test_an_edit_that_can_only_fail_is_never_put_to_the_owner(client, auth, wipe
 
 
 def test_a_job_approval_for_chat_saves_the_grant_to_the_job(client, auth, wiper, services):
-    from broker import jobstate
+    from store.lifecycle import jobruns as jobstate
 
     job = {
         "name": "wipe",

@@ -17,16 +17,16 @@ from toolcalls import draft_arguments, tool
 
 from api import create_app
 from api.services import Services
-from broker import callstate
-from broker.callstate import CallStatus
 from broker.chatreview import TRANSCRIPT_CUT
 from broker.results import CUT_NOTE, json_size
 from relay import heartbeat, naming
 from store import runs
 from store.db import transaction
+from store.lifecycle import calls as call_states
 from store.limits import MAX_RESOURCE_BYTES, MAX_REVIEWED_CHATS, RESULT_CAP
 from store.models import Approval, Chat, ChatReview, utcnow
 from store.settings import Settings
+from store.states import CallStatus
 
 
 def test_list_chats_counts_each_chats_declined_and_failed_calls(client, auth, other_auth):
@@ -172,7 +172,7 @@ def test_a_transcript_of_large_results_keeps_every_call_and_fits_the_result_cap(
     started = start_run(live, auth, "bulky", "big")
     huge = {"stdout": "y" * (2 * RESULT_CAP), "exit_code": 0}
     with transaction(services.sessions) as session:
-        assert callstate.answer(session, started["call_id"], CallStatus.DONE, result=huge)
+        assert call_states.answer(session, started["call_id"], CallStatus.DONE, result=huge)
     tool(client, auth, "load_skill", {"skill_name": "nope"}, chat="big")
 
     envelope = tool(client, auth, "read_chat_transcript", {"chat_id": "big"}, chat="review")

@@ -14,10 +14,10 @@ from test_approvals import WIPE, answer, install, run
 
 from api import create_app
 from api.services import Services
-from broker import jobstate
 from relay import events as owner_events
 from relay import naming
 from store.db import transaction
+from store.lifecycle import jobruns
 from store.models import JobRun, Owner, Run, utcnow
 from store.settings import Settings
 
@@ -212,11 +212,11 @@ def test_a_job_run_announces_each_state_it_moves_to(client, auth, services, redi
     assert started.status_code == 202, started.json
     run_id = started.json["job_run_id"]
     with transaction(services.sessions) as session:  # what the control worker does
-        claimed = jobstate.claim(session, run_id, "worker-1")
+        claimed = jobruns.claim(session, run_id, "worker-1")
         assert claimed is not None
-        assert jobstate.succeed(session, claimed, "worker-1")
+        assert jobruns.succeed(session, claimed, "worker-1")
     with transaction(services.sessions) as session:  # a move that loses its race: no event
-        assert jobstate.claim(session, run_id, "worker-2") is None
+        assert jobruns.claim(session, run_id, "worker-2") is None
         assert session.get(JobRun, run_id).status == "succeeded"
 
     events = read_feed(client, auth, 3)

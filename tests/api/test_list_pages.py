@@ -15,8 +15,8 @@ from factories import owner_id_of
 from test_approvals import WIPE, install, run
 from test_frontend_contract import add_run
 
-from broker import jobstate
 from store.db import transaction
+from store.lifecycle import jobruns
 from store.limits import (
     DEFAULT_PAGE_SIZE,
     KEPT_JOB_RUNS,
@@ -43,8 +43,8 @@ def two_job_runs(client, auth, services) -> str:
         started = client.post(f"/api/jobs/{job['id']}/run", headers=auth)
         assert started.status_code == 202, started.json
         with transaction(services.sessions) as session:  # what the control worker does
-            claimed = jobstate.claim(session, started.json["job_run_id"], worker)
-            assert claimed is not None and jobstate.succeed(session, claimed, worker)
+            claimed = jobruns.claim(session, started.json["job_run_id"], worker)
+            assert claimed is not None and jobruns.succeed(session, claimed, worker)
     return f"/api/jobs/{job['id']}/runs"
 
 

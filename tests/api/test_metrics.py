@@ -281,8 +281,8 @@ def test_the_owner_feed_and_a_turn_s_events_count_as_open_streams_until_the_clie
 
     from relay import naming
     from relay.streams import TurnStream
-    from relay.turnstate import TurnStatus
     from store.models import Turn
+    from store.states import TurnStatus
 
     turn_id = "00000000-0000-0000-0000-000000turn01"
     with transaction(services.sessions) as session:

@@ -271,7 +271,7 @@ def test_a_run_whose_worker_died_is_interrupted_and_never_run_again(
 ):
     job = create(client, auth, [{"tool": "list_skills"}], skills=())
     run_id = client.post(f"/api/jobs/{job['id']}/run", headers=auth).json["job_run_id"]
-    from broker import jobstate
+    from store.lifecycle import jobruns as jobstate
 
     with transaction(services.sessions) as session:
         assert jobstate.claim(session, run_id, "control@gone:1:1") is not None

@@ -15,11 +15,11 @@ from fleet import wait_until
 from model_standin import model_standin, slow, text, tools
 from sqlalchemy import select
 
-from relay import turnstate
 from relay.naming import turn_stream
 from relay.streams import read_stream
 from store.db import transaction
-from store.models import ModelSetting, ToolCall
+from store.lifecycle import turns as turnstates
+from store.models import ModelSetting, ToolCall, Turn
 from store.secrets import Sealer
 from workers import jobruns, turns
 
@@ -204,7 +204,7 @@ def test_a_turn_without_a_model_is_refused_with_no_model_and_nothing_is_queued(
     response = client.post("/api/turns", headers=agent_auth, json={"chat_id": "c", "prompt": "hi"})
     assert response.status_code == 409 and response.json["code"] == "no_model"
     with services.sessions() as session:
-        assert session.scalars(select(turnstate.Turn)).all() == []
+        assert session.scalars(select(Turn)).all() == []
 
 
 def test_a_second_turn_in_a_busy_chat_is_refused(client, auth, agent_auth):
@@ -329,7 +329,7 @@ def test_a_turn_whose_control_worker_vanished_is_interrupted_and_the_owner_told(
     use_model(client, auth, "http://127.0.0.1:9/v1")
     turn_id = start(client, auth, "hello")
     with transaction(services.sessions) as session:
-        assert turnstate.claim(session, turn_id, "control@gone:1:1") is not None
+        assert turnstates.claim(session, turn_id, "control@gone:1:1") is not None
     assert turns.reap(services.sessions, services.redis) == [turn_id]
     turn = client.get(f"/api/turns/{turn_id}", headers=auth).json
     assert turn["status"] == "interrupted" and turn["error_code"] == "interrupted"

@@ -4,37 +4,28 @@
     deciding -> pending_approval -> (running ->) done | failed | denied | expired
     deciding -> running -> done | failed
 
-Every write goes through `record` (a new call) or `answer` (a call that was open); `answer` is
-one conditional UPDATE, so of two writers racing to end a call exactly one wins.
+A call is made `deciding` in memory (`new`), then saved in what it became (`record`) or, once
+open, ended by `answer`: one conditional UPDATE, so of two writers racing to end a call exactly
+one wins.
 """
 
 from __future__ import annotations
 
 import functools
-from enum import StrEnum
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, or_, update
 from sqlalchemy.orm import Session
 
-from relay import feed
-from store.db import DriverConnection, DriverStatement, insert_row, save
+from store import ownerevents
+from store.db import DriverConnection, DriverStatement, insert_row, save, transient
 from store.models import Chat, ToolCall, utcnow
-
-
-class CallStatus(StrEnum):
-    DECIDING = "deciding"
-    PENDING_APPROVAL = "pending_approval"
-    RUNNING = "running"
-    DONE = "done"
-    DENIED = "denied"
-    FAILED = "failed"
-    EXPIRED = "expired"
-
+from store.ownerevents import OwnerEvent
+from store.states import CALLS, CallStatus
 
 # States that can still change; everything else is an end state.
 OPEN_STATES = (CallStatus.PENDING_APPROVAL, CallStatus.RUNNING)
-END_STATES = (CallStatus.DONE, CallStatus.DENIED, CallStatus.FAILED, CallStatus.EXPIRED)
+END_STATES = CALLS.ends
 # The chat counter an ending adds to, which chat review reads ("needs review").
 _COUNTERS = {
     CallStatus.DENIED: Chat.declined_calls,
@@ -46,18 +37,23 @@ _CALLS = cast(Table, ToolCall.__table__)
 _CHATS = cast(Table, Chat.__table__)
 
 
+def new(values: dict[str, Any]) -> ToolCall:
+    """A call being decided, not saved yet."""
+    return transient(ToolCall, {**values, "status": CallStatus.DECIDING})
+
+
 def record(
     session: Session | DriverConnection,
     call: ToolCall,
     status: CallStatus,
-    events: list[feed.OwnerEvent] | None = None,
+    events: list[OwnerEvent] | None = None,
 ) -> None:
     """Save a new call in `status` (its end, or pending_approval / running).
 
     On a driver's connection the call must be new, and its event goes to `events` (see
     `answer`).
     """
-    call.status = status
+    call.status = CALLS.created(status)
     if status in END_STATES:
         call.finished_at = utcnow()
     if isinstance(session, Session):
@@ -76,12 +72,15 @@ def answer(
     result: Any = None,
     error: tuple[str, str] | None = None,
     run_id: str | None = None,
-    events: list[feed.OwnerEvent] | None = None,
+    events: list[OwnerEvent] | None = None,
+    call: ToolCall | None = None,
 ) -> bool:
-    """End (or start running) an open call; False when it was no longer open.
+    """End (or start running) an open call; False when it was no longer in a state that may
+    move to `status`.
 
     The owner's event goes to `events` when given (the caller publishes it after the commit; a
-    driver's connection needs it), else it is noted on the session.
+    driver's connection needs it), else it is noted on the session. `call`, the caller's copy
+    of the row, is given the new status (and error) too.
     """
     values: dict[str, Any] = {"status": status}
     if status in END_STATES:
@@ -92,7 +91,7 @@ def answer(
         values["error_code"], values["error_message"] = error
     if run_id is not None:
         values["run_id"] = run_id
-    statement = _answer_statement(frozenset(values))
+    statement = _answer_statement(status, frozenset(values))
     parameters = {"call_id": call_id, **{f"new_{key}": value for key, value in values.items()}}
     if isinstance(session, Session):
         row = session.execute(statement.statement, parameters).first()
@@ -100,6 +99,10 @@ def answer(
     else:  # a worker's finish: on the driver's cursor
         rows = statement.execute(session, parameters)
         answered = rows[0] if rows else None
+    if call is not None:
+        call.status = status
+        if error is not None:
+            call.error_code, call.error_message = error
     if answered is None:
         return False
     code = error[0] if error else None
@@ -109,15 +112,15 @@ def answer(
 
 
 @functools.lru_cache(maxsize=32)
-def _answer_statement(keys: frozenset[str]) -> DriverStatement:
-    """The UPDATE that ends an open call, setting `keys`: built once per set of keys, on the
-    table rather than the ORM, so a call costs only its execution.
+def _answer_statement(status: CallStatus, keys: frozenset[str]) -> DriverStatement:
+    """The UPDATE that moves an open call to `status`, setting `keys`: built once per status
+    and set of keys, on the table rather than the ORM, so a call costs only its execution.
 
-    The open states are compared one by one: SQLAlchemy renders an IN list's SQL again at
+    The source states are compared one by one: SQLAlchemy renders an IN list's SQL again at
     every execution (about 0.1 ms of a worker's finish here).
     """
     calls = _CALLS.c
-    source = or_(*(calls.status == str(state) for state in (CallStatus.DECIDING, *OPEN_STATES)))
+    source = or_(*(calls.status == str(state) for state in CALLS.sources(status)))
     return DriverStatement(
         update(_CALLS)
         .where(calls.id == bindparam("call_id"), source)
@@ -155,7 +158,7 @@ def _announce(
     call_id: str,
     status: CallStatus,
     code: str | None,
-    events: list[feed.OwnerEvent] | None,
+    events: list[OwnerEvent] | None,
 ) -> None:
     """An ended call goes to the owner's event feed: into `events`, or noted on the session."""
     if status not in END_STATES:
@@ -165,4 +168,4 @@ def _announce(
         events.append((owner_id, "call.finished", data))
     else:
         assert isinstance(session, Session), "a driver connection's caller publishes its events"
-        feed.note(session, owner_id, "call.finished", data)
+        ownerevents.note(session, owner_id, "call.finished", data)

@@ -14,37 +14,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from relay import feed
+from store import ownerevents
 from store.errors import JobRunEnded, JobRunNotFound
 from store.limits import KEPT_JOB_RUNS
 from store.models import Job, JobRun, utcnow
-
-
-class JobRunStatus(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    WAITING = "waiting"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    UNANSWERED = "unanswered"
-    SKIPPED = "skipped"
-    INTERRUPTED = "interrupted"
-
+from store.states import JOB_RUNS, JobRunStatus
 
 ACTIVE_STATES = (JobRunStatus.QUEUED, JobRunStatus.RUNNING, JobRunStatus.WAITING)
-END_STATES = (
-    JobRunStatus.SUCCEEDED,
-    JobRunStatus.FAILED,
-    JobRunStatus.UNANSWERED,
-    JobRunStatus.SKIPPED,
-    JobRunStatus.INTERRUPTED,
-)
+END_STATES = JOB_RUNS.ends
 # The end states the owner hears about on the event feed (with waiting, which is not an end).
 NOTIFIED = (
     JobRunStatus.WAITING,
@@ -62,7 +44,7 @@ def queue(session: Session, job: Job, trigger: str, due_at: datetime | None = No
     session.add(run)
     session.flush()
     _prune(session, job.id)
-    feed.note_job_run(session, job.owner_id, job.id, run.id, run.status)
+    ownerevents.note_job_run(session, job.owner_id, job.id, run.id, run.status)
     return run
 
 
@@ -74,7 +56,7 @@ def skip(session: Session, job: Job, due_at: datetime | None, code: str, message
     session.add(run)
     session.flush()
     _prune(session, job.id)
-    feed.note_job_run(session, job.owner_id, job.id, run.id, run.status)
+    ownerevents.note_job_run(session, job.owner_id, job.id, run.id, run.status)
     return run
 
 
@@ -211,7 +193,7 @@ def _new(job: Job, trigger: str, due_at: datetime | None, status: JobRunStatus) 
         owner_id=job.owner_id,
         trigger=trigger,
         due_at=due_at,
-        status=status,
+        status=JOB_RUNS.created(status),
         step=0,
         steps=[],
         created_at=utcnow(),
@@ -234,6 +216,9 @@ def _move(
     worker_is: str | None = None,
     **values: Any,
 ) -> JobRun | None:
+    if "status" in values:  # a move the table does not list is a bug, refused before any SQL
+        for source in sources:
+            JOB_RUNS.check(source, values["status"])
     statement = update(JobRun).where(JobRun.id == run_id, JobRun.status.in_(sources))
     if worker_is is not None:
         statement = statement.where(JobRun.worker == worker_is)
@@ -241,7 +226,7 @@ def _move(
         statement.values(**values).returning(JobRun).execution_options(synchronize_session=False)
     ).one_or_none()
     if moved is not None and "status" in values:
-        feed.note_job_run(session, moved.owner_id, moved.job_id, run_id, values["status"])
+        ownerevents.note_job_run(session, moved.owner_id, moved.job_id, run_id, values["status"])
     return moved
 
 
