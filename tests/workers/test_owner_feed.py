@@ -87,15 +87,22 @@ def test_a_run_announces_queued_running_and_succeeded_then_its_call_finishes(run
     assert mine[3]["call_id"] == envelope["call_id"]
 
 
-def test_the_owner_hears_a_silent_run_is_running_while_it_still_runs(running: Fleet):
+def test_the_owner_hears_a_silent_run_is_running_while_it_still_runs(
+    running: Fleet, tmp_path: Path
+):
     # "running" travels with the run's first stream entries; a script that prints nothing
-    # must not keep it back until its end.
+    # must not keep it back until its end. It ends once the test has looked.
     node = f"f-{uuid.uuid4().hex[:6]}"
     running.start_node(node)
-    quiet = "import time\ntime.sleep(4)\n"
+    release = tmp_path / "release"
+    quiet = (
+        "import json, os, time\n"
+        "release = json.loads(os.environ['SKILLFLEET_ARGS'])['release']\n"
+        "while not os.path.exists(release):\n    time.sleep(0.05)\n"
+    )
     running.import_skill("quiet", READ_NODE, {"scripts/quiet.py": quiet})
     body = {"arguments": {"skill_name": "quiet", "script": "scripts/quiet.py",
-                          "arguments": {"node": node}}}  # fmt: skip
+                          "arguments": {"node": node, "release": str(release)}}}  # fmt: skip
     with running.http() as client:
         envelope = client.post("/api/tools/run_skill_script", json=body).json()
         assert envelope["status"] == "running", envelope
@@ -106,6 +113,7 @@ def test_the_owner_hears_a_silent_run_is_running_while_it_still_runs(running: Fl
             == (run_id, "running"),
         )  # fmt: skip
         still = client.get(f"/api/runs/{run_id}").json()
+        release.touch()
 
     assert [e["status"] for e in events if e.get("run_id") == run_id] == ["queued", "running"]
     assert still["status"] == "running"
