@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy.exc
-from sqlalchemy import bindparam, insert, inspect, make_url, select, update
+from sqlalchemy import bindparam, inspect, make_url, select, update
 
 from store.db import (
     DriverStatement,
@@ -106,7 +106,7 @@ _ANSWER = (
 )
 
 
-def test_a_driver_statement_returns_what_sqlalchemy_returns_and_joins_its_transaction(
+def test_a_statement_returns_its_rows_as_dicts_and_joins_the_blocks_transaction(
     database_url: str,
 ) -> None:
     sessions = make_sessions(make_engine(database_url))
@@ -136,25 +136,7 @@ def test_a_driver_statement_returns_what_sqlalchemy_returns_and_joins_its_transa
         assert untouched.scalar_one() == "running"
 
 
-def test_a_driver_statement_refuses_a_statement_whose_defaults_sqlalchemy_would_compute(
-    database_url: str,
-) -> None:
-    sessions = make_sessions(make_engine(database_url))
-    call = new_call(sessions, "running")
-    # `mode` and `created_at` have Python defaults that only SQLAlchemy's execution fills in.
-    statement = DriverStatement(
-        insert(_CALLS).values(id=bindparam("id"), owner_id=bindparam("owner_id"))
-    )
-    with (
-        pytest.raises(ValueError, match="needs a value for every column with a default"),
-        core_transaction(sessions) as connection,
-    ):
-        statement.execute(connection, {"id": call.id, "owner_id": call.owner_id})
-    with core_connection(sessions) as connection:
-        assert connection.execute(select(_CALLS.c.id).where(_CALLS.c.id == call.id)).first() is None
-
-
-def test_a_driver_statement_raises_what_sqlalchemy_raises(database_url: str) -> None:
+def test_a_refused_insert_rolls_back_and_the_pool_still_serves(database_url: str) -> None:
     sessions = make_sessions(make_engine(database_url))
     call = new_call(sessions, "running")
     call.chat_id = 999_999  # no such chat: the foreign key refuses it, as when it was just deleted
