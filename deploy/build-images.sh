@@ -120,6 +120,7 @@ build_app() {  # always: it holds this checkout's code
   "$python" -m pip install --quiet --no-compile --target "$context/site-packages" \
     --prefer-binary --require-hashes -r "$repo/requirements.lock" 2>&1 |
     grep -v '^WARNING: Location' >&2 || true
+  rm -rf "$context/site-packages/bin"  # console scripts: the image writes its own
   "$python" -m pip install --quiet --no-compile --target "$context/site-packages" --no-deps \
     "$workdir"/wheel/skillfleet-*.whl "$async_timeout" 2>&1 | grep -v '^WARNING: Location' >&2 || true
   [[ -d $context/site-packages/skillfleet ]] || die "pip did not install skillfleet."
