@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from flask import Flask, request
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
 
-from api.errors import ApiError
+from api.errors import ApiError, error_response
 from store.archive import size_text
 from store.limits import KIB, MAX_DRAINED_BYTES, MAX_ZIP_BYTES
 
@@ -21,6 +22,13 @@ def install_body_checks(app: Flask) -> None:
     """Check every body before authentication reads the request."""
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES  # bodies of unknown length
     app.before_request(check_body)
+    app.register_error_handler(413, _too_large_while_read)
+
+
+def _too_large_while_read(_error: HTTPException) -> Response:
+    """A body of unknown length ran past the limit while being read."""
+    refused = too_large(headers={"Connection": "close"})
+    return error_response(413, refused.code, refused.message, None, refused.headers)
 
 
 def check_body() -> None:

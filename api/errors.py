@@ -79,11 +79,6 @@ class SkillfleetApi(Api):  # type: ignore[misc]
         message = data.get("message") or _sentence(error.description or error.name)
         errors = data.get("errors") or data.get("messages")
         code = HTTP_CODES.get(status, _snake(error.name))
-        if status == 413:  # a body of unknown length ran past the limit while being read
-            from api.bodies import too_large
-
-            refused = too_large(headers={"Connection": "close"})
-            return error_response(413, refused.code, refused.message, None, refused.headers)
         if status == 500:
             message = "The server failed unexpectedly."
         return error_response(status, code, message, errors, data.get("headers"))

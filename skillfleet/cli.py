@@ -14,22 +14,15 @@ from skillfleet.cli_nodes import keys, nodes
 from skillfleet.cli_policy import policy
 from skillfleet.cli_run import run
 from skillfleet.cli_runs import runs
+from skillfleet.cli_settings import load_settings
 from skillfleet.cli_skills import skills
 from skillfleet.cli_workers import beat_command, worker
-from store.settings import Settings, SettingsError
 
 
 @click.group()
 @click.version_option(__version__, prog_name="skillfleet")
 def cli() -> None:
     """skillfleet: Agent Skills for LLM agents, run safely across a fleet of machines."""
-
-
-def load_settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except SettingsError as e:
-        raise click.ClickException(str(e)) from e
 
 
 UP_ENVIRONMENT = """\b

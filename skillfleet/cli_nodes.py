@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import click
 
+from skillfleet.cli_settings import load_settings
 from skillfleet.cli_skills import call_api, table
 
 NODE_NAME_RULE = (
     "A node name is 1-64 characters of a-z, 0-9 and hyphens, "
     "starting and ending with a letter or digit."
 )
-
-
-def _settings() -> Any:
-    from skillfleet.cli import load_settings
-
-    return load_settings()
 
 
 @click.group()
@@ -40,7 +34,7 @@ def nodes_add(name: str) -> None:
 
     if not is_node_name(name):
         raise click.ClickException(NODE_NAME_RULE)
-    settings = _settings()
+    settings = load_settings()
     engine = make_engine(settings.database)
     try:
         with transaction(make_sessions(engine)) as session:
@@ -88,7 +82,7 @@ def nodes_enroll(name: str, token_file: Path | None) -> None:
     if not is_node_name(name):
         raise click.ClickException(NODE_NAME_RULE)
     kept = _read_token(token_file)
-    engine = make_engine(_settings().database)
+    engine = make_engine(load_settings().database)
     try:
         with transaction(make_sessions(engine)) as session:
             if session.get(Node, name) is None:
@@ -167,7 +161,7 @@ def keys_show(output: Path | None) -> None:
     from store.errors import ConfigError
     from store.signing import load_or_create_key, public_key_text
 
-    settings = _settings()
+    settings = load_settings()
     try:
         key = load_or_create_key(settings.keys_dir)
     except (ConfigError, OSError) as e:

@@ -10,6 +10,7 @@ import click
 from broker.errors import PolicyError, UnknownTool
 from broker.policy import CallFacts, Policy, load_builtin_policy
 from broker.toolset import build_registry
+from skillfleet.cli_settings import load_settings
 
 
 @click.group()
@@ -70,8 +71,6 @@ def explain(file: Path | None, tool: str, tier: str | None, mode: str, **flags: 
 
 
 def _load(file: Path | None) -> Policy:
-    from skillfleet.cli import load_settings
-
     path = file or load_settings().policy_file
     try:
         return Policy.from_file(path) if path else load_builtin_policy()

@@ -10,15 +10,10 @@ from typing import Any
 import click
 
 from relay import naming
+from skillfleet.cli_settings import load_settings
 from store.settings import Settings
 
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "--loglevel", "INFO"]
-
-
-def _settings() -> Settings:
-    from skillfleet.cli import load_settings
-
-    return load_settings()
 
 
 @click.group()
@@ -36,7 +31,7 @@ def node(name: str, concurrency: int) -> None:
     from workers.agent import SyncLoop
     from workers.runners.node import NodeRunner
 
-    settings = _settings()
+    settings = load_settings()
     cache = _package_cache(settings, name)
     loop_holder: dict[str, Any] = {}
 
@@ -64,7 +59,7 @@ def spark(concurrency: int) -> None:
     from relay.errors import RunnerUnavailable
     from workers.runners.spark import SparkRunner
 
-    settings = _settings()
+    settings = load_settings()
     runner = SparkRunner(settings.runner_image)
     try:
         runner.start()
@@ -88,7 +83,7 @@ def sandbox(concurrency: int) -> None:
     """The KVM host runner: Python and JavaScript in Hyperlight micro-VMs."""
     from workers.runners.sandbox import build_sandbox_runner
 
-    settings = _settings()
+    settings = load_settings()
     runner, reason = build_sandbox_runner(settings)
     packages = _package_cache(settings, naming.SANDBOX)
     features = ["skills", "kvm"] if runner is not None else ["skills"]
@@ -110,7 +105,7 @@ def sandbox(concurrency: int) -> None:
 @click.option("--concurrency", default=4, show_default=True)
 def control(concurrency: int) -> None:
     """API-side background work: job runs, reaping lost runs, expiring approvals."""
-    _serve(_settings(), role="control", queue=naming.CONTROL, name=None, runner=None,
+    _serve(load_settings(), role="control", queue=naming.CONTROL, name=None, runner=None,
            packages=None, features=[], concurrency=concurrency)  # fmt: skip
 
 
@@ -125,7 +120,7 @@ def beat_command() -> click.Command:
         # A first start (no schedule file yet) would wait for the next minute to tick, so a
         # time that came while beat was starting would run a minute late, under the next one.
         beat_init.connect(_tick_on_start, weak=False)
-        settings = _settings()
+        settings = load_settings()
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         schedule = settings.data_dir / "celerybeat-schedule"
         app = create_beat(settings)

@@ -12,13 +12,10 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-
-if TYPE_CHECKING:
-    from store.validation import SkillInfo
 
 SCHEMA_KEY = "parameters_schema"
 SCRIPTS_DIR = "scripts"
@@ -39,7 +36,20 @@ _MAX_SCHEMA_DEPTH = 64
 _SCHEMA_KEYWORDS = {"$schema", "$id", "$ref", "properties", "required", "additionalProperties"}
 
 
-def schema_for(info: SkillInfo, script: str) -> dict[str, Any]:
+class DeclaredSchemas(Protocol):
+    """What a skill's header declares about its scripts' arguments (store.validation.SkillInfo)."""
+
+    @property
+    def execution(self) -> str: ...
+
+    @property
+    def parameters_schema(self) -> dict[str, Any] | None: ...
+
+    @property
+    def script_schemas(self) -> dict[str, dict[str, Any]]: ...
+
+
+def schema_for(info: DeclaredSchemas, script: str) -> dict[str, Any]:
     """The arguments schema of `script` (a POSIX path inside the skill); always a fresh copy.
 
     For node execution the schema always has a required `node` string: the server to run on.
