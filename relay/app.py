@@ -8,7 +8,8 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
-from relay import naming, transport
+from relay import naming
+from relay.fenced import kombu_redis
 from store.settings import Settings
 
 JOB_TICK_SECONDS = 60.0
@@ -31,10 +32,13 @@ def kombu_url(redis_url: str) -> str:
 
 def create_celery(settings: Settings, **overrides: Any) -> Celery:
     """The Celery app for every skillfleet process: Redis broker and backend, late acks."""
-    transport.register()
+    broker = kombu_url(settings.redis)
+    if settings.fenced_kombu:
+        kombu_redis.register()
+        broker = kombu_redis.broker_url(settings.redis)
     app = Celery(
         "skillfleet",
-        broker=transport.broker_url(settings.redis),
+        broker=broker,
         backend=kombu_url(settings.redis),
         # Named, not imported: only a worker process loads its tasks.
         include=["workers.tasks"],

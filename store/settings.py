@@ -88,6 +88,8 @@ class Settings:
     dry_run: bool = False
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     task_events: bool = False
+    # relay/fenced/kombu_redis.py: kombu's Redis transport survives losing Redis mid-message.
+    fenced_kombu: bool = True
     log_level: str = "info"
     metrics_public: bool = False
     metrics_token: str | None = None
@@ -207,6 +209,7 @@ class Settings:
             ),
             dry_run=_bool(env, "SKILLFLEET_DRY_RUN"),
             task_events=_bool(env, "SKILLFLEET_TASK_EVENTS"),
+            fenced_kombu=_bool(env, "SKILLFLEET_FENCED_KOMBU", default=True),
             log_level=_choice(
                 env, "SKILLFLEET_LOG_LEVEL", ("debug", "info", "warning", "error"), "info"
             ),
@@ -322,9 +325,11 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise SettingsError(f"{name} must be a whole number, not {raw!r}.") from None
 
 
-def _bool(env: Mapping[str, str], name: str) -> bool:
+def _bool(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     raw = (env.get(name) or "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
+    if not raw:
+        return default
+    if raw in ("0", "false", "no", "off"):
         return False
     if raw in ("1", "true", "yes", "on"):
         return True

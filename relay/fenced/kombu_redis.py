@@ -3,13 +3,14 @@
 With late acks a worker holds unacknowledged messages while it runs them. When the broker
 connection drops, Celery closes it and kombu's channel tries to restore those messages: after the
 connection's transport was already detached, so building a Redis pool raises AttributeError
-('NoneType' object has no attribute 'hostname'). Celery takes that for an unrecoverable error
-and stops the worker for good. Here the channel reports a closed connection as what it is, a
-connection error, which kombu ignores while closing; Celery then reconnects as it does for any
-outage. The unacknowledged message stays in Redis and comes back after the visibility timeout,
-where the run's claim makes it harmless.
+('NoneType' object has no attribute 'hostname', kombu 5.7 still). Celery takes that for an
+unrecoverable error and stops the worker for good. Here the channel reports a closed connection
+as what it is, a connection error, which kombu ignores while closing; Celery then reconnects as
+it does for any outage. The unacknowledged message stays in Redis and comes back after the
+visibility timeout, where the run's claim makes it harmless.
 
-It also keeps one Redis client per channel instead of building one for every command.
+Private API used: `kombu.transport.redis.Channel._connparams` (overridden). Verified with kombu
+5.7; pinned to `>=5.7,<5.8`. `SKILLFLEET_FENCED_KOMBU=false` uses kombu's own transport.
 """
 
 from __future__ import annotations
@@ -24,20 +25,6 @@ ALIAS = "skillfleet-redis"
 
 
 class Channel(kombu_redis.Channel):
-    _sync_client: Any = None
-
-    def _create_client(self, asynchronous: bool = False) -> Any:
-        """kombu builds a new client object per command (~0.1 ms each); keep one per pool.
-
-        A client only holds its pool, and redis-py clients are thread-safe.
-        """
-        if asynchronous:
-            return super()._create_client(asynchronous)  # type: ignore[no-untyped-call]
-        client = self._sync_client
-        if client is None or client.connection_pool is not self.pool:
-            client = self._sync_client = super()._create_client(False)  # type: ignore[no-untyped-call]
-        return client
-
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         if self.connection.client is None:
             raise redis.ConnectionError("The broker connection was closed.")
