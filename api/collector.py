@@ -25,11 +25,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
+from broker.runs import END_STATES
 from relay import counters, naming
 from relay.connections import reply_text
 from store.db import SessionFactory
 from store.models import Approval, Node, Run, ToolCall
-from store.runs import END_STATES
 
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 QUEUE_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

@@ -16,6 +16,7 @@ from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
 from api.sse import FROM_START, event_stream, frame, resume_after
+from broker.runs import END_STATES, get_run, request_cancel
 from relay import naming
 from relay.retention import StreamCaps
 from relay.streams import (
@@ -25,7 +26,6 @@ from relay.streams import (
 )
 from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Chat, Run, ToolCall
-from store.runs import END_STATES, get_run, request_cancel
 
 blp = Blueprint("runs", __name__, url_prefix="/api/runs", description="Script runs")
 

@@ -12,6 +12,7 @@ from celery import Celery
 
 from broker.classify import CallPlan
 from broker.context import RunStarted, ToolContext
+from broker.runs import abandon
 from relay import dispatch, feed, heartbeat, naming
 from relay.errors import BackendUnavailable, NoRunner
 from store import ownerevents
@@ -22,7 +23,6 @@ from store.limits import RUN_SAVE_SECONDS
 from store.models import Run, utcnow
 from store.ownerevents import OwnerEvent
 from store.packagestore import PackageStore
-from store.runs import abandon
 from store.states import CallStatus
 
 EXECUTE_TASK = "skillfleet.execute_run"
@@ -78,7 +78,7 @@ class CeleryDispatcher:
         run = new_run(plan, context.call_id, context.owner_id, self.timeout)
         context.call.run_id = run.id
         # The message goes out first and the rows are saved while it travels: the worker claims
-        # the run only once they are there (store.runs.claim waits for them), and finds nothing
+        # the run only once they are there (broker.runs.claim waits for them), and finds nothing
         # to run if they never are. The call is saved with its run: the worker answers it.
         refused = self._send(run.id, queue)
         sent_at = time.monotonic()

@@ -19,11 +19,11 @@ from sqlalchemy import ColumnElement, and_, select
 from store.db import SessionFactory
 from store.errors import PackageNotFound
 from store.hashing import hash_entries
+from store.lifecycle.runs import ACTIVE_STATES
 from store.models import Run, Skill
 from store.names import is_valid_hash, is_valid_name
 from store.packages import build_package
 from store.paths import inside
-from store.runs import ACTIVE_STATES
 from store.skills import SkillStore
 
 log = structlog.get_logger(__name__)

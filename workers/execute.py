@@ -10,15 +10,7 @@ from typing import Protocol
 import redis
 import structlog
 
-from relay import feed, naming
-from relay.errors import RunError
-from relay.heartbeat import Instance
-from relay.retention import DEFAULT_CAPS, StreamCaps
-from relay.streams import RunStream
-from store.db import SessionFactory
-from store.models import RunFacts
-from store.ownerevents import OwnerEvent
-from store.runs import (
+from broker.runs import (
     ANNOUNCED,
     FAILED,
     INTERRUPTED,
@@ -28,6 +20,14 @@ from store.runs import (
     claim,
     finish,
 )
+from relay import feed, naming
+from relay.errors import RunError
+from relay.heartbeat import Instance
+from relay.retention import DEFAULT_CAPS, StreamCaps
+from relay.streams import RunStream
+from store.db import SessionFactory
+from store.models import RunFacts
+from store.ownerevents import OwnerEvent
 from workers.runners.base import Job, Runner
 
 log = structlog.get_logger(__name__)

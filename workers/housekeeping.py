@@ -19,11 +19,11 @@ from typing import Any
 import redis
 import structlog
 
+from broker import runs
 from broker.approvals import expire_due
 from broker.turns import forget_old
 from relay import naming, notifier, retention
 from relay.retention import StreamCaps
-from store import runs
 from store.db import SessionFactory, transaction
 from workers import jobruns, turns
 

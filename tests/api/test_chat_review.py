@@ -17,10 +17,10 @@ from toolcalls import draft_arguments, tool
 
 from api import create_app
 from api.services import Services
+from broker import runs
 from broker.chatreview import TRANSCRIPT_CUT
 from broker.results import CUT_NOTE, json_size
 from relay import heartbeat, naming
-from store import runs
 from store.db import transaction
 from store.lifecycle import calls as call_states
 from store.limits import MAX_RESOURCE_BYTES, MAX_REVIEWED_CHATS, RESULT_CAP

@@ -149,8 +149,8 @@ def test_metrics_count_calls_by_tool_and_status_and_policy_decisions_by_rule(cli
 def test_a_run_shows_in_runs_by_runner_and_state_and_in_both_histograms(client, auth, services):
     from datetime import timedelta
 
+    from broker.runs import SUCCEEDED
     from store.models import Run
-    from store.runs import SUCCEEDED
 
     now = utcnow()
     with transaction(services.sessions) as session:
@@ -246,9 +246,9 @@ def answers(url: str) -> bool:
 def test_an_open_event_stream_counts_until_its_client_goes_away(client, auth, services, token):
     from sqlalchemy import select
 
+    from broker.runs import RUNNING
     from relay.streams import RunStream
     from store.models import Owner, Run
-    from store.runs import RUNNING
 
     run_id = "00000000-0000-0000-0000-0000000sse01"
     with transaction(services.sessions) as session:
@@ -366,9 +366,9 @@ def test_a_policy_decision_made_on_a_control_worker_shows_in_the_api_s_metrics(
 
 
 def test_the_grafana_dashboard_queries_metrics_and_labels_that_metrics_has(client, auth, services):
+    from broker.runs import SUCCEEDED
     from relay.counters import DELIVERIES
     from store.models import Run
-    from store.runs import SUCCEEDED
 
     dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
     queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]

@@ -19,10 +19,9 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from api.services import Services
-from broker import dispatcher
+from broker import dispatcher, runs
 from broker.dispatcher import UNREACHABLE
 from relay import heartbeat, naming
-from store import runs
 from store.db import transaction
 from store.models import Run
 from store.settings import Settings

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from test_launcher import WAYS
 
+from broker.runs import Outcome
 from relay import naming
 from relay.streams import RunStream, read_events
 from store.limits import COALESCE_BYTES
-from store.runs import Outcome
 from workers.runners.base import SCRIPT_PATH, Job, OutputCollector, command_for
 from workers.runners.node import NodeRunner
 

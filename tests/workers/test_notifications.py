@@ -332,7 +332,7 @@ def running_run(services, node: str) -> str:
     """A run row in `running` on `node`, as a worker's claim leaves it; its id."""
     import uuid
 
-    from store import runs
+    from broker import runs
     from store.db import transaction
     from store.models import Run
 
@@ -352,7 +352,7 @@ def test_a_run_whose_worker_vanished_reaches_a_webhook_as_run_interrupted(
     client, auth, services, context
 ):
 
-    from store import runs
+    from broker import runs
 
     run_id = running_run(services, "gone")
     with receiver() as hook_server:
@@ -379,7 +379,7 @@ def test_a_run_that_ends_failed_or_timed_out_is_pushed_and_reaches_a_webhook(
     client, auth, services, context, status, title
 ):
 
-    from store import runs
+    from broker import runs
 
     run_id = running_run(services, "web01")
     device = browser()

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from broker.runs import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, Outcome
 from relay.streams import RunStream
 from store.limits import COALESCE_BYTES, KEPT_OUTPUT_CHARS, STATUS_DELAY_SECONDS
-from store.runs import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, Outcome
 
 CancelCheck = Callable[[], bool]
 

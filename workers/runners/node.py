@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from relay.streams import RunStream
 from store.limits import COALESCE_SECONDS
-from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.runners.base import (
     CancelCheck,
     Job,

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from broker.classify import SANDBOX_SUFFIXES
+from broker.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from relay.errors import RunnerUnavailable
 from relay.streams import RunStream
 from store.errors import StoreError
 from store.leniency import read_skill_dir
 from store.limits import COALESCE_SECONDS
-from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from store.settings import Settings
 from workers.runners.base import (
     CancelCheck,

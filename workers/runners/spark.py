@@ -17,10 +17,10 @@ import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
 from docker.models.containers import _create_container_args
 
+from broker.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from relay.errors import PackageUnverified, RunnerUnavailable
 from relay.streams import RunStream
 from store.limits import COALESCE_SECONDS
-from store.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from workers.runners.base import (
     CancelCheck,
     Job,
