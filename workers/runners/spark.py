@@ -88,8 +88,10 @@ class SparkRunner:
         image: str,
         client: docker.DockerClient | None = None,
         keep_volumes: int = KEEP_VOLUMES,
+        coalesce_seconds: float = COALESCE_SECONDS,
     ) -> None:
         self.image = image
+        self.coalesce_seconds = coalesce_seconds  # the output window of one stream entry
         self._client = client
         self.volumes = SkillVolumes(lambda: self.client, image, SKILL_MOUNT, LABEL, keep_volumes)
         self._removals: queue.Queue[str] = queue.Queue()
@@ -173,7 +175,7 @@ class SparkRunner:
         Raises PackageUnverified when `folder` does not hash to the job's hash, or when the
         volume is replaced behind this worker's back twice in a row: no script starts then.
         """
-        collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS)
+        collector = OutputCollector(stream, coalesce_seconds=self.coalesce_seconds)
         try:
             command = command_for(job.script)
         except ValueError as e:
