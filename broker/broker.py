@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 import structlog
-from sqlalchemy import bindparam, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from broker import approvals, editplans
@@ -30,10 +30,10 @@ from broker.jobs import skill_allowed
 from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
-from broker.turns import admit, turn_key
+from broker.turns import admit, count_into, turn_key
 from relay import feed
 from relay.counters import POLICY_DECISIONS
-from store.db import SessionFactory, core_transaction, transaction
+from store.db import SessionFactory, core_transaction, detached, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
 from store.lifecycle import calls, jobruns
 from store.lifecycle.calls import OPEN_STATES
@@ -75,11 +75,8 @@ class Broker:
         tool = self.registry.get(request.tool)
         request.check()
         try:
-            chat = self._chat(owner_id, request.chat_id) if request.chat_id else None
             job = self._job(owner_id, request.job_run_id) if request.job_run_id else None
-            number = admit(
-                self.sessions, owner_id, turn_key(request.turn_id, chat.id if chat else None)
-            )
+            chat, number = self._admit(owner_id, request.chat_id, request.turn_id)
         except SQLAlchemyError as e:
             raise ServiceUnavailable("The database can't be reached; try again shortly.") from e
         call = calls.new(
@@ -331,6 +328,26 @@ class Broker:
         assert job is not None  # a run is removed with its job
         return job
 
+    def _admit(
+        self, owner_id: int, external_id: str | None, turn_id: str | None
+    ) -> tuple[Chat | None, int]:
+        """The call's chat (made on its first call) and the call's number in its turn.
+
+        A call in a chat that exists, of a turn already counted, reads the one and counts the
+        other in one transaction: most calls of an agent's turn.
+        """
+        if external_id is not None:
+            with core_transaction(self.sessions) as connection:
+                found = connection.execute(_chat_row(owner_id, external_id)).first()
+                if found is not None:
+                    known = detached(Chat, found._asdict())
+                    key = turn_key(turn_id, known.id)
+                    number = None if key is None else count_into(connection, owner_id, key)
+                    if number is not None:
+                        return known, number
+        chat = self._chat(owner_id, external_id) if external_id is not None else None
+        return chat, admit(self.sessions, owner_id, turn_key(turn_id, chat.id if chat else None))
+
     def _chat(self, owner_id: int, external_id: str) -> Chat:
         query = select(Chat).where(Chat.owner_id == owner_id, Chat.external_id == external_id)
         with self.sessions() as session:
@@ -531,3 +548,9 @@ def _describe(call: ToolCall, plan: CallPlan) -> None:
 def _replayable(approval: Approval) -> dict[str, Any]:
     """The stored arguments in the shape plan_call reads (already normalised once)."""
     return dict(approval.arguments)
+
+
+def _chat_row(owner_id: int, external_id: str) -> Select[Any]:
+    """Every column of the owner's chat `external_id`."""
+    table = Chat.__table__
+    return select(*table.c).where(table.c.owner_id == owner_id, table.c.external_id == external_id)

@@ -7,14 +7,17 @@ import json
 import re
 from typing import Any
 
+from sqlalchemy import update
+
 from broker.authoring import draft_skill, get_skill, listed
 from broker.chatreview import CHAT_ID
 from broker.classify import DISABLED
 from broker.context import RunStarted, ToolContext
-from broker.editplans import apply_plan
+from broker.editing import apply_plan
 from broker.errors import InvalidCall, SkillDisabled
 from broker.registry import Tool
 from broker.tiers import Tier
+from store.db import core_transaction
 from store.errors import SkillNotFound
 from store.limits import MAX_RESOURCE_BYTES
 from store.models import Chat, ChatActivation, Skill, utcnow
@@ -168,16 +171,19 @@ def refresh_skills(context: ToolContext, arguments: dict[str, Any]) -> dict[str,
 
 
 def _remember_catalog(context: ToolContext, names: list[str]) -> list[str] | None:
-    """Store the names this chat has now seen; returns what it had seen before."""
+    """Store the names this chat has now seen; returns what it had seen before.
+
+    What it had seen is the chat's row as this call read it (broker.Broker._admit): a listing
+    that shows nothing new writes nothing.
+    """
     if context.chat is None:
         return None
-    with context.sessions() as session, session.begin():
-        chat = session.get(Chat, context.chat.id)
-        if chat is None:
-            return None
-        before = chat.known_skills
-        if before != names:
-            chat.known_skills = names
+    before = context.chat.known_skills
+    if before != names:
+        with core_transaction(context.sessions) as connection:
+            connection.execute(
+                update(Chat).where(Chat.id == context.chat.id).values(known_skills=names)
+            )
     return before
 
 

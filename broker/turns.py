@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, insert, update
+from sqlalchemy import Connection, delete, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from store.db import SessionFactory, transaction
+from store.db import SessionFactory, core_transaction
 from store.models import TurnCount, utcnow
 
 # Counts are kept this long after a turn's first call, then the expiry task drops them.
@@ -39,13 +39,13 @@ def admit(sessions: SessionFactory, owner_id: int, key: str | None) -> int:
     if key is None:
         return 1
     for _attempt in range(3):
-        with transaction(sessions) as session:
-            number = _increment(session, owner_id, key)
+        with core_transaction(sessions) as connection:
+            number = count_into(connection, owner_id, key)
             if number is not None:
                 return number
         try:
-            with transaction(sessions) as session:
-                session.execute(
+            with core_transaction(sessions) as connection:
+                connection.execute(
                     insert(TurnCount).values(
                         owner_id=owner_id, turn=key, calls=1, created_at=utcnow()
                     )
@@ -56,13 +56,14 @@ def admit(sessions: SessionFactory, owner_id: int, key: str | None) -> int:
     raise RuntimeError("a turn's count could not be created")  # pragma: no cover
 
 
-def _increment(session: Session, owner_id: int, key: str) -> int | None:
-    row = session.execute(
+def count_into(connection: Connection, owner_id: int, key: str) -> int | None:
+    """Count a call into the turn `key` and return its number; None when the turn has no count
+    yet (`admit` makes it)."""
+    row = connection.execute(
         update(TurnCount)
         .where(TurnCount.owner_id == owner_id, TurnCount.turn == key)
         .values(calls=TurnCount.calls + 1)
         .returning(TurnCount.calls)
-        .execution_options(synchronize_session=False)
     ).first()
     return None if row is None else int(row[0])
 
