@@ -5,7 +5,8 @@ node worker and (with --spark) a Spark worker on a temporary SQLite data dir and
 REDIS_URL (default redis://127.0.0.1:6379/14), then measures:
 
 - node run: REST call -> broker -> Celery -> node worker -> subprocess -> Redis stream ->
-  result (`?wait=`), for a trivial Python script, against its floor: a bare Celery task on the
+  result (`?wait=`), for a trivial Python script, called as an agent calls (a `chat_id` and a
+  `turn_id`, a new turn every TURN_CALLS calls), against its floor: a bare Celery task on the
   same Redis, pool and concurrency whose body spawns the same script and returns its output
   (`bench/celery_floor.py`), and against spawning the script directly; p50 of each and ratios;
 - throughput: runs per second with 16 clients calling at once, for skillfleet and the floor
@@ -60,6 +61,7 @@ SPARK_ROUNDS = 30
 CONCURRENT_RUNS = 400
 THROUGHPUT_ROUNDS = 4  # of each side, alternated
 CLIENTS = 16
+TURN_CALLS = 10  # calls an agent's turn makes here (a turn may make 50)
 TRIVIAL = "print('ok')\n"
 STAMPED = "import time\nprint(repr(time.time()), flush=True)\ntime.sleep(0.2)\n"
 SPARK_FLAGS = [
@@ -87,6 +89,21 @@ def skill_zip(name: str, execution: str, scripts: dict[str, str], tier: str = "r
         for path, text in scripts.items():
             archive.writestr(f"{name}/{path}", text)
     return buffer.getvalue()
+
+
+class Agent:
+    """The `chat_id` and `turn_id` an agent sends: one chat, a new turn every TURN_CALLS calls
+    (with `new_chats`, a new chat with each turn: a skill is loaded once per chat)."""
+
+    def __init__(self, name: str, new_chats: bool = False) -> None:
+        self.name = name
+        self.new_chats = new_chats
+        self.calls = 0
+
+    def fields(self) -> dict[str, str]:
+        turn = f"{self.name}-turn-{self.calls // TURN_CALLS}"
+        self.calls += 1
+        return {"chat_id": turn if self.new_chats else self.name, "turn_id": turn}
 
 
 def median_ms(samples: list[float]) -> float:
@@ -216,10 +233,13 @@ class System:
         assert response.status_code == 201, response.text
 
     def run(
-        self, client: httpx.Client, skill: str, script: str, node: str | None
+        self, client: httpx.Client, skill: str, script: str, node: str | None, agent: Agent
     ) -> dict[str, Any]:
         arguments: dict[str, Any] = {"node": node} if node else {}
-        body = {"arguments": {"skill_name": skill, "script": script, "arguments": arguments}}
+        body = {
+            "arguments": {"skill_name": skill, "script": script, "arguments": arguments},
+            **agent.fields(),
+        }
         response = client.post("/api/tools/run_skill_script", params={"wait": 60}, json=body)
         envelope: dict[str, Any] = response.json()
         assert envelope.get("status") == "done", envelope
@@ -238,15 +258,16 @@ def timed(action: Any, rounds: int) -> list[float]:
 def bench_node(system: System, script: Path) -> dict[str, float]:
     client = httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
     floor = system.floor_client()
+    one = Agent("bench-node")
     for _ in range(5):  # warm up: packages synced, connections open, the floor worker up
-        system.run(client, "trivial", "scripts/ok.py", NODE)
+        system.run(client, "trivial", "scripts/ok.py", NODE, one)
         system.floor_run(floor, script)
         subprocess.run([PYTHON3, str(script)], capture_output=True, check=True)
     full: list[float] = []
     bare: list[float] = []
     direct: list[float] = []
     for _ in range(ROUNDS):  # interleaved, so all three see the same machine
-        full += timed(lambda: system.run(client, "trivial", "scripts/ok.py", NODE), 1)
+        full += timed(lambda: system.run(client, "trivial", "scripts/ok.py", NODE, one), 1)
         bare += timed(lambda: system.floor_run(floor, script), 1)
         direct += timed(
             lambda: subprocess.run([PYTHON3, str(script)], capture_output=True, check=True), 1
@@ -262,11 +283,12 @@ def bench_node(system: System, script: Path) -> dict[str, float]:
     floor_agents = [system.floor_client() for _ in range(CLIENTS)]
     threads = [concurrent.futures.ThreadPoolExecutor(max_workers=1) for _ in range(CLIENTS)]
     agents: list[httpx.Client] = []
+    chats = [Agent(f"bench-agent-{index}") for index in range(CLIENTS)]
 
     def agent(index: int) -> None:
         """One agent making its share of a round's runs one after another."""
         for _ in range(per_client):
-            system.run(agents[index], "trivial", "scripts/ok.py", NODE)
+            system.run(agents[index], "trivial", "scripts/ok.py", NODE, chats[index])
 
     def floor_agent(index: int) -> None:
         """The same share through the bare Celery task, with a client app of its own."""
@@ -375,6 +397,7 @@ def epicbox_runner(image: str) -> tuple[Any, str | None]:
 
 def bench_spark(system: System, root: Path, image: str) -> dict[str, Any]:
     client = httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
+    one = Agent("bench-spark")
     folder = root / "bare"
     folder.mkdir()
     (folder / "ok.py").write_text(TRIVIAL)
@@ -384,7 +407,7 @@ def bench_spark(system: System, root: Path, image: str) -> dict[str, Any]:
             image, "python3", "ok.py"]  # fmt: skip
     epicbox_run, epicbox_missing = epicbox_runner(image)
     for _ in range(3):
-        system.run(client, "sparky", "scripts/ok.py", None)
+        system.run(client, "sparky", "scripts/ok.py", None, one)
         subprocess.run(bare, capture_output=True, check=True)
         if epicbox_run is not None:
             epicbox_run()
@@ -392,7 +415,7 @@ def bench_spark(system: System, root: Path, image: str) -> dict[str, Any]:
     base: list[float] = []
     epic: list[float] = []
     for _ in range(SPARK_ROUNDS):  # interleaved, so all see the same machine
-        ours += timed(lambda: system.run(client, "sparky", "scripts/ok.py", None), 1)
+        ours += timed(lambda: system.run(client, "sparky", "scripts/ok.py", None, one), 1)
         base += timed(lambda: subprocess.run(bare, capture_output=True, check=True), 1)
         if epicbox_run is not None:
             epic += timed(epicbox_run, 1)

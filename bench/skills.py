@@ -7,7 +7,10 @@ baseline measured in the same run:
 - list_skills: the real tool call through the API (auth, envelope, call record) against the
   same Flask app answering a static catalog, and against re-reading every SKILL.md per call;
 - over HTTP: list_skills and load_skill through a real `skillfleet api` (gunicorn) against
-  `GET /api/health` (a database and a Redis round trip) sent with the same token and connection.
+  `GET /api/health` (a database and a Redis round trip) sent with the same token and connection;
+  each tool as agents call it (a `chat_id` and a `turn_id`, a new turn every 10 calls; for
+  load_skill a new chat with each turn, as a skill is loaded once per chat), and list_skills
+  without them too.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import httpx  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
 from api import create_app  # noqa: E402
+from bench.runs import Agent  # noqa: E402
 from store.db import transaction  # noqa: E402
 from store.hashing import content_hash  # noqa: E402
 from store.migrate import upgrade  # noqa: E402
@@ -196,9 +200,12 @@ def bench_http(root: Path, auth: dict[str, str]) -> dict[str, list[float]]:
                 raise RuntimeError(f"the API did not start; see {root / 'api.log'}")
             time.sleep(0.1)
 
-        def tool(name: str, arguments: dict[str, object]) -> Callable[[], None]:
+        def tool(
+            name: str, arguments: dict[str, object], agent: Agent | None = None
+        ) -> Callable[[], None]:
             def action() -> None:
-                response = client.post(f"/api/tools/{name}", json={"arguments": arguments})
+                body = {"arguments": arguments, **(agent.fields() if agent else {})}
+                response = client.post(f"/api/tools/{name}", json=body)
                 assert response.json()["status"] == "done", response.text
 
             return action
@@ -208,8 +215,11 @@ def bench_http(root: Path, auth: dict[str, str]) -> dict[str, list[float]]:
 
         actions = {
             "GET /api/health (floor)": health,
-            "list_skills": tool("list_skills", {}),
-            "load_skill": tool("load_skill", {"skill_name": "skill-100"}),
+            "list_skills, no chat": tool("list_skills", {}),
+            "list_skills": tool("list_skills", {}, Agent("bench-list")),
+            "load_skill": tool(
+                "load_skill", {"skill_name": "skill-100"}, Agent("bench-load", new_chats=True)
+            ),
         }
         samples: dict[str, list[float]] = {label: [] for label in actions}
         for action in actions.values():
