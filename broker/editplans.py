@@ -15,18 +15,16 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from broker.context import ToolContext
 from broker.editargs import EditArguments
 from broker.errors import DiffTooLarge, EditPlanExpired, InvalidCall
 from store.archive import SKILL_FILE, size_text
 from store.drafts import encoded, skill_md_text, with_schema
-from store.edits import apply_changes, copy_of, install_edit
-from store.errors import SkillBuiltin, SkillChanged, SkillInvalid, SkillTooLarge
+from store.edits import apply_changes, copy_of
+from store.errors import SkillBuiltin, SkillInvalid, SkillTooLarge
 from store.frontmatter import read_loose
 from store.hashing import regular_files
 from store.leniency import read_skill_dir
@@ -236,41 +234,3 @@ def for_approvals(session: Session, approval_ids: list[str]) -> dict[str, EditPl
         return {}
     rows = session.scalars(select(EditPlan).where(EditPlan.approval_id.in_(approval_ids)))
     return {row.approval_id: row for row in rows if row.approval_id is not None}
-
-
-# -- applying -----------------------------------------------------------------------------
-
-
-def apply_plan(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
-    """edit_skill's handler: write the held plan (or, with no approval asked, the one built)."""
-    with context.sessions() as session:
-        row = session.scalar(select(EditPlan).where(EditPlan.call_id == context.call_id))
-    if row is not None:
-        name, base, files = row.skill_name, row.base_hash, dict(row.changes["files"])
-    else:
-        draft = context.plan.edit
-        assert draft is not None, "classify builds an edit plan for every edit_skill call"
-        name, base, files = draft.skill_name, draft.base_hash, draft.files
-    try:
-        skill = install_edit(context.store, context.owner_id, name, base, files, by_owner=False)
-    except SkillChanged as e:
-        _finish(context, row, EditPlanStatus.FAILED, None)
-        raise SkillChanged(f"HOST: {e.message} Nothing was written.") from e
-    _finish(context, row, EditPlanStatus.APPLIED, skill.hash)
-    return {
-        "skill_name": name,
-        "hash": skill.hash,
-        "previous_hash": base,
-        "enabled": skill.enabled,
-        "files_changed": sorted(files),
-        "lint_warnings": skill.lint_warnings or [],
-    }
-
-
-def _finish(
-    context: ToolContext, row: EditPlan | None, status: EditPlanStatus, new_hash: str | None
-) -> None:
-    if row is None:
-        return
-    with context.sessions() as session, session.begin():
-        plans.finish(session, row.id, status, new_hash)
