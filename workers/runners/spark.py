@@ -15,7 +15,6 @@ from typing import Any
 import docker
 import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
-from docker.models.containers import _create_container_args
 
 from broker.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
 from relay.errors import PackageUnverified, RunnerUnavailable
@@ -209,13 +208,9 @@ class SparkRunner:
         self._removals.join()
 
     def _create(self, job: Job, command: list[str], volume: SkillVolume) -> Any:
-        """The run's container, created with one engine call (the SDK's create also inspects)."""
+        """The run's container, created (and inspected) by the SDK."""
         options = self.container_options(job, volume.name)
-        arguments = dict(
-            options, image=self.image, command=command, version=self.client.api._version
-        )
-        created = self.client.api.create_container(**_create_container_args(arguments))
-        return self.client.containers.prepare_model({"Id": created["Id"]})
+        return self.client.containers.create(self.image, command, **options)
 
     def _discard(self, container: Any) -> None:
         """Remove `container` in the background: the run's outcome needn't wait for it."""
