@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 import structlog
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from broker import approvals, editplans
@@ -338,7 +338,9 @@ class Broker:
         """
         if external_id is not None:
             with core_transaction(self.sessions) as connection:
-                found = connection.execute(_chat_row(owner_id, external_id)).first()
+                found = connection.execute(
+                    _CHAT_ROW, {"owner": owner_id, "external": external_id}
+                ).first()
                 if found is not None:
                     known = detached(Chat, found._asdict())
                     key = turn_key(turn_id, known.id)
@@ -550,7 +552,8 @@ def _replayable(approval: Approval) -> dict[str, Any]:
     return dict(approval.arguments)
 
 
-def _chat_row(owner_id: int, external_id: str) -> Select[Any]:
-    """Every column of the owner's chat `external_id`."""
-    table = Chat.__table__
-    return select(*table.c).where(table.c.owner_id == owner_id, table.c.external_id == external_id)
+_CHATS = Chat.__table__
+# Every column of the owner's chat of an external id (built once, as a call reads it).
+_CHAT_ROW = select(*_CHATS.c).where(
+    _CHATS.c.owner_id == bindparam("owner"), _CHATS.c.external_id == bindparam("external")
+)
