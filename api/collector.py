@@ -30,6 +30,7 @@ from relay import counters, naming
 from relay.connections import reply_text
 from store.db import SessionFactory
 from store.models import Approval, Node, Run, ToolCall
+from store.states import ApprovalStatus
 
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 QUEUE_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -52,7 +53,9 @@ class FleetCollector(Collector):
                 )
             ).all()
             waiting = session.scalar(
-                select(func.count()).select_from(Approval).where(Approval.status == "pending")
+                select(func.count())
+                .select_from(Approval)
+                .where(Approval.status == ApprovalStatus.PENDING)
             )
             runs = session.execute(
                 select(Run.execution, Run.status, func.count())

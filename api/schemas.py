@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 from datetime import UTC
+from enum import StrEnum
 from typing import Any
 
 import marshmallow as ma
 
 from store.hashing import shown_key
+from store.states import (
+    ApprovalStatus,
+    CallStatus,
+    JobRunStatus,
+    RunStatus,
+    TurnStatus,
+)
+
+
+def states(machine: type[StrEnum], *hidden: StrEnum) -> list[str]:
+    """The states of a machine a client can see (`hidden` ones live only inside a request)."""
+    return [str(state) for state in machine if state not in hidden]
+
+
+def status_field(shown: list[str], **options: Any) -> ma.fields.String:
+    """A `status` in an answer: one of `shown`, listed in the OpenAPI document."""
+    description = ", ".join(shown[:-1]) + f" or {shown[-1]}"
+    return ma.fields.String(metadata={"description": description, "enum": shown}, **options)
+
+
+# A call is decided in memory and never stored `deciding`; an approval is `answering` only
+# inside the request that answers it.
+CALL_STATES = states(CallStatus, CallStatus.DECIDING)
+APPROVAL_STATES = states(ApprovalStatus, ApprovalStatus.ANSWERING)
+RUN_STATES = states(RunStatus)
+JOB_RUN_STATES = states(JobRunStatus)
+TURN_STATES = states(TurnStatus)
 
 
 class HealthSchema(ma.Schema):
@@ -194,9 +222,7 @@ class ToolErrorSchema(ma.Schema):
 
 class ToolResultSchema(ma.Schema):
     call_id = ma.fields.String()
-    status = ma.fields.String(
-        metadata={"description": "done, running, pending_approval, denied or failed"}
-    )
+    status = status_field(CALL_STATES)
     result = ma.fields.Raw()
     error = ma.fields.Nested(ToolErrorSchema)
     approval_id = ma.fields.String()
@@ -225,7 +251,7 @@ class CallSchema(ma.Schema):
     tool = ma.fields.String()
     tier = ma.fields.String()
     mode = ma.fields.String()
-    status = ma.fields.String()
+    status = status_field(CALL_STATES)
     rule = ma.fields.String(allow_none=True)
     turn_id = ma.fields.String(allow_none=True)
     job_run_id = ma.fields.String(allow_none=True)
@@ -249,9 +275,7 @@ class ApprovalSchema(ma.Schema):
     job_run_id = ma.fields.String(
         allow_none=True, metadata={"description": "The job run that asks, if a job asks"}
     )
-    status = ma.fields.String(
-        metadata={"description": "pending, approved, approved_for_chat, denied, expired or stale"}
-    )
+    status = status_field(APPROVAL_STATES)
     tool = ma.fields.String()
     tier = ma.fields.String()
     arguments = ma.fields.Raw()
@@ -280,11 +304,7 @@ class ApprovalSchema(ma.Schema):
 
 
 class ApprovalQuerySchema(ma.Schema):
-    status = ma.fields.String(
-        validate=ma.validate.OneOf(
-            ["pending", "approved", "approved_for_chat", "denied", "expired", "stale"]
-        )
-    )
+    status = ma.fields.String(validate=ma.validate.OneOf(APPROVAL_STATES))
 
 
 class DecisionSchema(ma.Schema):
@@ -320,11 +340,7 @@ class SettingsSchema(ma.Schema):
 class RunSchema(ma.Schema):
     run_id = ma.fields.String(attribute="id")
     call_id = ma.fields.String(allow_none=True)
-    status = ma.fields.String(
-        metadata={
-            "description": "queued, running, succeeded, failed, timed_out, cancelled or interrupted"
-        }
-    )
+    status = status_field(RUN_STATES)
     skill_name = ma.fields.String()
     skill_hash = ma.fields.String()
     script = ma.fields.String()
@@ -478,12 +494,7 @@ class JobRunSchema(ma.Schema):
     job_id = ma.fields.String()
     trigger = ma.fields.String(metadata={"description": "schedule or manual"})
     due_at = ma.fields.DateTime(allow_none=True)
-    status = ma.fields.String(
-        metadata={
-            "description": "queued, running, waiting, succeeded, failed, unanswered, skipped "
-            "or interrupted"
-        }
-    )
+    status = status_field(JOB_RUN_STATES)
     step = ma.fields.Integer(metadata={"description": "Index of the step running or waiting"})
     steps = ma.fields.List(ma.fields.Dict(), metadata={"description": "Each ended step"})
     call_id = ma.fields.String(allow_none=True)
@@ -497,10 +508,6 @@ class JobRunSchema(ma.Schema):
 
 class JobRunStartedSchema(ma.Schema):
     job_run_id = ma.fields.String()
-
-
-RUN_STATES = ["queued", "running", "succeeded", "failed", "timed_out", "cancelled", "interrupted"]
-CALL_STATES = ["pending_approval", "running", "done", "denied", "failed", "expired"]
 
 
 class ListFilterSchema(ma.Schema):

@@ -12,7 +12,7 @@ from flask import Response
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
 from api.live import FollowTurn, hand_off
-from api.schemas import sse_response
+from api.schemas import TURN_STATES, sse_response, status_field
 from api.services import services
 from api.sse import FROM_START, event_stream, frame, resume_after
 from broker.calls import MODES
@@ -48,11 +48,7 @@ class TurnSchema(ma.Schema):
     chat_id = ma.fields.String(allow_none=True)
     job_run_id = ma.fields.String(allow_none=True)
     mode = ma.fields.String()
-    status = ma.fields.String(
-        metadata={
-            "description": "queued, running, succeeded, failed, stopped, timed_out or interrupted"
-        }
-    )
+    status = status_field(TURN_STATES)
     text = ma.fields.String(allow_none=True, metadata={"description": "The model's answer"})
     calls = ma.fields.Integer(metadata={"description": "Tool calls the turn made"})
     error_code = ma.fields.String(allow_none=True)

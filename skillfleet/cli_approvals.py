@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from skillfleet.cli_skills import call_api, table
+from store.states import ApprovalStatus
 
 
 @click.group()
@@ -16,7 +17,7 @@ def approvals() -> None:
 @click.option("--all", "show_all", is_flag=True, help="Include answered and expired ones.")
 def list_cmd(show_all: bool) -> None:
     """List pending approvals (or all with --all)."""
-    params = {} if show_all else {"status": "pending"}
+    params = {} if show_all else {"status": str(ApprovalStatus.PENDING)}
     rows = call_api("GET", "/api/approvals", params=params)
     for row in rows:
         row["skill"] = f"{row['skill_name']}@{row['skill_hash'][:8]}" if row["skill_name"] else "-"

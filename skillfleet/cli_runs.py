@@ -10,8 +10,9 @@ from skillfleet.cli_run import stream_run
 from skillfleet.cli_skills import call_api, table
 from skillfleet.client import Client, ClientError
 from store.settings import ClientSettings
+from store.states import RunStatus
 
-STATES = ["queued", "running", "succeeded", "failed", "timed_out", "cancelled", "interrupted"]
+STATES = [str(state) for state in RunStatus]
 
 
 @click.group()

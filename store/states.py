@@ -142,9 +142,8 @@ CALLS = Machine(
     "tool call",
     "tool_calls",
     CallStatus,
-    # A call is decided in memory and saved in what it became (deciding is never stored by
-    # the broker, but a row saved before its answer may be).
-    initial=(_C.PENDING_APPROVAL, _C.RUNNING, _C.DONE, _C.DENIED, _C.FAILED),
+    # A call is decided in memory, then saved in what it became: its first move is its row.
+    initial=(_C.DECIDING,),
     moves=_moves(
         [
             (_C.DECIDING, [_C.PENDING_APPROVAL, _C.RUNNING, _C.DONE, _C.DENIED, _C.FAILED]),
@@ -229,3 +228,27 @@ MACHINES: tuple[Machine[Any], ...] = (CALLS, RUNS, JOB_RUNS, TURNS, APPROVALS, E
 def check(states: type[StrEnum]) -> str:
     """The SQL of the CHECK constraint that holds a `status` column to `states`."""
     return "status IN (" + ", ".join(f"'{s}'" for s in states) + ")"
+
+
+def diagram(machine: Machine[Any]) -> str:
+    """The machine as a mermaid state diagram (docs/architecture.md shows each one)."""
+    lines = ["stateDiagram-v2"]
+    lines += [f"    [*] --> {state}" for state in machine.initial]
+    for source in machine.states:
+        lines += [
+            f"    {source} --> {target}"
+            for target in machine.states
+            if target in machine.moves.get(source, frozenset())
+        ]
+    lines += [f"    {state} --> [*]" for state in machine.ends]
+    return "\n".join(lines)
+
+
+def diagrams() -> str:
+    """Every machine's diagram under a heading naming its table, as docs/architecture.md has
+    them between its `state machines` markers."""
+    return "\n\n".join(
+        f"### {machine.name.capitalize()}s (`{machine.table}.status`)\n\n"
+        f"```mermaid\n{diagram(machine)}\n```"
+        for machine in MACHINES
+    )

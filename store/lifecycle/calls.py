@@ -39,7 +39,7 @@ _CHATS = cast(Table, Chat.__table__)
 
 def new(values: dict[str, Any]) -> ToolCall:
     """A call being decided, not saved yet."""
-    return transient(ToolCall, {**values, "status": CallStatus.DECIDING})
+    return transient(ToolCall, {**values, "status": CALLS.created(CallStatus.DECIDING)})
 
 
 def record(
@@ -53,7 +53,7 @@ def record(
     On a driver's connection the call must be new, and its event goes to `events` (see
     `answer`).
     """
-    call.status = CALLS.created(status)
+    call.status = CALLS.check(CallStatus.DECIDING, status)
     if status in END_STATES:
         call.finished_at = utcnow()
     if isinstance(session, Session):
