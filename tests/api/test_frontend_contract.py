@@ -158,6 +158,7 @@ def read_feed(client, auth, count: int, last_id: str = "0-0") -> list[dict[str, 
     return events
 
 
+@pytest.mark.slow
 def test_the_event_feed_replays_an_approval_asked_and_answered_from_last_event_id(client, auth):
     install(client, auth, "wiper", WIPE)
     asked = run(client, auth)
@@ -180,6 +181,7 @@ def test_the_event_feed_replays_an_approval_asked_and_answered_from_last_event_i
     assert [e["id"] for e in again] == [answered["id"], finished["id"]]
 
 
+@pytest.mark.slow
 def test_a_refused_answer_is_rolled_back_and_never_announced(client, auth):
     install(client, auth, "wiper", WIPE)
     asked = run(client, auth)
@@ -205,6 +207,7 @@ def test_another_owner_hears_nothing_of_alices_approvals(client, auth, other_aut
     assert len(streams) == 1  # only alice's
 
 
+@pytest.mark.slow
 def test_a_job_run_announces_each_state_it_moves_to(client, auth, services, redis_client):
     body = {"name": "probe", "cron": "0 6 * * *", "steps": [{"tool": "list_skills"}]}
     job = client.post("/api/jobs", headers=auth, json=body).json
@@ -240,6 +243,7 @@ def test_a_bad_last_event_id_is_refused(client, auth, last_id):
     assert response.json["code"] == "invalid_event_id"
 
 
+@pytest.mark.slow
 def test_an_event_id_from_the_future_replays_the_feed_from_its_start(client, auth):
     install(client, auth, "wiper", WIPE)
     asked = run(client, auth)

@@ -193,6 +193,7 @@ def free_port() -> int:
         port: int = probe.getsockname()[1]
         return port
 
+@pytest.mark.fleet
 
 def test_every_gunicorn_worker_answers_with_the_same_totals(settings, tmp_path):
     port = free_port()

@@ -31,6 +31,7 @@ CHECKS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_every_operation_answers_within_the_document_and_never_5xx(

@@ -300,6 +300,7 @@ def api_process(settings, services, tmp_path) -> Iterator[str]:
         log.close()
 
 
+@pytest.mark.fleet
 def test_a_token_deleted_in_one_process_is_refused_at_once_by_every_api_worker(
     client, auth, api_process
 ):

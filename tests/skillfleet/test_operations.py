@@ -108,6 +108,7 @@ def test_nodes_enroll_refuses_a_bad_name_and_registers_nothing(api, settings):
 # -- skillfleet db current|history|downgrade ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_db_current_history_and_downgrade_answer_as_alembic_does(tmp_path):
     settings = Settings(data_dir=tmp_path / "var")
     settings.data_dir.mkdir()
@@ -185,6 +186,7 @@ def test_flower_listens_on_loopback_even_when_the_api_listens_everywhere():
     assert (chosen.flower_host, chosen.flower_port) == ("0.0.0.0", 6000)
 
 
+@pytest.mark.fleet
 def test_flower_answers_401_without_credentials_and_lists_a_worker_with_them(tmp_path):
     port = free_port()
     data_dir = tmp_path / "var"
@@ -224,6 +226,7 @@ def test_flower_answers_401_without_credentials_and_lists_a_worker_with_them(tmp
     assert "flower-test-password" not in command
 
 
+@pytest.mark.fleet
 @pytest.mark.parametrize("module", ["workers.app", "relay.app"])
 def test_celery_inspect_ping_answers_for_a_running_worker(tmp_path, module):
     env = clean_env(REDIS_URL=REDIS_URL, SKILLFLEET_DATA_DIR=str(tmp_path / "var"))
@@ -285,6 +288,7 @@ def test_celery_per_task_lines_are_quiet_unless_debugging():
 FLOWER_LINE = re.compile(r"^\s*Flower:\s+(http://127\.0\.0\.1:\d+) \(user (\S+), password (\S+)\)$")
 
 
+@pytest.mark.fleet
 def test_up_starts_flower_on_loopback_behind_the_credentials_it_prints(tmp_path):
     data_dir = tmp_path / "var"
     port, flower_port = free_port(), free_port()
