@@ -28,7 +28,8 @@ from flask import Flask
 from sqlalchemy import select
 
 from api import create_app
-from api.live import PICKUP, Handoff, Pickup, WaitCall, kind_of
+from api.live import PICKUP, Handoff, Pickup
+from api.livejobs import WaitCall, kind_of
 from api.livestreams import CallNews, LiveContext, body_of
 from api.metrics import SSE_STREAMS_OPEN
 from api.services import Services

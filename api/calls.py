@@ -10,7 +10,8 @@ from sqlalchemy import select
 
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
-from api.live import WaitCall, hand_off
+from api.live import hand_off
+from api.livejobs import WaitCall
 from api.paging import paginate, sql_page
 from api.schemas import CallQuerySchema, CallSchema, WaitSchema
 from api.services import services

@@ -6,7 +6,8 @@ from flask import Response
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
-from api.live import FollowFeed, hand_off
+from api.live import hand_off
+from api.livejobs import FollowFeed
 from api.schemas import sse_response
 from api.services import services
 from api.sse import resume_after

@@ -18,12 +18,14 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import redis
 from flask import Response, request, stream_with_context
 
 from api.errors import ApiError
+from api.livejobs import Job, WaitCall, kind_of
+from api.livestreams import CallNews, LiveContext, body_of
 from api.metrics import SSE_STREAMS_OPEN
 from api.services import Services, services
 from relay import slots
@@ -32,42 +34,6 @@ from store.tokens import token_digest
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 RETRY_AFTER_SECONDS = 5
-
-
-@dataclass(frozen=True)
-class FollowRun:
-    run_id: str
-    after: str
-
-
-@dataclass(frozen=True)
-class FollowTurn:
-    turn_id: str
-    after: str
-
-
-@dataclass(frozen=True)
-class FollowFeed:
-    owner_id: int
-    after: str  # an entry id, or "$" for only what comes next
-
-
-@dataclass(frozen=True)
-class WaitCall:
-    owner_id: int
-    call_id: str
-    run_id: str | None
-    seconds: float
-    shape: Literal["envelope", "call"]  # POST /api/tools/<tool> or GET /api/calls/<id>
-
-
-Job = FollowRun | FollowTurn | FollowFeed | WaitCall
-
-
-def kind_of(job: Job) -> str:
-    """The job's label in skillfleet_sse_streams_open."""
-    kinds = {FollowRun: "run", FollowTurn: "turn", FollowFeed: "feed", WaitCall: "wait"}
-    return kinds[type(job)]
 
 
 @dataclass(frozen=True)
@@ -171,8 +137,6 @@ def _wait_here(found: Services, handoff: Handoff) -> bytes:
 
 
 async def _collect(found: Services, handoff: Handoff) -> bytes:
-    from api.livestreams import CallNews, LiveContext, body_of
-
     hub = StreamHub(found.settings)
     await hub.start()
     try:
@@ -195,8 +159,6 @@ def _run_until_done(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -
 async def _produce(
     found: Services, handoff: Handoff, chunks: queue.SimpleQueue[bytes | None]
 ) -> None:
-    from api.livestreams import CallNews, LiveContext, body_of
-
     hub = StreamHub(found.settings)
     await hub.start()
     try:

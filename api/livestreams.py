@@ -16,8 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.live import FollowFeed, FollowRun, FollowTurn, Job, WaitCall
-from api.runs import exit_of
+from api.livejobs import FollowFeed, FollowRun, FollowTurn, Job, WaitCall
 from api.schemas import CallSchema, ToolResultSchema
 from api.services import Services
 from api.sse import KEEPALIVE, frame
@@ -36,6 +35,12 @@ FEED_OPENING = "retry: 1000\n\n"
 RECHECK_SECONDS = 30.0
 # A quiet run's stream asks the database whether the run ended every this many keepalives.
 ROW_CHECK_EVERY = 4
+
+
+def exit_of(run: Run) -> Event:
+    """The exit event of an ended run, as its row records it."""
+    end = {"status": run.status, "exit_code": run.exit_code, "error": run.error}
+    return Event("0-3", "exit", end)
 
 
 @dataclass

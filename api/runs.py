@@ -11,7 +11,9 @@ from sqlalchemy import select
 
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
-from api.live import FollowRun, hand_off
+from api.live import hand_off
+from api.livejobs import FollowRun
+from api.livestreams import exit_of
 from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
@@ -67,12 +69,6 @@ def run_events(run_id: str) -> Response:
     if run.status in END_STATES and not read_events(client, run_id, FROM_START):
         return event_stream(iter(_from_row(run)))  # the stream expired; the row remains
     return hand_off(FollowRun(run_id, after))
-
-
-def exit_of(run: Run) -> Event:
-    """The exit event of an ended run, as its row records it."""
-    end = {"status": run.status, "exit_code": run.exit_code, "error": run.error}
-    return Event("0-3", "exit", end)
 
 
 def _from_row(run: Run) -> list[str]:

@@ -10,7 +10,8 @@ from flask.views import MethodView
 
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
-from api.live import WaitCall, hand_off
+from api.live import hand_off
+from api.livejobs import WaitCall
 from api.paging import paginate
 from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services

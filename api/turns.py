@@ -11,7 +11,8 @@ from flask import Response
 
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
-from api.live import FollowTurn, hand_off
+from api.live import hand_off
+from api.livejobs import FollowTurn
 from api.schemas import TURN_STATES, sse_response, status_field
 from api.services import services
 from api.sse import FROM_START, event_stream, frame, resume_after

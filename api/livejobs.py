@@ -1,0 +1,42 @@
+"""What a view hands to the live tier (api/live.py): a stream to follow or a call to wait for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class FollowRun:
+    run_id: str
+    after: str
+
+
+@dataclass(frozen=True)
+class FollowTurn:
+    turn_id: str
+    after: str
+
+
+@dataclass(frozen=True)
+class FollowFeed:
+    owner_id: int
+    after: str  # an entry id, or "$" for only what comes next
+
+
+@dataclass(frozen=True)
+class WaitCall:
+    owner_id: int
+    call_id: str
+    run_id: str | None
+    seconds: float
+    shape: Literal["envelope", "call"]  # POST /api/tools/<tool> or GET /api/calls/<id>
+
+
+Job = FollowRun | FollowTurn | FollowFeed | WaitCall
+
+
+def kind_of(job: Job) -> str:
+    """The job's label in skillfleet_sse_streams_open."""
+    kinds = {FollowRun: "run", FollowTurn: "turn", FollowFeed: "feed", WaitCall: "wait"}
+    return kinds[type(job)]
