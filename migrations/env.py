@@ -1,7 +1,10 @@
 """Alembic environment: runs migrations on the URL given by store.migrate."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import Connection, pool
 
 from store.db import make_engine
 from store.models import Base
@@ -32,15 +35,33 @@ def run_migrations_online() -> None:
     engine.dispose()
 
 
-def _run(connection: object) -> None:
+def _run(connection: Connection) -> None:
     context.configure(
-        connection=connection,  # type: ignore[arg-type]
+        connection=connection,
         target_metadata=target_metadata,
         render_as_batch=True,
         compare_type=True,
     )
-    with context.begin_transaction():
+    with _foreign_keys_off(connection), context.begin_transaction():
         context.run_migrations()
+
+
+@contextmanager
+def _foreign_keys_off(connection: Connection) -> Iterator[None]:
+    """On SQLite, foreign keys are off while migrations run: batch mode copies a table and
+    drops the old one, and that drop would delete (ON DELETE CASCADE) every row referring to
+    it, such as the approvals of every tool call. SQLite ignores the pragma inside a
+    transaction, so a connection handed over in one keeps its setting."""
+    if connection.dialect.name != "sqlite" or connection.in_transaction():
+        yield
+        return
+    connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+    connection.commit()
+    try:
+        yield
+    finally:
+        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+        connection.commit()
 
 
 if context.is_offline_mode():

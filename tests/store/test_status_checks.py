@@ -12,6 +12,7 @@ from sqlalchemy import select, text
 
 from store.db import SessionFactory, core_transaction, make_engine, make_sessions, transaction
 from store.lifecycle import approvals, calls, editplans, jobruns, runs, turns
+from store.migrate import downgrade, upgrade
 from store.models import Job, Owner, Run, utcnow
 from store.states import MACHINES, CallStatus, IllegalTransition, RunStatus, TurnStatus
 
@@ -138,3 +139,22 @@ def test_a_job_run_and_a_turn_that_ended_stay_ended(sessions: SessionFactory):
     with transaction(sessions) as session:
         assert turns.claim(session, rows["turns"], "control@a:1:1") is None
         assert not turns.finish(session, rows["turns"], TurnStatus.SUCCEEDED, "Hi.", 0)
+
+
+def test_upgrading_to_the_status_checks_keeps_the_rows_already_there(database_url, sessions):
+    downgrade(database_url, "0010")
+    try:
+        rows = _one_row_each(sessions)
+        for machine in MACHINES:
+            _set(sessions, machine.table, rows[machine.table], machine.ends[-1])
+    finally:
+        upgrade(database_url)
+    for machine in MACHINES:
+        with sessions() as session:
+            stored = session.scalar(
+                text(f"SELECT status FROM {machine.table} WHERE id = :id"),
+                {"id": rows[machine.table]},
+            )
+        assert stored == machine.ends[-1]
+        with pytest.raises(sqlalchemy.exc.IntegrityError):
+            _set(sessions, machine.table, rows[machine.table], "finished")
