@@ -25,10 +25,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from broker.runs import END_STATES
 from relay import counters, naming
 from relay.connections import reply_text
 from store.db import SessionFactory
+from store.lifecycle.runs import END_STATES
 from store.models import Approval, Node, Run, ToolCall
 from store.states import ApprovalStatus
 

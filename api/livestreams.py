@@ -21,11 +21,12 @@ from api.schemas import CallSchema, ToolResultSchema
 from api.services import Services
 from api.sse import KEEPALIVE, frame
 from broker.calls import OPEN_STATES, CallOutcome
-from broker.runs import END_STATES, get_run
+from broker.runs import get_run
 from relay import naming
 from relay.hub import OUTAGES, Overflow, StreamHub, Subscription
 from relay.streams import END_KINDS, TURN_END_KINDS, Event
 from store import jsoncodec
+from store.lifecycle.runs import END_STATES
 from store.limits import MAX_WAIT_SECONDS
 from store.models import Run, ToolCall
 from store.states import CallStatus

@@ -18,7 +18,7 @@ from api.paging import paginate, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
 from api.sse import FROM_START, event_stream, frame, resume_after
-from broker.runs import END_STATES, get_run, request_cancel
+from broker.runs import get_run, request_cancel
 from relay import naming
 from relay.retention import StreamCaps
 from relay.streams import (
@@ -26,6 +26,7 @@ from relay.streams import (
     collected_output,
     read_events,
 )
+from store.lifecycle.runs import END_STATES
 from store.limits import KEPT_OUTPUT_CHARS
 from store.models import Chat, Run, ToolCall
 

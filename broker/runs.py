@@ -33,17 +33,8 @@ from store.models import Run, RunFacts
 from store.ownerevents import OwnerEvent
 from store.states import CallStatus, RunStatus
 
-QUEUED = RunStatus.QUEUED
-RUNNING = RunStatus.RUNNING
-SUCCEEDED = RunStatus.SUCCEEDED
-FAILED = RunStatus.FAILED
-TIMED_OUT = RunStatus.TIMED_OUT
-CANCELLED = RunStatus.CANCELLED
-INTERRUPTED = RunStatus.INTERRUPTED
-ACTIVE_STATES = lifecycle.ACTIVE_STATES
-END_STATES = lifecycle.END_STATES
 # Ends the owner hears about (push, webhooks).
-ANNOUNCED = (FAILED, TIMED_OUT, INTERRUPTED)
+ANNOUNCED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.INTERRUPTED)
 
 
 @dataclass(frozen=True)
@@ -167,9 +158,9 @@ def _answer_call(
     result = shape_result(run_result(run))
     error = None
     status = CallStatus.DONE
-    if run.status != SUCCEEDED:
+    if run.status != RunStatus.SUCCEEDED:
         status = CallStatus.FAILED
-        code = code or ("script_failed" if run.status == FAILED else run.status)
+        code = code or ("script_failed" if run.status == RunStatus.FAILED else run.status)
         error = (code, run.error or f"The script ended {run.status.replace('_', ' ')}.")
     if not calls.answer(session, run.call_id, status, result=result, error=error, events=events):
         return None
@@ -208,7 +199,7 @@ def request_cancel(
 ) -> Run:
     """Cancel a run: a queued one ends at once; a running one is stopped by its runner."""
     run = get_run(sessions, run_id, owner_id)
-    if run.status in END_STATES:
+    if run.status in lifecycle.END_STATES:
         raise RunFinished(f"The run already ended: it is {run.status}.")
     with transaction(sessions) as session:
         stopped = lifecycle.cancel_queued(session, run_id)
@@ -218,7 +209,7 @@ def request_cancel(
             ownerevents.note_run(session, found)
             _answer_call(session, found)
     if stopped:
-        RunStream(client, run_id, caps).exit(CANCELLED, None)
+        RunStream(client, run_id, caps).exit(RunStatus.CANCELLED, None)
     else:
         client.set(naming.run_cancel(run_id), "1", ex=3600)
     return get_run(sessions, run_id, owner_id)
@@ -229,7 +220,9 @@ def reap(
 ) -> list[str]:
     """Answer `interrupted` for running runs whose worker instance stopped beating."""
     with sessions() as session:
-        running = list(session.execute(select(Run.id, Run.worker).where(Run.status == RUNNING)))
+        running = list(
+            session.execute(select(Run.id, Run.worker).where(Run.status == RunStatus.RUNNING))
+        )
     lost = [
         run_id for run_id, worker in running if worker and not heartbeat.is_alive(client, worker)
     ]
@@ -237,11 +230,11 @@ def reap(
     for run_id in lost:
         stdout, stderr = collected_output(client, run_id)
         message = "The worker running this script stopped; it will not run again."
-        outcome = Outcome(INTERRUPTED, None, stdout, stderr, message)
+        outcome = Outcome(RunStatus.INTERRUPTED, None, stdout, stderr, message)
         ended: list[OwnerEvent] = []
         if finish(sessions, run_id, outcome, None, ended):
             feed.publish_all(client, ended)
-            RunStream(client, run_id, caps).exit(INTERRUPTED, None, error=outcome.error)
+            RunStream(client, run_id, caps).exit(RunStatus.INTERRUPTED, None, error=outcome.error)
             announce(sessions, client, run_id)
             reaped.append(run_id)
     return reaped

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from skillfleet.cli_skills import call_api, table
+from store.states import JobRunStatus
 
 END_STATES = ("succeeded", "failed", "unanswered", "skipped", "interrupted")
 POLL_SECONDS = 1.0
@@ -98,7 +99,7 @@ def runs(job_id: str) -> None:
 
 def _say(run: dict[str, Any]) -> None:
     line = f"{run['status']}"
-    if run["status"] == "waiting":
+    if run["status"] == JobRunStatus.WAITING:
         line += (
             f": step {run['step'] + 1} waits for approval {run['approval_id']} "
             f"(skillfleet approvals approve {run['approval_id']})"

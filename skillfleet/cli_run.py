@@ -13,6 +13,7 @@ import httpx
 
 from skillfleet.client import Client, ClientError
 from store.settings import ClientSettings
+from store.states import CallStatus
 
 # Exit codes for runs that ended without one of their own, as shells report them.
 STATE_EXIT = {"timed_out": 124, "cancelled": 130, "interrupted": 137, "failed": 1}
@@ -52,14 +53,18 @@ def _run(
 ) -> int:
     body = {"arguments": tool_args, "chat_id": chat_id, "mode": mode}
     envelope = client.json("POST", "/api/tools/run_skill_script", json=body)
-    if envelope["status"] == "pending_approval":
+    if envelope["status"] == CallStatus.PENDING_APPROVAL:
         approval = envelope["approval_id"]
         started["approval_id"] = approval
         click.echo(f"Waiting for the owner's approval {approval}; to answer it:", err=True)
         click.echo(f"  skillfleet approvals approve {approval}", err=True)
         envelope = _wait_for_answer(client, envelope["call_id"])
         started.pop("approval_id")
-    if envelope.get("run_id") and envelope["status"] in ("running", "done", "failed"):
+    if envelope.get("run_id") and envelope["status"] in (
+        CallStatus.RUNNING,
+        CallStatus.DONE,
+        CallStatus.FAILED,
+    ):
         started["run_id"] = envelope["run_id"]
         return stream_run(client, envelope["run_id"])
     return _report(envelope)
@@ -84,7 +89,7 @@ def _interrupted(client: Client, started: dict[str, str]) -> int:
 def _wait_for_answer(client: Client, call_id: str) -> dict[str, Any]:
     while True:
         call = client.json("GET", f"/api/calls/{call_id}", params={"wait": WAIT_STEP_SECONDS})
-        if call["status"] != "pending_approval":
+        if call["status"] != CallStatus.PENDING_APPROVAL:
             return {
                 "call_id": call_id,
                 "status": call["status"],

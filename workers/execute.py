@@ -10,16 +10,7 @@ from typing import Protocol
 import redis
 import structlog
 
-from broker.runs import (
-    ANNOUNCED,
-    FAILED,
-    INTERRUPTED,
-    SUCCEEDED,
-    Outcome,
-    announce,
-    claim,
-    finish,
-)
+from broker.runs import ANNOUNCED, Outcome, announce, claim, finish
 from relay import feed, naming
 from relay.errors import RunError
 from relay.heartbeat import Instance
@@ -28,6 +19,7 @@ from relay.streams import RunStream
 from store.db import SessionFactory
 from store.models import RunFacts
 from store.ownerevents import OwnerEvent
+from store.states import RunStatus
 from workers.runners.base import Job, Runner
 
 log = structlog.get_logger(__name__)
@@ -69,7 +61,7 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
         with context.packages.using(run.skill_name, run.skill_hash) as folder:
             outcome = _run(context, run, folder, stream)
     except RunError as e:
-        outcome = Outcome(FAILED, None, "", e.message, e.message, e.code)
+        outcome = Outcome(RunStatus.FAILED, None, "", e.message, e.message, e.code)
     return _end(context, stream, run_id, outcome)
 
 
@@ -90,16 +82,16 @@ def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream)
             job, folder, stream, lambda: bool(context.redis.exists(cancel_key))
         )
     except RunError as e:  # refused before the script started (e.g. PackageUnverified)
-        return Outcome(FAILED, None, "", e.message, e.message, e.code)
+        return Outcome(RunStatus.FAILED, None, "", e.message, e.message, e.code)
     except (redis.ConnectionError, redis.TimeoutError) as e:
         # Output and cancel requests travel through Redis; without it the run can't be watched
         # or stopped, so it is stopped here and answered like a lost worker's run.
         log.warning("redis lost during the run; script stopped", run_id=run.id, error=str(e))
-        return Outcome(INTERRUPTED, None, "", REDIS_LOST, REDIS_LOST)
+        return Outcome(RunStatus.INTERRUPTED, None, "", REDIS_LOST, REDIS_LOST)
     except Exception as e:  # a runner bug must still end the run, never leave it running
         log.exception("runner failed", run_id=run.id, error_type=type(e).__name__)
         message = "The runner failed before the script ended."
-        return Outcome(FAILED, None, "", message, message)
+        return Outcome(RunStatus.FAILED, None, "", message, message)
 
 
 def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcome) -> str:
@@ -118,6 +110,6 @@ def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcom
         announce(context.sessions, context.redis, run_id)
     # A line costs a run 0.25 ms of the worker's CPU (its code is cold after the script): every
     # run's end is in its row and stream, so only the ends worth a look are logged at INFO.
-    say = log.debug if outcome.status == SUCCEEDED else log.info
+    say = log.debug if outcome.status == RunStatus.SUCCEEDED else log.info
     say("run ended", run_id=run_id, status=outcome.status, exit_code=outcome.exit_code)
     return outcome.status

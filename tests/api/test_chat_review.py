@@ -140,7 +140,7 @@ def test_list_chats_counts_expired_approvals_and_timed_out_runs(live: Live, auth
     started = start_run(live, auth, "reader", "slow-script")
     assert started["status"] == "running", started
     assert runs.claim(services.sessions, started["run_id"], "node-worker", []) is not None
-    ended = runs.Outcome(runs.TIMED_OUT, None, "line 0\n", "", "The script ran past its limit.")
+    ended = runs.Outcome("timed_out", None, "line 0\n", "", "The script ran past its limit.")
     assert runs.finish(services.sessions, started["run_id"], ended, "process", [])
     call = client.get(f"/api/calls/{started['call_id']}", headers=auth).json
     assert (call["status"], call["error_code"]) == ("failed", "timed_out")

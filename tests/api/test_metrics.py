@@ -149,7 +149,6 @@ def test_metrics_count_calls_by_tool_and_status_and_policy_decisions_by_rule(cli
 def test_a_run_shows_in_runs_by_runner_and_state_and_in_both_histograms(client, auth, services):
     from datetime import timedelta
 
-    from broker.runs import SUCCEEDED
     from store.models import Run
 
     now = utcnow()
@@ -158,7 +157,7 @@ def test_a_run_shows_in_runs_by_runner_and_state_and_in_both_histograms(client, 
             Run(
                 id="00000000-0000-0000-0000-00000000run1", skill_name="demo", skill_hash="0" * 64,
                 script="scripts/a.py", arguments={}, execution="spark", queue="spark",
-                status=SUCCEEDED, timeout_seconds=300, created_at=now - timedelta(seconds=3),
+                status="succeeded", timeout_seconds=300, created_at=now - timedelta(seconds=3),
                 started_at=now - timedelta(seconds=2), finished_at=now,
             )
         )  # fmt: skip
@@ -193,8 +192,8 @@ def free_port() -> int:
         port: int = probe.getsockname()[1]
         return port
 
-@pytest.mark.fleet
 
+@pytest.mark.fleet
 def test_every_gunicorn_worker_answers_with_the_same_totals(settings, tmp_path):
     port = free_port()
     token = "sf_metrics-owner-0123456789abcdef"
@@ -247,7 +246,6 @@ def answers(url: str) -> bool:
 def test_an_open_event_stream_counts_until_its_client_goes_away(client, auth, services, token):
     from sqlalchemy import select
 
-    from broker.runs import RUNNING
     from relay.streams import RunStream
     from store.models import Owner, Run
 
@@ -258,7 +256,7 @@ def test_an_open_event_stream_counts_until_its_client_goes_away(client, auth, se
             Run(
                 id=run_id, owner_id=owner.id, skill_name="demo", skill_hash="0" * 64,
                 script="scripts/a.py", arguments={}, execution="node", queue="node.web01",
-                status=RUNNING, timeout_seconds=300, started_at=utcnow(),
+                status="running", timeout_seconds=300, started_at=utcnow(),
             )
         )  # fmt: skip
     RunStream(services.redis, run_id).status("running")
@@ -367,7 +365,6 @@ def test_a_policy_decision_made_on_a_control_worker_shows_in_the_api_s_metrics(
 
 
 def test_the_grafana_dashboard_queries_metrics_and_labels_that_metrics_has(client, auth, services):
-    from broker.runs import SUCCEEDED
     from relay.counters import DELIVERIES
     from store.models import Run
 
@@ -381,7 +378,7 @@ def test_the_grafana_dashboard_queries_metrics_and_labels_that_metrics_has(clien
             Run(
                 id="00000000-0000-0000-0000-00000000run2", skill_name="demo", skill_hash="0" * 64,
                 script="scripts/a.py", arguments={}, execution="spark", queue="spark",
-                status=SUCCEEDED, timeout_seconds=300, started_at=utcnow(), finished_at=utcnow(),
+                status="succeeded", timeout_seconds=300, started_at=utcnow(), finished_at=utcnow(),
             )
         )  # fmt: skip
     stream = client.get("/api/events", headers=auth, buffered=False)

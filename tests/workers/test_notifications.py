@@ -332,9 +332,9 @@ def running_run(services, node: str) -> str:
     """A run row in `running` on `node`, as a worker's claim leaves it; its id."""
     import uuid
 
-    from broker import runs
     from store.db import transaction
     from store.models import Run
+    from store.states import RunStatus
 
     run_id = str(uuid.uuid4())
     with transaction(services.sessions) as session:
@@ -342,7 +342,7 @@ def running_run(services, node: str) -> str:
             Run(
                 id=run_id, owner_id=owner_id_of(services), skill_name="ticker", skill_hash="0" * 64,
                 script="scripts/tick.py", arguments={}, execution="node", queue=f"node.{node}",
-                node=node, status=runs.RUNNING, worker=f"node@{node}:1:1", timeout_seconds=60,
+                node=node, status=RunStatus.RUNNING, worker=f"node@{node}:1:1", timeout_seconds=60,
             )
         )  # fmt: skip
     return run_id

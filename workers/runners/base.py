@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from broker.runs import CANCELLED, FAILED, SUCCEEDED, TIMED_OUT, Outcome
+from broker.runs import Outcome
 from relay.streams import RunStream
 from store.limits import COALESCE_BYTES, KEPT_OUTPUT_CHARS, STATUS_DELAY_SECONDS
+from store.states import RunStatus
 
 CancelCheck = Callable[[], bool]
 
@@ -182,12 +183,12 @@ class OutputCollector:
 def outcome_of(state: str | None, code: int, collector: OutputCollector, timeout: int) -> Outcome:
     """The Outcome of a script that stopped for `state` (None: it exited) with `code`."""
     stdout, stderr = collector.text("stdout"), collector.text("stderr")
-    if state == TIMED_OUT:
+    if state == RunStatus.TIMED_OUT:
         return Outcome(
-            TIMED_OUT, code, stdout, stderr, f"The script ran past its {timeout} s limit."
+            RunStatus.TIMED_OUT, code, stdout, stderr, f"The script ran past its {timeout} s limit."
         )
-    if state == CANCELLED:
-        return Outcome(CANCELLED, code, stdout, stderr, "The run was cancelled.")
+    if state == RunStatus.CANCELLED:
+        return Outcome(RunStatus.CANCELLED, code, stdout, stderr, "The run was cancelled.")
     if code == 0:
-        return Outcome(SUCCEEDED, 0, stdout, stderr)
-    return Outcome(FAILED, code, stdout, stderr, f"The script exited with code {code}.")
+        return Outcome(RunStatus.SUCCEEDED, 0, stdout, stderr)
+    return Outcome(RunStatus.FAILED, code, stdout, stderr, f"The script exited with code {code}.")

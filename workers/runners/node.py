@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
+from broker.runs import Outcome
 from relay.streams import RunStream
 from store.limits import COALESCE_SECONDS
+from store.states import RunStatus
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -105,7 +106,7 @@ class NodeRunner:
             )
         except (OSError, ValueError) as e:
             message = f"The script could not start: {type(e).__name__}: {e}"
-            return Outcome(FAILED, None, "", message, message)
+            return Outcome(RunStatus.FAILED, None, "", message, message)
         try:
             collector.started(pid=process.pid)
             state = _pump(process, collector, job.timeout, cancelled)
@@ -134,12 +135,12 @@ def _pump(
     while selector.get_map():
         now = time.monotonic()
         if stopped is None and now >= deadline:
-            stopped = TIMED_OUT
+            stopped = RunStatus.TIMED_OUT
             _kill_group(process)
         if stopped is None and now >= next_cancel_check:
             next_cancel_check = now + CANCEL_POLL_SECONDS
             if cancelled():
-                stopped = CANCELLED
+                stopped = RunStatus.CANCELLED
                 _kill_group(process)
         wait = max(0.0, min(deadline, next_cancel_check) - time.monotonic())
         burst = collector.wait_left()

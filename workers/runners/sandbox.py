@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from broker.classify import SANDBOX_SUFFIXES
-from broker.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
+from broker.runs import Outcome
 from relay.errors import RunnerUnavailable
 from relay.streams import RunStream
 from store.errors import StoreError
 from store.leniency import read_skill_dir
 from store.limits import COALESCE_SECONDS
 from store.settings import Settings
+from store.states import RunStatus
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -63,7 +64,7 @@ def refusal(script: str) -> Outcome | None:
         "Sandboxed skills can run .py, .js and .mjs scripts only; "
         f"{Path(script).name} can't run here."
     )
-    return Outcome(FAILED, None, "", message, message)
+    return Outcome(RunStatus.FAILED, None, "", message, message)
 
 
 class ContainerSandboxRunner(SparkRunner):
@@ -121,7 +122,7 @@ class SandboxRunner:
         except (RunnerUnavailable, StoreError, OSError) as e:
             text = e.message if isinstance(e, (RunnerUnavailable, StoreError)) else str(e)
             message = f"The sandbox could not start: {text}"
-            return Outcome(FAILED, None, "", message, message)
+            return Outcome(RunStatus.FAILED, None, "", message, message)
         collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS)
         reusable = False
         try:
@@ -136,7 +137,7 @@ class SandboxRunner:
         if code is None:
             message = "The micro-VM stopped before the script ended."
             return Outcome(
-                FAILED, None, collector.text("stdout"), collector.text("stderr"), message
+                RunStatus.FAILED, None, collector.text("stdout"), collector.text("stderr"), message
             )
         return outcome_of(state, code, collector, job.timeout)
 
@@ -309,7 +310,7 @@ def _forward(
             return None, int(message[1]), bool(message[4])
         elif message[0] == "crashed":
             collector.add("stderr", f"{message[1]}\n".encode())
-            return FAILED, None, False
+            return RunStatus.FAILED, None, False
         collector.flush_due()
         stopped = _stop_reason(deadline, next_cancel_check, cancelled)
         if stopped is not None:
@@ -337,9 +338,9 @@ def _receive(conn: Connection, seconds: float) -> Message:
 def _stop_reason(deadline: float, next_cancel_check: float, cancelled: CancelCheck) -> str | None:
     now = time.monotonic()
     if now >= deadline:
-        return TIMED_OUT
+        return RunStatus.TIMED_OUT
     if now >= next_cancel_check and cancelled():
-        return CANCELLED
+        return RunStatus.CANCELLED
     return None
 
 

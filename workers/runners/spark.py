@@ -16,10 +16,11 @@ import docker
 import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
 
-from broker.runs import CANCELLED, FAILED, TIMED_OUT, Outcome
+from broker.runs import Outcome
 from relay.errors import PackageUnverified, RunnerUnavailable
 from relay.streams import RunStream
 from store.limits import COALESCE_SECONDS
+from store.states import RunStatus
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -256,7 +257,7 @@ class SparkRunner:
                 container.start()
             except _ENGINE_ERRORS as e:
                 message = f"The script could not start: {type(e).__name__}: {e}"
-                return Outcome(FAILED, None, "", message, message)
+                return Outcome(RunStatus.FAILED, None, "", message, message)
             stream.status("running", container=container.short_id)
             reader.start()
             state, code = _supervise(container, reader, collector, job.timeout, cancelled)
@@ -271,7 +272,7 @@ class SparkRunner:
 
 def _not_started(error: Exception) -> Outcome:
     message = f"The script could not start: {type(error).__name__}: {error}"
-    return Outcome(FAILED, None, "", message, message)
+    return Outcome(RunStatus.FAILED, None, "", message, message)
 
 
 Frame = tuple[bytes | None, bytes | None]
@@ -367,9 +368,9 @@ def _supervise(
 
 def _stop_reason(deadline: float, cancelled: CancelCheck) -> str | None:
     if time.monotonic() >= deadline:
-        return TIMED_OUT
+        return RunStatus.TIMED_OUT
     if cancelled():
-        return CANCELLED
+        return RunStatus.CANCELLED
     return None
 
 
