@@ -60,11 +60,7 @@ def publish_all(
     if not events and not riders:
         return
 
-    def add(pipe: Any) -> None:
-        for rider in riders:
-            rider(pipe)
-        add_to(pipe, events)
-
+    add = held.recorded(*riders, lambda pipe: add_to(pipe, events))
     kinds = [kind for _owner, kind, _data in events]
     if not held.hold(add, lambda: send(client, add, kinds)):  # held: see relay.held
         send(client, add, kinds)

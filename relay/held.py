@@ -67,3 +67,31 @@ def send_held() -> None:
     held = _held.get()
     while held:
         held.pop(0).alone()
+
+
+def recorded(*adds: Add) -> Add:
+    """Call `adds` now, on a stand-in that records the pipeline commands they ask for; the
+    function returned puts those commands on a real pipeline later.
+
+    A writer's side effects (a count marking itself sent) happen when it is held, as they would
+    when its commands were put on a pipeline at once.
+    """
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    class Recorder:
+        def __getattr__(self, name: str) -> Callable[..., Recorder]:
+            def command(*args: Any, **kwargs: Any) -> Recorder:
+                calls.append((name, args, kwargs))
+                return self
+
+            return command
+
+    recorder = Recorder()
+    for add in adds:
+        add(recorder)
+
+    def replay(pipe: Any) -> None:
+        for name, args, kwargs in calls:
+            getattr(pipe, name)(*args, **kwargs)
+
+    return replay

@@ -64,3 +64,20 @@ def test_send_held_sends_at_once_what_no_round_trip_will_take(redis_client: redi
         assert redis_client.get(counter) == b"1"
     assert redis_client.get(counter) == b"1"  # not sent twice
     redis_client.delete(counter)
+
+
+def test_recorded_commands_are_asked_for_at_once_and_sent_once_later(redis_client: redis.Redis):
+    counter = key()
+    asked: list[str] = []
+
+    def count(pipe: Any) -> None:
+        pipe.incr(counter)
+        asked.append("count")  # a writer's own bookkeeping, as a count marking itself sent
+
+    add = held.recorded(count, incr(counter, times=2))
+    assert asked == ["count"] and redis_client.get(counter) is None  # asked for, not sent
+    pipe = redis_client.pipeline(transaction=False)
+    add(pipe)
+    assert pipe.execute() == [1, 2, 3]
+    assert asked == ["count"]
+    redis_client.delete(counter)
