@@ -21,6 +21,7 @@ from broker.errors import ApprovalNotFound
 from relay.dispatch import carry_on_job_run
 from store.db import transaction
 from store.models import Approval, EditPlan
+from store.states import ApprovalStatus
 
 blp = Blueprint("approvals", __name__, url_prefix="/api/approvals", description="Approvals")
 
@@ -80,7 +81,7 @@ def get_approval(approval_id: str) -> ApprovalCard:
 def answer_approval(body: dict[str, Any], approval_id: str) -> ApprovalCard:
     """Answer an approval: approve, approve_for_chat or deny; an approved call then runs"""
     approval = services().broker.answer(owner_only(), approval_id, body["decision"])
-    if approval.tool == "edit_skill" and approval.status == "approved":
+    if approval.tool == "edit_skill" and approval.status == ApprovalStatus.APPROVED:
         broadcast_sync()  # the edited skill has a new package for the nodes
     if approval.job_run_id is not None:
         carry_on_job_run(services().celery, approval.job_run_id)

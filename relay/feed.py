@@ -28,6 +28,7 @@ from relay.streams import Event, _event, blocking_client
 from store.db import SessionFactory
 from store.limits import MAX_BLOCK_MS, MAX_OWNER_EVENTS
 from store.ownerevents import NOTED, OwnerEvent
+from store.states import ApprovalStatus
 
 log = structlog.get_logger(__name__)
 
@@ -104,7 +105,7 @@ def attach(sessions: SessionFactory, client: redis.Redis) -> None:
         for owner_id, kind, data in noted:
             snapshot = data() if callable(data) else data
             # An approval answered in the same transaction that made it is only "answered".
-            if kind == "approval.created" and snapshot["status"] != "pending":
+            if kind == "approval.created" and snapshot["status"] != ApprovalStatus.PENDING:
                 kind = "approval.answered"
             ready.append((owner_id, kind, snapshot))
 

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from store.models import Approval, RunFacts
+from store.states import ApprovalStatus
 
 # What a session holds until it commits: (owner id, kind, data or a snapshot to take then).
 NOTED = "skillfleet.owner_events"
@@ -42,7 +43,7 @@ def note_approval(session: Session, approval: Approval) -> None:
             "node": approval.node,
         }
 
-    kind = "approval.created" if approval.status == "pending" else "approval.answered"
+    kind = "approval.created" if approval.status == ApprovalStatus.PENDING else "approval.answered"
     note(session, approval.owner_id, kind, snapshot)
 
 
