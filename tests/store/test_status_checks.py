@@ -13,8 +13,16 @@ from sqlalchemy import select, text
 from store.db import SessionFactory, core_transaction, make_engine, make_sessions, transaction
 from store.lifecycle import approvals, calls, editplans, jobruns, runs, turns
 from store.migrate import downgrade, upgrade
-from store.models import Job, Owner, Run, utcnow
-from store.states import MACHINES, CallStatus, IllegalTransition, RunStatus, TurnStatus
+from store.models import Approval, EditPlan, Job, Owner, Run, utcnow
+from store.states import (
+    MACHINES,
+    ApprovalStatus,
+    CallStatus,
+    EditPlanStatus,
+    IllegalTransition,
+    RunStatus,
+    TurnStatus,
+)
 
 pytestmark = pytest.mark.both_databases  # each dialect enforces the constraint itself
 OUTPUT = {"exit_code": 0, "stdout": "", "stderr": "", "error": None, "isolation": None}
@@ -158,3 +166,34 @@ def test_upgrading_to_the_status_checks_keeps_the_rows_already_there(database_ur
         assert stored == machine.ends[-1]
         with pytest.raises(sqlalchemy.exc.IntegrityError):
             _set(sessions, machine.table, rows[machine.table], "finished")
+
+
+def test_an_approval_is_claimed_by_one_answer_and_an_answered_one_stays_answered(sessions):
+    rows = _one_row_each(sessions)
+    approval_id = rows["approvals"]
+    with transaction(sessions) as session:
+        assert approvals.claim(session, approval_id)
+        assert not approvals.claim(session, approval_id)  # the second answer finds it taken
+        approval = session.get(Approval, approval_id)
+        assert approval is not None
+        approvals.move(approval, ApprovalStatus.DENIED)
+    with transaction(sessions) as session:
+        approval = session.get(Approval, approval_id)
+        assert approval is not None and approval.status == "denied"
+        with pytest.raises(IllegalTransition, match="approval that is denied can't become"):
+            approvals.move(approval, ApprovalStatus.APPROVED)
+        assert not approvals.expire_pending(session, approval_id, utcnow())
+
+
+def test_an_edit_plan_ends_once(sessions):
+    rows = _one_row_each(sessions)
+    with transaction(sessions) as session:
+        editplans.finish(session, rows["edit_plans"], EditPlanStatus.APPLIED, "1" * 64)
+    with transaction(sessions) as session:
+        editplans.settle(session, rows["approvals"], EditPlanStatus.DENIED)
+        editplans.finish(session, rows["edit_plans"], EditPlanStatus.FAILED, None)
+    with sessions() as session:
+        plan = session.get(EditPlan, rows["edit_plans"])
+    assert plan is not None and (plan.status, plan.applied_hash) == ("applied", "1" * 64)
+    with transaction(sessions) as session, pytest.raises(IllegalTransition):
+        editplans.settle(session, rows["approvals"], EditPlanStatus.PENDING)
