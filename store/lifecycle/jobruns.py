@@ -2,8 +2,9 @@
 
     queued -> running -> succeeded | failed                   (steps in order, first failure stops)
     running -> waiting -> running                              (a step waits for the owner)
-    waiting -> unanswered | failed                             (nobody answered / the owner said no)
+    running | waiting -> unanswered | failed                   (nobody answered / the owner said no)
     running -> interrupted                                     (its worker died; never run again)
+    queued -> failed                                           (never sent to the control queue)
     skipped                                                    (recorded instead of a run)
 
 Every change is one conditional UPDATE on the run's current state, so of two writers racing
