@@ -30,8 +30,10 @@ def kombu_url(redis_url: str) -> str:
     return redis_url
 
 
-def create_celery(settings: Settings, **overrides: Any) -> Celery:
-    """The Celery app for every skillfleet process: Redis broker and backend, late acks."""
+def create_celery(settings: Settings, current: bool = True, **overrides: Any) -> Celery:
+    """The Celery app for every skillfleet process: Redis broker and backend, late acks.
+
+    `current=False` leaves the process's current app as it is (an app made only to send)."""
     broker = kombu_url(settings.redis)
     if settings.fenced_kombu:
         kombu_redis.register()
@@ -42,6 +44,7 @@ def create_celery(settings: Settings, **overrides: Any) -> Celery:
         backend=kombu_url(settings.redis),
         # Named, not imported: only a worker process loads its tasks.
         include=["workers.tasks"],
+        set_as_current=current,
     )
     app.conf.update(
         task_acks_late=True,

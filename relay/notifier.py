@@ -53,7 +53,8 @@ def _sender(client: redis.Redis) -> Celery:
     with _lock:
         found = _senders.get(client)
         if found is None:
-            found = _senders[client] = create_celery(Settings(redis_url=redis_url(client)))
+            settings = Settings(redis_url=redis_url(client))
+            found = _senders[client] = create_celery(settings, current=False)
         return found
 
 
