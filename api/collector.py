@@ -34,7 +34,9 @@ from store.states import ApprovalStatus
 
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 QUEUE_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-# kombu's Redis transport keeps a queue's messages of priority steps 3, 6 and 9 under these.
+# A queue's messages are a Redis list named like the queue, and those of priority steps 3, 6 and
+# 9 lists with these suffixes: the layout Celery's documentation gives for inspecting Redis
+# queues ("Monitoring and Management", "Redis message priorities"), not a private name.
 PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 
 

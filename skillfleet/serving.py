@@ -9,7 +9,6 @@ files left by an earlier run, and a dead worker's live gauges are dropped.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 import shutil
@@ -17,9 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
+from relay.fenced.uvicorn_http import http_protocol
 from store.settings import Settings
 
 _made: list[Path] = []
@@ -66,86 +65,12 @@ def on_exit(server: Any) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# -- requests in time -----------------------------------------------------------------------
-# uvicorn has no limit on how long a client may take to send a request's headers or body, so a
-# client trickling them (slowloris), or connecting and sending nothing, keeps its socket for
-# ever, and one whose body never comes holds a Flask thread. This protocol closes a connection
-# whose request line and headers are not all in within SKILLFLEET_HEADER_TIMEOUT seconds of its
-# start (or of its next request's first byte), or whose body goes that long without a byte.
-# A connection that ends also ends every response still open on it, not only the newest (a
-# client that sent a second request behind a stream). It extends uvicorn's httptools protocol
-# through the parser callbacks the protocol is built on, and is fenced here.
-
-
-class RequestsInTime(HttpToolsProtocol):
-    """uvicorn's httptools protocol, closing connections whose requests take over `seconds`."""
-
-    seconds = 10.0
-    _due: asyncio.TimerHandle | None = None
-    _open_cycles: list[Any] | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._open_cycles = []
-        self._arm()
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._arm()
-
-    def on_headers_complete(self) -> None:
-        self._disarm()
-        super().on_headers_complete()
-        self._arm()  # now for the body, until the message is complete
-        if self._open_cycles is not None and self.cycle is not None:
-            self._open_cycles = [c for c in self._open_cycles if not c.response_complete]
-            self._open_cycles.append(self.cycle)
-
-    def on_body(self, body: bytes) -> None:
-        self._disarm()
-        super().on_body(body)
-        self._arm()
-
-    def on_message_complete(self) -> None:
-        self._disarm()
-        super().on_message_complete()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        for cycle in self._open_cycles or ():
-            if cycle is not self.cycle and not cycle.response_complete:
-                cycle.disconnected = True
-                cycle.message_event.set()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        if self._due is None:
-            self._due = self.loop.call_later(self.seconds, self._too_slow)
-
-    def _disarm(self) -> None:
-        if self._due is not None:
-            self._due.cancel()
-            self._due = None
-
-    def _too_slow(self) -> None:
-        self._due = None
-        if self.flow.read_paused:  # the app has not taken what came yet: the wait is ours
-            self._arm()
-        elif not self.transport.is_closing():
-            self.transport.close()
-
-
-def headers_in_time(seconds: float) -> type[RequestsInTime]:
-    """The protocol with a limit of `seconds`."""
-    return type("RequestsInTime", (RequestsInTime,), {"seconds": seconds})
-
-
 class Worker(UvicornWorker):  # type: ignore[misc]
     """gunicorn's uvicorn worker with the request time limits (gunicorn's --worker-class)."""
 
     CONFIG_KWARGS = {
         "loop": "auto",
-        "http": headers_in_time(Settings.from_env().header_timeout),
+        "http": http_protocol(Settings.from_env()),
         "server_header": False,
         # The client's address is the peer's; X-Forwarded-For counts only as
         # SKILLFLEET_TRUSTED_PROXIES says (api/auth.py), not by uvicorn's own rule.

@@ -90,6 +90,8 @@ class Settings:
     task_events: bool = False
     # relay/fenced/kombu_redis.py: kombu's Redis transport survives losing Redis mid-message.
     fenced_kombu: bool = True
+    # relay/fenced/uvicorn_http.py: time limits on a request's headers and body.
+    fenced_uvicorn: bool = True
     log_level: str = "info"
     metrics_public: bool = False
     metrics_token: str | None = None
@@ -210,6 +212,7 @@ class Settings:
             dry_run=_bool(env, "SKILLFLEET_DRY_RUN"),
             task_events=_bool(env, "SKILLFLEET_TASK_EVENTS"),
             fenced_kombu=_bool(env, "SKILLFLEET_FENCED_KOMBU", default=True),
+            fenced_uvicorn=_bool(env, "SKILLFLEET_FENCED_UVICORN", default=True),
             log_level=_choice(
                 env, "SKILLFLEET_LOG_LEVEL", ("debug", "info", "warning", "error"), "info"
             ),

@@ -32,7 +32,7 @@ from api import create_app
 from api.asgi import LiveTier
 from api.services import Services
 from relay import heartbeat, naming
-from skillfleet.serving import headers_in_time
+from relay.fenced.uvicorn_http import http_protocol
 from store.db import transaction
 from store.models import Node
 from store.settings import Settings
@@ -228,7 +228,7 @@ class LiveServer:
         self.tier = LiveTier(app)
         config = uvicorn.Config(
             self.tier, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on",
-            http=headers_in_time(self.tier.services.settings.header_timeout),
+            http=http_protocol(self.tier.services.settings),
         )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.url = f"http://127.0.0.1:{config.port}"

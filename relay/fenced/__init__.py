@@ -8,6 +8,10 @@ pyproject.toml, the module says which private names it uses, and a setting turns
   survives losing Redis with unacknowledged messages in hand. kombu's Redis channel raises
   AttributeError restoring them once the connection is detached, and Celery stops the worker
   for good; tests/workers/test_reliability.py fails without it.
+- `uvicorn_http` (uvicorn `>=0.55,<0.56`; off with `SKILLFLEET_FENCED_UVICORN=false`): time
+  limits on a request's headers and body (slowloris, a body never sent), and a lost connection
+  ends every response open on it; tests/api/test_live_streams.py's slow-client tests fail
+  without it.
 
 These are kept for correctness. No fast path was worth keeping: each measured less than 5 % of
 a goal figure (docs/benchmarks.md).

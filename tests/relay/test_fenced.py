@@ -9,6 +9,7 @@ from kombu.transport import redis as kombu_redis_transport
 
 from relay.app import create_celery
 from relay.fenced import kombu_redis
+from relay.fenced.uvicorn_http import RequestsInTime, http_protocol
 from store.settings import Settings
 
 
@@ -25,3 +26,13 @@ def test_workers_use_the_fenced_kombu_transport_unless_it_is_turned_off():
 def test_the_setting_is_read_from_the_environment():
     assert Settings.from_env({}).fenced_kombu is True
     assert Settings.from_env({"SKILLFLEET_FENCED_KOMBU": "false"}).fenced_kombu is False
+
+
+def test_the_api_serves_with_the_fenced_http_protocol_unless_it_is_turned_off():
+    settings = Settings(redis_url=REDIS_URL, header_timeout=7)
+    fenced = http_protocol(settings)
+    assert isinstance(fenced, type) and issubclass(fenced, RequestsInTime)
+    assert fenced.seconds == 7
+    assert http_protocol(dataclasses.replace(settings, fenced_uvicorn=False)) == "httptools"
+    assert Settings.from_env({}).fenced_uvicorn is True
+    assert Settings.from_env({"SKILLFLEET_FENCED_UVICORN": "false"}).fenced_uvicorn is False
