@@ -40,7 +40,8 @@ from store.signing import load_or_create_key, public_key_text
 from store.tokens import create_node_token, create_owner_token
 
 PYTHON = sys.executable
-START_LIMIT = 30.0
+# Generous: it bounds only a failure, and a busy machine starts a worker slowly.
+START_LIMIT = 60.0
 
 
 def process_ended(pid: int) -> bool:
@@ -138,11 +139,30 @@ class Fleet:
             label or node, "worker", "node", "--name", node, "--concurrency", str(concurrency),
             env=self.node_env(node),
         )  # fmt: skip
-        self.wait_for_queue(naming.node_queue(node))
+        self.wait_for_queue(naming.node_queue(node), label or node)
         return process
 
-    def wait_for_queue(self, queue: str, limit: float = START_LIMIT) -> None:
-        wait_until(lambda: heartbeat.live_workers(self.redis, queue), limit, f"a worker on {queue}")
+    def wait_for_queue(
+        self, queue: str, label: str | None = None, limit: float = START_LIMIT
+    ) -> None:
+        """Wait for a live worker on `queue`; when `label` names the process meant to serve it,
+        fail at once if it exits, and show its log either way."""
+
+        def exited() -> bool:
+            return label is not None and self.processes[label].poll() is not None
+
+        try:
+            wait_until(
+                lambda: exited() or heartbeat.live_workers(self.redis, queue),
+                limit,
+                f"a worker on {queue}",
+            )
+        except AssertionError as e:
+            if label is None:
+                raise
+            raise AssertionError(f"{e}; {label}'s log ends:\n{self.log_tail(label)}") from None
+        if exited():
+            raise AssertionError(f"{label} exited; its log ends:\n{self.log_tail(label)}")
 
     def kill(self, label: str, sig: int = signal.SIGTERM) -> None:
         process = self.processes.pop(label)
@@ -168,6 +188,9 @@ class Fleet:
     def log_text(self, label: str) -> str:
         path = self.logs / f"{label}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def log_tail(self, label: str) -> str:
+        return self.log_text(label)[-3000:]
 
     def with_new_owner(self) -> Fleet:
         """The same fleet seen by an owner of its own, so that what one test makes (skills,
