@@ -31,7 +31,29 @@ from store.tokens import Role, create_owner_token, create_token
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def redis_url_of_this_process() -> str:
+    """TEST_REDIS_URL (database 15 by default); under `pytest -n`, worker gwN takes the
+    database N below it, so runs in parallel never share keys (owner and node ids repeat)."""
+    url = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return url
+    base, _, db = url.rpartition("/")
+    return f"{base}/{(int(db or 0) - int(worker[2:])) % 16}"
+
+
+REDIS_URL = redis_url_of_this_process()
+
+# relay/fenced/: each override of a library's internals is on unless SKILLFLEET_FENCED_<NAME>
+# is `false` in the tests' environment (`make test-unfenced`); fleets then run without it, and
+# a test marked `fenced("<name>")`, which needs it, is expected to fail.
+FENCES_OFF = {
+    name: False
+    for name in ("kombu", "uvicorn")
+    if os.environ.get(f"SKILLFLEET_FENCED_{name.upper()}", "true").lower() == "false"
+}
 
 
 def missing_service(what: str) -> None:
@@ -127,6 +149,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.browser)
         if "console" in fixtures:
             item.add_marker(pytest.mark.fleet)
+        for mark in item.iter_markers("fenced"):
+            if mark.args[0] in FENCES_OFF:
+                reason = f"needs relay/fenced/ ({mark.args[0]}), turned off"
+                item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 @pytest.fixture

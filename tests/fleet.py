@@ -24,7 +24,7 @@ import httpx
 import pytest
 import redis
 import uvicorn
-from conftest import REDIS_URL
+from conftest import FENCES_OFF, REDIS_URL
 from factories import skill_files, zip_bytes
 from flask import Flask
 
@@ -214,6 +214,7 @@ def sqlite_settings(folder: Path, template: Path, **changes: Any) -> Settings:
 @contextmanager
 def fleet(settings: Settings) -> Iterator[Fleet]:
     """The API served over real HTTP on a free loopback port, plus what workers need."""
+    settings = replace(settings, **{f"fenced_{name}": on for name, on in FENCES_OFF.items()})
     services = Services.build(settings)
     app = create_app(services=services)
     server = LiveServer(app)
@@ -230,6 +231,7 @@ def fleet(settings: Settings) -> Iterator[Fleet]:
         "SKILLFLEET_MANIFEST_KEY": key,
         "SKILLFLEET_RUN_TIMEOUT": str(settings.run_timeout),
         "SKILLFLEET_VISIBILITY_TIMEOUT": str(settings.visibility_timeout),
+        "SKILLFLEET_FENCED_KOMBU": str(settings.fenced_kombu).lower(),
     }
     logs = settings.data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)

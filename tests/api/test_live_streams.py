@@ -378,6 +378,7 @@ def test_a_client_that_never_reads_is_dropped_and_frees_its_slot(strict: Fleet):
         strict.redis.delete(key)
 
 
+@pytest.mark.fenced("uvicorn")
 def test_a_client_trickling_its_headers_is_disconnected_and_others_are_served(strict: Fleet):
     host, port = strict.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as slow:
@@ -425,6 +426,7 @@ def test_a_stream_followed_from_a_long_backlog_gets_every_entry_once(running: Fl
     assert texts[:-1] == [f"{index}\n" for index in range(5000)]
 
 
+@pytest.mark.fenced("uvicorn")
 def test_a_body_that_never_comes_is_cut_off_and_holds_no_thread(strict: Fleet):
     host, port = strict.url.removeprefix("http://").split(":")
     head = (
@@ -437,6 +439,7 @@ def test_a_body_that_never_comes_is_cut_off_and_holds_no_thread(strict: Fleet):
         assert stalled.recv(1024) == b""  # closed: the rest of the body never came
 
 
+@pytest.mark.fenced("uvicorn")
 def test_a_request_sent_behind_an_open_stream_does_not_keep_it_alive(running: Fleet):
     with running.http() as owner_client:
         token = owner_client.post("/api/tokens", json={"role": "owner"}).json()["token"]

@@ -136,6 +136,7 @@ def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_p
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.fenced("kombu")
 def test_a_worker_rides_out_redis_going_away_and_its_run_in_flight_ends_interrupted(
     settings_for, tmp_path: Path
 ):
