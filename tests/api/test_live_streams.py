@@ -206,7 +206,8 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
     except AssertionError as e:
         raise AssertionError(f"{e}: {still()}") from None
     assert tier(running).hub.subscriptions == 0
-    assert slots_of(running, running.owner_token) == 0
+    # A stream gives its slot back just after it leaves the tier's open set.
+    wait_until(lambda: slots_of(running, running.owner_token) == 0, 30, "every slot to free")
 
 
 def everyone_answered(seen: dict) -> None:
