@@ -20,7 +20,7 @@ from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import RunStream, collected_output
 from store import ownerevents
 from store.db import (
-    DriverConnection,
+    CoreConnection,
     SessionFactory,
     core_connection,
     core_transaction,
@@ -143,7 +143,7 @@ def finish(
 
 
 def _answer_call(
-    session: Session | DriverConnection,
+    session: Session | CoreConnection,
     run: RunFacts,
     code: str | None = None,
     events: list[OwnerEvent] | None = None,

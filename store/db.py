@@ -59,11 +59,11 @@ def transaction(sessions: SessionFactory) -> Iterator[Session]:
 
 
 # What a `core_transaction` yields: a SQLAlchemy Core connection in a transaction.
-DriverConnection = Connection
+CoreConnection = Connection
 
 
 @contextmanager
-def core_transaction(sessions: SessionFactory) -> Iterator[DriverConnection]:
+def core_transaction(sessions: SessionFactory) -> Iterator[CoreConnection]:
     """A Core connection of the sessions' engine in a transaction that commits when the block
     ends and rolls back on any error.
 
@@ -85,7 +85,7 @@ def core_connection(sessions: SessionFactory) -> Iterator[Connection]:
 _Row = TypeVar("_Row")
 
 
-class DriverStatement:
+class CoreStatement:
     """A Core statement for a `core_transaction`'s connection (or a Session), executed with
     `Connection.execute`: SQLAlchemy compiles it once per dialect and keeps it in its cache.
 
@@ -98,7 +98,7 @@ class DriverStatement:
         self.returning = len(statement.exported_columns) > 0  # its RETURNING columns
 
     def execute(
-        self, connection: DriverConnection | Session, parameters: Mapping[str, Any]
+        self, connection: CoreConnection | Session, parameters: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         """Run it with `parameters`; the RETURNING rows as dicts by column key."""
         result = connection.execute(self.statement, parameters)
@@ -150,7 +150,7 @@ def insert_now(session: Session, row: Any) -> None:
     session.add(row)
 
 
-def insert_row(connection: Session | DriverConnection, row: Any) -> None:
+def insert_row(connection: Session | CoreConnection, row: Any) -> None:
     """Insert a new row with one plain INSERT on a Session or a Core connection; the row is then
     detached, as if loaded. Columns left unset get their defaults, on the row too."""
     table = row.__table__

@@ -18,7 +18,7 @@ from sqlalchemy import Table, bindparam, or_, update
 from sqlalchemy.orm import Session
 
 from store import ownerevents
-from store.db import DriverConnection, DriverStatement, insert_row, save, transient
+from store.db import CoreConnection, CoreStatement, insert_row, save, transient
 from store.models import Chat, ToolCall, utcnow
 from store.ownerevents import OwnerEvent
 from store.states import CALLS, CallStatus
@@ -43,7 +43,7 @@ def new(values: dict[str, Any]) -> ToolCall:
 
 
 def record(
-    session: Session | DriverConnection,
+    session: Session | CoreConnection,
     call: ToolCall,
     status: CallStatus,
     events: list[OwnerEvent] | None = None,
@@ -65,7 +65,7 @@ def record(
 
 
 def answer(
-    session: Session | DriverConnection,
+    session: Session | CoreConnection,
     call_id: str,
     status: CallStatus,
     *,
@@ -112,7 +112,7 @@ def answer(
 
 
 @functools.lru_cache(maxsize=32)
-def _answer_statement(status: CallStatus, keys: frozenset[str]) -> DriverStatement:
+def _answer_statement(status: CallStatus, keys: frozenset[str]) -> CoreStatement:
     """The UPDATE that moves an open call to `status`, setting `keys`: built once per status
     and set of keys, on the table rather than the ORM, so a call costs only its execution.
 
@@ -121,7 +121,7 @@ def _answer_statement(status: CallStatus, keys: frozenset[str]) -> DriverStateme
     """
     calls = _CALLS.c
     source = or_(*(calls.status == str(state) for state in CALLS.sources(status)))
-    return DriverStatement(
+    return CoreStatement(
         update(_CALLS)
         .where(calls.id == bindparam("call_id"), source)
         .values({key: bindparam(f"new_{key}", type_=calls[key].type) for key in sorted(keys)})
@@ -130,7 +130,7 @@ def _answer_statement(status: CallStatus, keys: frozenset[str]) -> DriverStateme
 
 
 def _count(
-    session: Session | DriverConnection, chat_id: int | None, status: CallStatus, code: str | None
+    session: Session | CoreConnection, chat_id: int | None, status: CallStatus, code: str | None
 ) -> None:
     if chat_id is None:
         return
@@ -144,16 +144,16 @@ def _count(
 
 
 @functools.cache
-def _counter_statement(key: str) -> DriverStatement:
+def _counter_statement(key: str) -> CoreStatement:
     """The UPDATE that adds one to a chat's counter `key`, on a driver's connection."""
     counter = _CHATS.c[key]
-    return DriverStatement(
+    return CoreStatement(
         update(_CHATS).where(_CHATS.c.id == bindparam("chat_id")).values({counter: counter + 1})
     )
 
 
 def _announce(
-    session: Session | DriverConnection,
+    session: Session | CoreConnection,
     owner_id: int,
     call_id: str,
     status: CallStatus,

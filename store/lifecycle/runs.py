@@ -14,7 +14,7 @@ from typing import Any, cast
 from sqlalchemy import String, Table, Update, bindparam, func, update
 from sqlalchemy.orm import Session
 
-from store.db import DriverConnection, DriverStatement, transient
+from store.db import CoreConnection, CoreStatement, transient
 from store.models import Run, utcnow
 from store.states import RUNS, RunStatus
 
@@ -25,7 +25,7 @@ END_STATES = RUNS.ends
 # The worker's two writes of every run, built once on the table rather than through the ORM
 # and run on the driver's cursor: each run then costs little more than their execution.
 _RUNS = cast(Table, Run.__table__)
-_CLAIM = DriverStatement(
+_CLAIM = CoreStatement(
     update(_RUNS)
     .where(_RUNS.c.id == bindparam("run_id"), _RUNS.c.status == RunStatus.QUEUED)
     .values(
@@ -35,7 +35,7 @@ _CLAIM = DriverStatement(
     )
     .returning(*_RUNS.c)
 )
-_FINISH = DriverStatement(
+_FINISH = CoreStatement(
     update(_RUNS)
     .where(_RUNS.c.id == bindparam("run_id"), _RUNS.c.status == RunStatus.RUNNING)
     .values(
@@ -57,14 +57,14 @@ def new(values: dict[str, Any]) -> Run:
     return transient(Run, {**values, "status": RUNS.created(RunStatus.QUEUED)})
 
 
-def claim(connection: DriverConnection, run_id: str, worker: str) -> list[dict[str, Any]]:
+def claim(connection: CoreConnection, run_id: str, worker: str) -> list[dict[str, Any]]:
     """queued -> running for this worker: the run's row, or none if it was not queued."""
     parameters = {"run_id": run_id, "new_worker": worker, "new_started_at": utcnow()}
     return _CLAIM.execute(connection, parameters)
 
 
 def finish(
-    connection: DriverConnection, run_id: str, status: str, values: dict[str, Any]
+    connection: CoreConnection, run_id: str, status: str, values: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """running -> `status`, with `values` (exit_code, stdout, stderr, error, isolation): the
     run's row, or none if it was not running."""

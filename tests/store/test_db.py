@@ -13,7 +13,7 @@ import sqlalchemy.exc
 from sqlalchemy import bindparam, inspect, make_url, select, update
 
 from store.db import (
-    DriverStatement,
+    CoreStatement,
     SessionFactory,
     core_connection,
     core_transaction,
@@ -117,7 +117,7 @@ def test_a_statement_returns_its_rows_as_dicts_and_joins_the_blocks_transaction(
     result = {"text": "héllo", "items": [1, 2.5, None, True], "nested": {"a": []}}
     finished = utcnow()
     parameters = {"call_id": call.id, "new_result": result, "new_finished_at": finished}
-    statement = DriverStatement(_ANSWER)
+    statement = CoreStatement(_ANSWER)
 
     with pytest.raises(RuntimeError), core_transaction(sessions) as connection:
         assert len(statement.execute(connection, parameters)) == 1
