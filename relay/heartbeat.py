@@ -1,8 +1,14 @@
-"""Worker heartbeats in Redis: who serves which queue, and is it still alive."""
+"""Worker heartbeats in Redis: who serves which queue, and is it still alive.
+
+A beat records until when its worker counts as alive (the beat's time plus the worker's alive
+window, `SKILLFLEET_WORKER_ALIVE_SECONDS`): the sets of workers are scored by that deadline, so
+whoever reads them needs no setting of the worker's, only the clock.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -15,10 +21,8 @@ import redis
 
 from relay import naming
 from relay.connections import reply_text
+from store.settings import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_WORKER_ALIVE_SECONDS
 
-BEAT_SECONDS = 2.0
-# A worker that has not beaten for this long counts as gone.
-ALIVE_SECONDS = 10.0
 # A worker killed without a word stays in the sets of workers this long, then a beat drops it.
 FORGET_SECONDS = 3600.0
 
@@ -44,9 +48,16 @@ class Instance:
         return f"{label}@{self.host}:{self.pid}:{int(self.started * 1000)}"
 
 
-def beat(client: redis.Redis, instance: Instance, serving: bool = True) -> None:
-    """Record one heartbeat; `serving` False records the worker without offering its queue."""
+def beat(
+    client: redis.Redis,
+    instance: Instance,
+    serving: bool = True,
+    alive_seconds: float = DEFAULT_WORKER_ALIVE_SECONDS,
+) -> None:
+    """Record one heartbeat, good for `alive_seconds`; `serving` False records the worker
+    without offering its queue."""
     now = time.time()
+    until = now + alive_seconds
     details: dict[Any, Any] = {
         "role": instance.role,
         "queue": instance.queue,
@@ -55,6 +66,7 @@ def beat(client: redis.Redis, instance: Instance, serving: bool = True) -> None:
         "pid": instance.pid,
         "started": instance.started,
         "beat": now,
+        "until": until,
         "serving": int(serving),
         "features": json.dumps(instance.features),
         "hashes": json.dumps(instance.hashes),
@@ -63,11 +75,11 @@ def beat(client: redis.Redis, instance: Instance, serving: bool = True) -> None:
     }
     pipe = client.pipeline()
     pipe.hset(naming.worker_key(instance.id), mapping=details)
-    pipe.expire(naming.worker_key(instance.id), int(ALIVE_SECONDS * 3))
-    pipe.zadd(naming.all_workers(), {instance.id: now})
+    pipe.expire(naming.worker_key(instance.id), math.ceil(alive_seconds * 3))
+    pipe.zadd(naming.all_workers(), {instance.id: until})
     pipe.zremrangebyscore(naming.all_workers(), "-inf", now - FORGET_SECONDS)
     if serving:
-        pipe.zadd(naming.queue_workers(instance.queue), {instance.id: now})
+        pipe.zadd(naming.queue_workers(instance.queue), {instance.id: until})
         pipe.zremrangebyscore(naming.queue_workers(instance.queue), "-inf", now - FORGET_SECONDS)
     pipe.execute()
 
@@ -81,19 +93,18 @@ def stop(client: redis.Redis, instance: Instance) -> None:
 
 
 def is_alive(client: redis.Redis, instance_id: str) -> bool:
-    score = client.zscore(naming.all_workers(), instance_id)
-    return score is not None and score >= time.time() - ALIVE_SECONDS
+    until = client.zscore(naming.all_workers(), instance_id)
+    return until is not None and until >= time.time()
 
 
 def live_workers(client: redis.Redis, queue: str) -> list[str]:
-    """Instances that beat for `queue` within the last ALIVE_SECONDS."""
-    since = time.time() - ALIVE_SECONDS
-    members = client.zrangebyscore(naming.queue_workers(queue), since, "+inf")
+    """Instances whose last beat for `queue` still counts them alive."""
+    members = client.zrangebyscore(naming.queue_workers(queue), time.time(), "+inf")
     return [reply_text(m) for m in members]
 
 
 def workers(client: redis.Redis) -> list[dict[str, Any]]:
-    """Every worker seen within a minute, with its details, newest beat first."""
+    """Every worker alive within the last minute, with its details, newest beat first."""
     since = time.time() - 60
     found = []
     for member in client.zrevrangebyscore(naming.all_workers(), "+inf", since):
@@ -106,7 +117,7 @@ def workers(client: redis.Redis) -> list[dict[str, Any]]:
         details["features"] = json.loads(details.get("features") or "[]")
         details["hashes"] = json.loads(details.get("hashes") or "{}")
         details["refused"] = json.loads(details.get("refused") or "[]")
-        details["alive"] = float(details["beat"]) >= time.time() - ALIVE_SECONDS
+        details["alive"] = float(details.get("until") or 0) >= time.time()
         found.append(details)
     return found
 
@@ -120,24 +131,28 @@ class Beater:
         instance: Instance,
         serving: bool = True,
         refresh: Callable[[Instance], None] | None = None,
+        every: float = DEFAULT_HEARTBEAT_SECONDS,
+        alive_seconds: float = DEFAULT_WORKER_ALIVE_SECONDS,
     ) -> None:
         self.client = client
         self.instance = instance
         self.serving = serving
         self.refresh = refresh
+        self.every = every
+        self.alive_seconds = alive_seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
 
     def start(self) -> None:
-        beat(self.client, self.instance, self.serving)
+        beat(self.client, self.instance, self.serving, self.alive_seconds)
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(BEAT_SECONDS):
+        while not self._stop.wait(self.every):
             try:
                 if self.refresh is not None:
                     self.refresh(self.instance)
-                beat(self.client, self.instance, self.serving)
+                beat(self.client, self.instance, self.serving, self.alive_seconds)
             except redis.RedisError:
                 continue  # Redis is away; the next beat tries again
 

@@ -215,7 +215,14 @@ def _serve(
             current.hashes = packages.held()
             current.refused = [f"{key}: {why}" for key, why in packages.last_refused]
 
-    beater = Beater(client, instance, serving, refresh)
+    beater = Beater(
+        client,
+        instance,
+        serving,
+        refresh,
+        every=settings.heartbeat_seconds,
+        alive_seconds=settings.worker_alive_seconds,
+    )
     if before is not None:
         before(client)
     if not serving:

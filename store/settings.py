@@ -57,6 +57,13 @@ DEFAULT_HEADER_TIMEOUT = 10
 # tier takes the wait over (most runs end sooner, and pay for no hand-off).
 DEFAULT_WAIT_GRACE_MS = 200
 DEFAULT_WAIT_GRACE = DEFAULT_WAIT_GRACE_MS / 1000
+# A worker beats this often and counts as gone once it has not for the alive window; the
+# housekeeping (answers a gone worker's runs `interrupted`) and the sweep (expires approvals,
+# drops old turn counts) run this often on the control worker.
+DEFAULT_HEARTBEAT_SECONDS = 2.0
+DEFAULT_WORKER_ALIVE_SECONDS = 10.0
+DEFAULT_HOUSEKEEPING_SECONDS = 5.0
+DEFAULT_SWEEP_SECONDS = 60.0
 FLOWER_USER = "admin"
 
 
@@ -122,6 +129,11 @@ class Settings:
     stream_recheck: float = DEFAULT_STREAM_RECHECK
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     wait_grace: float = DEFAULT_WAIT_GRACE
+    # Liveness and the clock's chores: a test (or a small deployment) shortens them.
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    worker_alive_seconds: float = DEFAULT_WORKER_ALIVE_SECONDS
+    housekeeping_seconds: float = DEFAULT_HOUSEKEEPING_SECONDS
+    sweep_seconds: float = DEFAULT_SWEEP_SECONDS
     # Bounded memory: what Redis keeps of runs' and turns' streams, what Flower keeps of tasks.
     run_output_bytes: int = limits.RUN_OUTPUT_BYTES
     run_stream_ttl: int = limits.RUN_STREAM_TTL_SECONDS
@@ -249,6 +261,7 @@ class Settings:
             stream_recheck=_int(env, "SKILLFLEET_STREAM_RECHECK", DEFAULT_STREAM_RECHECK),
             header_timeout=_int(env, "SKILLFLEET_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT),
             wait_grace=_int(env, "SKILLFLEET_WAIT_GRACE_MS", DEFAULT_WAIT_GRACE_MS) / 1000,
+            **_timings(env),
             run_output_bytes=_at_least(
                 env, "SKILLFLEET_RUN_OUTPUT_BYTES", limits.RUN_OUTPUT_BYTES, limits.KIB
             ),
@@ -375,6 +388,40 @@ def _is_network(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds, fractions allowed (`0.5`)."""
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number of seconds, not {raw!r}.") from None
+    if not 0 < value < float("inf"):
+        raise SettingsError(f"{name} must be more than 0 seconds, not {raw!r}.")
+    return value
+
+
+def _timings(env: Mapping[str, str]) -> dict[str, float]:
+    """The heartbeat and its alive window (which must outlast two beats), the housekeeping and
+    the sweep."""
+    every = _seconds(env, "SKILLFLEET_HEARTBEAT_SECONDS", DEFAULT_HEARTBEAT_SECONDS)
+    alive = _seconds(env, "SKILLFLEET_WORKER_ALIVE_SECONDS", DEFAULT_WORKER_ALIVE_SECONDS)
+    if alive < 2 * every:
+        raise SettingsError(
+            f"SKILLFLEET_WORKER_ALIVE_SECONDS ({alive:g}) must be at least twice "
+            f"SKILLFLEET_HEARTBEAT_SECONDS ({every:g}), or one late beat counts a worker gone."
+        )
+    return {
+        "heartbeat_seconds": every,
+        "worker_alive_seconds": alive,
+        "housekeeping_seconds": _seconds(
+            env, "SKILLFLEET_HOUSEKEEPING_SECONDS", DEFAULT_HOUSEKEEPING_SECONDS
+        ),
+        "sweep_seconds": _seconds(env, "SKILLFLEET_SWEEP_SECONDS", DEFAULT_SWEEP_SECONDS),
+    }
 
 
 def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:

@@ -232,6 +232,10 @@ def fleet(settings: Settings) -> Iterator[Fleet]:
         "SKILLFLEET_RUN_TIMEOUT": str(settings.run_timeout),
         "SKILLFLEET_VISIBILITY_TIMEOUT": str(settings.visibility_timeout),
         "SKILLFLEET_FENCED_KOMBU": str(settings.fenced_kombu).lower(),
+        "SKILLFLEET_HEARTBEAT_SECONDS": str(settings.heartbeat_seconds),
+        "SKILLFLEET_WORKER_ALIVE_SECONDS": str(settings.worker_alive_seconds),
+        "SKILLFLEET_HOUSEKEEPING_SECONDS": str(settings.housekeeping_seconds),
+        "SKILLFLEET_SWEEP_SECONDS": str(settings.sweep_seconds),
     }
     logs = settings.data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)

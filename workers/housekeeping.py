@@ -1,12 +1,12 @@
 """Beat's housekeeping on the control worker: a short round every few seconds, a sweep a minute.
 
-`housekeep` (every HOUSEKEEPING_SECONDS, relay/app.py) answers `interrupted` for runs, job runs
-and turns whose worker stopped beating, removes the oldest ended streams past the kept count
-(relay/retention.py) and wakes the notifier when a webhook retry is due. `sweep` (every
-SWEEP_SECONDS) expires approvals nobody answered, drops old turn counts and lets job runs whose
-approval was settled carry on; its task then delivers what notices a lost wake left behind.
-Neither task sends task events, and beat does not log sending them: Flower and beat's log show
-the work that was asked for, not the clock.
+`housekeep` (every `SKILLFLEET_HOUSEKEEPING_SECONDS`, 5 by default; relay/app.py) answers
+`interrupted` for runs, job runs and turns whose worker stopped beating, removes the oldest
+ended streams past the kept count (relay/retention.py) and wakes the notifier when a webhook
+retry is due. `sweep` (every `SKILLFLEET_SWEEP_SECONDS`, 60) expires approvals nobody answered,
+drops old turn counts and lets job runs whose approval was settled carry on; its task then
+delivers what notices a lost wake left behind. Neither task sends task events, and beat does
+not log sending them: Flower and beat's log show the work that was asked for, not the clock.
 """
 
 from __future__ import annotations

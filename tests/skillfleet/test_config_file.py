@@ -1,4 +1,5 @@
-"""The config file (SKILLFLEET_CONFIG) is read with the bounded YAML loader of SKILL.md headers."""
+"""Settings read at start: the config file (SKILLFLEET_CONFIG), read with the bounded YAML loader
+of SKILL.md headers, and the liveness and chore timings."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from relay.app import create_celery
 from store.settings import Settings, SettingsError
 
 
@@ -47,3 +49,39 @@ def test_a_small_config_file_still_reads(tmp_path: Path) -> None:
     settings = Settings.from_env({"SKILLFLEET_CONFIG": str(config)})
 
     assert settings.skill_paths == (shelf,)
+
+
+def test_liveness_and_chore_timings_read_as_seconds_with_fractions() -> None:
+    settings = Settings.from_env(
+        {
+            "SKILLFLEET_HEARTBEAT_SECONDS": "0.5",
+            "SKILLFLEET_WORKER_ALIVE_SECONDS": "2",
+            "SKILLFLEET_HOUSEKEEPING_SECONDS": "0.25",
+            "SKILLFLEET_SWEEP_SECONDS": "3",
+        }
+    )
+    assert (settings.heartbeat_seconds, settings.worker_alive_seconds) == (0.5, 2.0)
+    assert (settings.housekeeping_seconds, settings.sweep_seconds) == (0.25, 3.0)
+    assert Settings.from_env({}).worker_alive_seconds == 10.0
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"SKILLFLEET_HEARTBEAT_SECONDS": "soon"}, "must be a number of seconds"),
+        ({"SKILLFLEET_SWEEP_SECONDS": "0"}, "must be more than 0 seconds"),
+        ({"SKILLFLEET_HOUSEKEEPING_SECONDS": "nan"}, "must be more than 0 seconds"),
+        ({"SKILLFLEET_HOUSEKEEPING_SECONDS": "inf"}, "must be more than 0 seconds"),
+        ({"SKILLFLEET_WORKER_ALIVE_SECONDS": "3"}, "at least twice SKILLFLEET_HEARTBEAT_SECONDS"),
+    ],
+)
+def test_unusable_timings_stop_start_up_with_the_variable_named(env: dict, words: str) -> None:
+    with pytest.raises(SettingsError, match=words):
+        Settings.from_env(env)
+
+
+def test_beat_runs_the_housekeeping_and_the_sweep_at_the_settings_pace() -> None:
+    app = create_celery(Settings(housekeeping_seconds=0.5, sweep_seconds=3), current=False)
+    schedule = app.conf.beat_schedule
+    assert schedule["housekeeping"]["schedule"] == 0.5
+    assert schedule["sweep"]["schedule"] == 3

@@ -97,7 +97,8 @@ def test_a_killed_control_worker_leaves_its_job_run_interrupted_never_run_again(
         "print('started', flush=True)\n"
         "time.sleep(45)\n"
     )
-    with fleet(settings_for(visibility_timeout=3, run_timeout=60)) as running:
+    quick = {"heartbeat_seconds": 0.5, "worker_alive_seconds": 2.0, "housekeeping_seconds": 0.5}
+    with fleet(settings_for(visibility_timeout=3, run_timeout=60, **quick)) as running:
         node = f"t-{uuid.uuid4().hex[:8]}"
         running.start("control", "worker", "control")
         running.start("beat", "beat")

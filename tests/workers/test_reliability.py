@@ -13,15 +13,18 @@ import pytest
 from conftest import POSTGRES_URL, REDIS_URL  # noqa: F401 - documents the services used
 from fleet import fleet, own_redis, process_ended, wait_until
 
-from relay import heartbeat
 from relay.streams import read_events
+from store.limits import REDIS_SOCKET_TIMEOUT_SECONDS
 from store.settings import Settings
 
 pytestmark = pytest.mark.fleet
 
+# A lost worker counts as gone, and its runs are answered, within seconds: the timings a test
+# can wait on instead of the defaults' ten.
+QUICK = {"heartbeat_seconds": 0.5, "worker_alive_seconds": 2.0, "housekeeping_seconds": 0.5}
 # Longer than each time limit of the worker's Redis client and than its heartbeat's window,
 # so the worker meets every failure an outage brings before Redis comes back.
-OUTAGE_SECONDS = 2 * heartbeat.ALIVE_SECONDS
+OUTAGE_SECONDS = 2 * max(REDIS_SOCKET_TIMEOUT_SECONDS, QUICK["worker_alive_seconds"])
 READ_NODE = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 
 
@@ -60,7 +63,7 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
     settings_for, tmp_path: Path
 ):
     marker = tmp_path / "runs.log"
-    with fleet(settings_for(visibility_timeout=3)) as running:
+    with fleet(settings_for(visibility_timeout=3, **QUICK)) as running:
         node = f"t-{uuid.uuid4().hex[:8]}"
         running.start("control", "worker", "control")
         running.start("beat", "beat")
@@ -102,7 +105,7 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
 def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_path: Path):
     marker = tmp_path / "runs.log"
     with own_redis(tmp_path / "redis") as server:
-        with fleet(settings_for(redis_url=server.url)) as running:
+        with fleet(settings_for(redis_url=server.url, **QUICK)) as running:
             node = f"t-{uuid.uuid4().hex[:8]}"
             running.start_node(node)
             running.import_skill(
@@ -142,7 +145,7 @@ def test_a_worker_rides_out_redis_going_away_and_its_run_in_flight_ends_interrup
 ):
     marker = tmp_path / "runs.log"
     with own_redis(tmp_path / "redis") as server:
-        with fleet(settings_for(redis_url=server.url)) as running:
+        with fleet(settings_for(redis_url=server.url, **QUICK)) as running:
             node = f"t-{uuid.uuid4().hex[:8]}"
             running.start("control", "worker", "control")
             running.start("beat", "beat")
