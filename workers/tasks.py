@@ -1,4 +1,8 @@
-"""Celery tasks: thin wrappers that take ids, load state and call a domain function."""
+"""Celery tasks: thin wrappers that take ids, load state and call a domain function.
+
+A task whose run, job run or turn ends without succeeding raises once the end is recorded, so
+Flower shows it failed; its message is acknowledged all the same (workers/outcomes.py).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from celery import Task, shared_task
 from relay.dispatch import RUN_JOB_TASK, RUN_TURN_TASK, send_job_run
 from relay.notifier import NOTIFY_TASK
 from relay.retention import StreamCaps
+from store.models import JobRun, Run, Turn
 from workers import jobruns, notify, turns
 from workers.context import (
     control_context,
@@ -18,15 +23,17 @@ from workers.context import (
 )
 from workers.execute import execute
 from workers.housekeeping import housekeep, sweep
+from workers.outcomes import REPORTING, report
 
 log = structlog.get_logger(__name__)
 
 
-@shared_task(name="skillfleet.execute_run", bind=True)
+@shared_task(name="skillfleet.execute_run", bind=True, **REPORTING)
 def execute_run(self: Task, run_id: str) -> str | None:
     """Run one script: the message carries the run id only."""
     with structlog.contextvars.bound_contextvars(run_id=run_id):
-        return execute(worker_context(self.app), run_id)
+        context = worker_context(self.app)
+        return report(context.sessions, Run, run_id, execute(context, run_id))
 
 
 @shared_task(name="skillfleet.housekeeping", bind=True, send_events=False)
@@ -46,11 +53,12 @@ def sweep_minute(self: Task) -> int:
     return expired
 
 
-@shared_task(name=RUN_JOB_TASK, bind=True)
+@shared_task(name=RUN_JOB_TASK, bind=True, **REPORTING)
 def run_job(self: Task, job_run_id: str) -> str | None:
     """Run a job run, or carry on with one whose waiting call was answered: ids only."""
     with structlog.contextvars.bound_contextvars(job_run_id=job_run_id):
-        return jobruns.execute(job_context(self.app), job_run_id)
+        context = job_context(self.app)
+        return report(context.sessions, JobRun, job_run_id, jobruns.execute(context, job_run_id))
 
 
 @shared_task(name="skillfleet.job_tick", bind=True)
@@ -63,11 +71,12 @@ def job_tick(self: Task) -> int:
     return len(queued)
 
 
-@shared_task(name=RUN_TURN_TASK, bind=True)
+@shared_task(name=RUN_TURN_TASK, bind=True, **REPORTING)
 def run_turn(self: Task, turn_id: str) -> str | None:
     """Run one agent turn on the control worker: the message carries the turn id only."""
     with structlog.contextvars.bound_contextvars(turn_id=turn_id):
-        return turns.execute(turn_context(self.app), turn_id)
+        context = turn_context(self.app)
+        return report(context.sessions, Turn, turn_id, turns.execute(context, turn_id))
 
 
 @shared_task(name=NOTIFY_TASK, bind=True)

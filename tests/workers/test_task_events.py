@@ -1,6 +1,6 @@
-"""With task events on (as Flower wants them), every run shows in Celery's event state, the
-state Flower keeps, under its own name: `run <id> on <queue>`, with the run id as its only
-argument, however fast the worker is."""
+"""With task events on (as Flower wants them), every run shows in the event state Flower keeps
+under its own name: `run <id> on <queue>`, with the run id as its only argument, however fast
+the worker is; a run that did not succeed is a failed task, and still runs only once."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
+from flower.events import EventsState
 
+from broker.dispatcher import EXECUTE_TASK
 from relay import naming
 from store.settings import Settings
 
@@ -35,11 +37,11 @@ def running(tmp_path: Path, database_url: str) -> Iterator[Fleet]:
 
 
 class Watcher:
-    """Celery's event receiver feeding an event state, as Flower runs them."""
+    """Celery's event receiver feeding Flower's own event state, as Flower runs them."""
 
     def __init__(self, running: Fleet) -> None:
         self.celery = running.services.celery
-        self.state = self.celery.events.State()
+        self.state = EventsState()
         self.order: dict[str, list[str]] = {}  # task id -> its event types, as they came
         self.lock = threading.Lock()
         self.connection = self.celery.connection_for_read()
@@ -59,6 +61,18 @@ class Watcher:
                 if task.args == repr([run_id]) and task.state == "SUCCESS":
                     return task.name, self.order[task.uuid]
         return None
+
+    def ended(self, run_id: str, count: int = 1) -> list[Any] | None:
+        """The run's tasks, once `count` of them have ended (succeeded or failed)."""
+        with self.lock:
+            tasks = [t for t in self.state.tasks.values() if t.args == repr([run_id])]
+            done = [t for t in tasks if t.state in ("SUCCESS", "FAILURE")]
+            return sorted(done, key=lambda t: t.timestamp) if len(done) >= count else None
+
+    def failed_count(self) -> int:
+        """Flower's "Failed" column, summed over the workers."""
+        with self.lock:
+            return sum(counts["task-failed"] for counts in self.state.counter.values())
 
     def __enter__(self) -> Watcher:
         self.thread.start()
@@ -98,3 +112,82 @@ def test_every_run_shows_under_its_shadow_name_sent_before_received(running: Fle
             name, kinds = wait_until(seen, 30, f"run {run_id}'s events")
             assert name == f"run {run_id} on {queue}"
             assert kinds[:2] == ["task-sent", "task-received"], kinds
+
+
+# Appends its run id to the marker (the side effect we count), then ends with `code`, or
+# sleeps until it is cancelled.
+MARKING = (
+    "import json, os, sys, time\n"
+    "args = json.loads(os.environ['SKILLFLEET_ARGS'])\n"
+    "open(args['marker'], 'a').write(os.environ['SKILLFLEET_RUN_ID'] + '\\n')\n"
+    "time.sleep(args.get('sleep', 0))\n"
+    "sys.exit(args.get('code', 0))\n"
+)
+
+
+def unacknowledged(running: Fleet, run_id: str) -> bool:
+    """Whether the Redis transport holds the run's message as delivered but not acknowledged."""
+    return any(run_id.encode() in message for message in running.redis.hvals("unacked"))
+
+
+def test_runs_that_did_not_succeed_are_failed_tasks_acknowledged_and_run_once(
+    running: Fleet, tmp_path: Path
+):
+    node = f"t-{uuid.uuid4().hex[:8]}"
+    env = dict(running.node_env(node), SKILLFLEET_TASK_EVENTS="true")
+    running.start("node", "worker", "node", "--name", node, env=env)
+    running.wait_for_queue(naming.node_queue(node))
+    running.import_skill(
+        "marking",
+        {"skillfleet.tier": "read", "skillfleet.execution": "node"},
+        {"scripts/mark.py": MARKING},
+    )
+    marker = tmp_path / "runs.log"
+
+    def call(client: Any, wait: float, **arguments: Any) -> dict[str, Any]:
+        arguments.update(node=node, marker=str(marker))
+        body = {"arguments": {"skill_name": "marking", "script": "scripts/mark.py",
+                              "arguments": arguments}, "chat_id": "events"}  # fmt: skip
+        answer = client.post("/api/tools/run_skill_script", params={"wait": wait}, json=body)
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    def ran() -> list[str]:
+        return marker.read_text().split() if marker.exists() else []
+
+    with Watcher(running) as watcher, running.http() as client:
+        wait_until(lambda: watcher.state.workers, 30, "the worker's events", every=0.2)
+        succeeded = call(client, 30)["run_id"]
+        failed = call(client, 30, code=3)["run_id"]
+        cancelled = call(client, 0, sleep=60)["run_id"]
+        wait_until(lambda: cancelled in ran(), 30, "the script to start")
+        assert unacknowledged(running, cancelled)  # in hand while it runs (acks_late)
+        assert client.post(f"/api/runs/{cancelled}/cancel").status_code == 202
+
+        (ok,) = wait_until(lambda: watcher.ended(succeeded), 30, "the succeeded run's task")
+        (bad,) = wait_until(lambda: watcher.ended(failed), 30, "the failed run's task")
+        (stopped,) = wait_until(lambda: watcher.ended(cancelled), 30, "the cancelled run's task")
+        assert (ok.state, ok.result) == ("SUCCESS", "'succeeded'")
+        assert (bad.state, stopped.state) == ("FAILURE", "FAILURE")
+        assert bad.exception == f"NotSucceeded('run {failed} ended failed (exit code 3).')"
+        assert stopped.exception.startswith(f"NotSucceeded('run {cancelled} ended cancelled")
+        assert watcher.failed_count() == 2
+        # Acknowledged like a returned task: nothing is left to come back.
+        wait_until(
+            lambda: not any(unacknowledged(running, r) for r in (succeeded, failed, cancelled)),
+            30,
+            "the three messages to be acknowledged",
+        )
+        assert running.redis.llen(naming.node_queue(node)) == 0
+
+        # The failed run's message, delivered again, runs nothing and says how the run ended.
+        running.services.celery.send_task(
+            EXECUTE_TASK, args=[failed], queue=naming.node_queue(node)
+        )
+        _first, again = wait_until(lambda: watcher.ended(failed, 2), 30, "the redelivery's task")
+        assert again.state == "FAILURE"
+        assert again.exception == (
+            f"NotSucceeded('run {failed} had already ended failed (exit code 3); "
+            "this delivery ran nothing.')"
+        )
+    assert sorted(ran()) == sorted([succeeded, failed, cancelled])
