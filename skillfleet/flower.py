@@ -8,6 +8,10 @@ import sys
 
 from store.settings import FLOWER_USER, Settings
 
+# The tasks page's columns: Flower's own, plus each task's result and, for a run that did not
+# succeed, the exception that says how it ended (workers/outcomes.py).
+TASK_COLUMNS = "name,uuid,state,result,exception,received,runtime,worker"
+
 
 def credentials(settings: Settings) -> tuple[str, str]:
     """Flower's basic-auth user and password: from the environment, else generated once.
@@ -32,7 +36,8 @@ def credentials(settings: Settings) -> tuple[str, str]:
 
 def flower_command(settings: Settings) -> list[str]:
     """Flower on SKILLFLEET_FLOWER_HOST (loopback) and _PORT, keeping at most
-    SKILLFLEET_FLOWER_MAX_TASKS tasks in memory; credentials go by environment."""
+    SKILLFLEET_FLOWER_MAX_TASKS tasks in memory and showing how each ended; credentials go by
+    environment."""
     return [
         sys.executable,
         "-m",
@@ -44,6 +49,7 @@ def flower_command(settings: Settings) -> list[str]:
         f"--port={settings.flower_port}",
         "--purge_offline_workers=60",
         f"--max_tasks={settings.flower_max_tasks}",
+        f"--tasks_columns={TASK_COLUMNS}",
     ]
 
 
