@@ -8,6 +8,7 @@ from typing import Any
 
 import marshmallow as ma
 
+from broker.approvals import ANSWERS
 from store.hashing import shown_key
 from store.states import (
     ApprovalStatus,
@@ -272,6 +273,20 @@ class WaitSchema(ma.Schema):
 class ApprovalSchema(ma.Schema):
     id = ma.fields.String()
     call_id = ma.fields.String()
+    run_id = ma.fields.String(
+        allow_none=True, metadata={"description": "The script run the call started once approved"}
+    )
+    asked_by = ma.fields.String(
+        metadata={"description": "Who asked, in words: chat 'c1', turn t7 or job 'nightly', run …"}
+    )
+    chat_id = ma.fields.String(
+        allow_none=True, metadata={"description": "The chat that asks (its chat_id), if one does"}
+    )
+    turn_id = ma.fields.String(allow_none=True, metadata={"description": "The turn that asks"})
+    job_id = ma.fields.String(
+        allow_none=True, metadata={"description": "The job that asks, if a job asks"}
+    )
+    job_name = ma.fields.String(allow_none=True)
     job_run_id = ma.fields.String(
         allow_none=True, metadata={"description": "The job run that asks, if a job asks"}
     )
@@ -289,7 +304,16 @@ class ApprovalSchema(ma.Schema):
     )
     rule = ma.fields.String(allow_none=True)
     warning = ma.fields.String()
-    offers_chat_grant = ma.fields.Boolean()
+    offers_chat_grant = ma.fields.Boolean(
+        metadata={"description": "Whether approving always is offered (see grant_scope)"}
+    )
+    grant_scope = ma.fields.String(
+        allow_none=True,
+        metadata={
+            "description": "What approving always grants: chat (approve_for_chat), job "
+            "(approve_for_job) or null (approve once only)"
+        },
+    )
     diff = ma.fields.String(
         allow_none=True, metadata={"description": "edit_skill: the unified diff to approve"}
     )
@@ -309,7 +333,9 @@ class ApprovalQuerySchema(ma.Schema):
 
 class DecisionSchema(ma.Schema):
     decision = ma.fields.String(
-        required=True, validate=ma.validate.OneOf(["approve", "approve_for_chat", "deny"])
+        required=True,
+        validate=ma.validate.OneOf(ANSWERS),
+        metadata={"description": "approve_for_chat in a chat, approve_for_job in a job"},
     )
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import select
@@ -10,16 +12,107 @@ from sqlalchemy.orm import Session
 
 from broker.classify import CallPlan
 from broker.editplans import refuse_expired
-from broker.errors import ApprovalAnswered, ApprovalNotFound
+from broker.errors import ApprovalAnswered, ApprovalNotFound, GrantNotOffered
+from broker.grants import CHAT, JOB
 from broker.warnings import warning_for
 from store import ownerevents
 from store.lifecycle import approvals, calls
-from store.models import Approval, ToolCall, utcnow
+from store.models import Approval, Chat, Job, JobRun, ToolCall, utcnow
 from store.states import ApprovalStatus, CallStatus
 
 APPROVAL_LIFE = timedelta(minutes=30)
 PENDING = ApprovalStatus.PENDING
 DECISIONS = tuple(approvals.ANSWERED)
+# The owner's answers: the broker's decisions, and "approve for this job", which is the
+# broker's approve_for_chat on a job's approval (the grant goes to the job).
+FOR_JOB = "approve_for_job"
+ANSWERS = (*DECISIONS, FOR_JOB)
+GRANTING = {"approve_for_chat": CHAT, FOR_JOB: JOB}
+
+
+@dataclass(frozen=True)
+class Asked:
+    """Where an approval came from, so the owner knows what they answer: the chat and turn,
+    or the job and job run, that made the call; and the script run it started once approved."""
+
+    chat_id: str | None = None  # the chat's own id, as the agent sent it
+    turn_id: str | None = None
+    job_id: str | None = None
+    job_name: str | None = None
+    job_run_id: str | None = None
+    run_id: str | None = None
+
+    @property
+    def by(self) -> str:
+        """Who asked, in words: "chat 'support-42', turn 7" or "job 'nightly', run 5c1e2f3a"."""
+        if self.job_run_id is not None:
+            job = f"job '{self.job_name}'" if self.job_name else "a job deleted since"
+            return f"{job}, run {self.job_run_id[:8]}"
+        turn = f"turn {self.turn_id}" if self.turn_id else None
+        if self.chat_id is not None:
+            return f"chat '{self.chat_id}'" + (f", {turn}" if turn else "")
+        return turn or "a call outside any chat or job"
+
+
+def asked(session: Session, found: Sequence[Approval]) -> dict[str, Asked]:
+    """Where each approval came from, by approval id (one query)."""
+    if not found:
+        return {}
+    rows = session.execute(
+        select(
+            Approval.id, Chat.external_id, ToolCall.turn_id, ToolCall.run_id,
+            JobRun.job_id, Job.name,
+        )
+        .select_from(Approval)
+        .join(ToolCall, ToolCall.id == Approval.call_id)
+        .outerjoin(Chat, Chat.id == Approval.chat_id)
+        .outerjoin(JobRun, JobRun.id == Approval.job_run_id)
+        .outerjoin(Job, Job.id == JobRun.job_id)
+        .where(Approval.id.in_([approval.id for approval in found]))
+    )  # fmt: skip
+    facts = {row[0]: row[1:] for row in rows}
+    result = {}
+    for approval in found:
+        chat, turn, run, job_id, job_name = facts.get(approval.id, (None,) * 5)
+        result[approval.id] = Asked(
+            chat_id=chat, turn_id=turn, job_id=job_id, job_name=job_name,
+            job_run_id=approval.job_run_id, run_id=run,
+        )  # fmt: skip
+    return result
+
+
+def grant_scope(approval: Approval) -> str | None:
+    """What "approve always" grants: the job's grants (a job asked), the chat's (a chat
+    asked), or nothing: such a call is only approved once."""
+    if not approval.offers_chat_grant:
+        return None
+    if approval.job_run_id is not None:
+        return JOB
+    if approval.chat_id is not None:
+        return CHAT
+    return None
+
+
+def decision_for(approval: Approval, answer: str) -> str:
+    """The broker's decision for the owner's answer to a pending approval.
+
+    "approve_for_job" is approve_for_chat on a job's approval; either is refused where it
+    would grant nothing: a call made outside any chat or job, or a job's answer in a chat.
+    """
+    scope = GRANTING.get(answer)
+    if scope is None or approval.status != PENDING or not approval.offers_chat_grant:
+        return "approve_for_chat" if scope else answer  # the broker answers these itself
+    offered = grant_scope(approval)
+    if offered is None:
+        raise GrantNotOffered(
+            "This call was made outside any chat or job: there is nothing to grant it to; "
+            "approve it once instead."
+        )
+    if answer == FOR_JOB and offered != JOB:
+        raise GrantNotOffered(
+            "This call was asked in a chat, not a job: approve it for the chat instead."
+        )
+    return "approve_for_chat"
 
 
 def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str | None) -> Approval:

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 import structlog
 
+from broker.approvals import asked
 from relay import events, naming, notifier, push
 from relay.counters import DELIVERIES
 from relay.events import PUSH_TITLES, WEBHOOK_KINDS, ensure_group
@@ -27,7 +28,7 @@ from store import notifications
 from store.db import SessionFactory, transaction
 from store.egress import Egress
 from store.errors import ConfigError
-from store.models import Webhook
+from store.models import Approval, Webhook
 from store.secrets import Sealer
 from workers import webhooks, webpush
 
@@ -103,8 +104,28 @@ def _notify(context: NotifyContext, owner_id: int, event: events.OwnerEvent) -> 
             _deliver(context, hook, owner_id, event, attempt=1)
 
 
+def described(context: NotifyContext, owner_id: int, event: events.OwnerEvent) -> dict[str, Any]:
+    """The event's data as pushed and sent to webhooks: a waiting approval also says who
+    asked (the chat and turn, or the job and job run), in its fields and its message."""
+    data = dict(event.data)
+    if event.kind != "approval.waiting" or not isinstance(data.get("approval_id"), str):
+        return data
+    with context.sessions() as session:
+        approval = session.get(Approval, data["approval_id"])
+        if approval is None or approval.owner_id != owner_id:
+            return data  # removed with its chat meanwhile: the notice still goes out
+        origin = asked(session, [approval])[approval.id]
+    data.update(
+        chat_id=origin.chat_id, turn_id=origin.turn_id, job_id=origin.job_id,
+        job_name=origin.job_name, job_run_id=origin.job_run_id, asked_by=origin.by,
+        message=f"{approval.tool} waits for your approval, asked by {origin.by}.",
+    )  # fmt: skip
+    return data
+
+
 def _push(context: NotifyContext, owner_id: int, event: events.OwnerEvent, title: str) -> None:
-    payload = {"kind": event.kind, "title": title, "id": event.id, **event.data}
+    payload = {"kind": event.kind, "title": title, "id": event.id}
+    payload.update(described(context, owner_id, event))
     with context.sessions() as session:
         targets = [
             (row.id, webpush.Target(row.endpoint, row.p256dh, row.auth))
@@ -130,7 +151,8 @@ def _deliver(
         log.warning("webhook secret unreadable", webhook_id=hook.id)
         DELIVERIES.add(context.redis, "webhook", FAILED)
         return
-    delivered = webhooks.deliver(context.egress, hook.url, secret, event.id, event.kind, event.data)
+    data = described(context, owner_id, event)
+    delivered = webhooks.deliver(context.egress, hook.url, secret, event.id, event.kind, data)
     DELIVERIES.add(context.redis, "webhook", DELIVERED if delivered else FAILED)
     if delivered:
         return

@@ -30,7 +30,9 @@ def install(client, auth, name: str, metadata: dict[str, str], query: str = "", 
     return response.json
 
 
-def run(client, auth, name="wiper", chat="chat-1", mode="execute", arguments=None, **extra):
+def run(
+    client, auth, name="wiper", chat="chat-1", mode="execute", arguments=None, turn=None, **extra
+):
     body = {
         "arguments": {
             "skill_name": name,
@@ -43,6 +45,8 @@ def run(client, auth, name="wiper", chat="chat-1", mode="execute", arguments=Non
         "chat_id": chat,
         "mode": mode,
     }
+    if turn is not None:
+        body["turn_id"] = turn
     response = client.post("/api/tools/run_skill_script", headers=auth, json=body)
     assert response.status_code == 200, response.json
     return response.json
@@ -337,43 +341,129 @@ def test_an_edit_that_can_only_fail_is_never_put_to_the_owner(client, auth, wipe
     assert no_approvals(client, auth)
 
 
-def test_a_job_approval_for_chat_saves_the_grant_to_the_job(client, auth, wiper, services):
-    from store.lifecycle import jobruns as jobstate
-
+def wipe_job(client, auth, name: str = "wipe") -> str:
     job = {
-        "name": "wipe",
+        "name": name,
         "cron": "0 3 * * *",
         "steps": [{"tool": "list_skills"}],
         "skills": ["wiper"],
     }
-    job_id = client.post("/api/jobs", headers=auth, json=job).json["id"]
+    return str(client.post("/api/jobs", headers=auth, json=job).json["id"])
 
-    def call_in_a_new_run() -> dict:
-        run_id = client.post(f"/api/jobs/{job_id}/run", headers=auth).json["job_run_id"]
-        body = {
-            "arguments": {
-                "skill_name": "wiper",
-                "script": "scripts/wipe.sh",
-                "arguments": {"node": "web01"},
-            },
-            "job_run_id": run_id,
-        }
-        envelope = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
-        with transaction(services.sessions) as session:  # end the run: the next one may start
-            run = jobstate.claim(session, run_id, "test")
-            jobstate.succeed(session, run, "test")
-        return dict(envelope)
 
-    first = call_in_a_new_run()
+def call_in_a_new_run(client, auth, services, job_id: str) -> dict:
+    """A wiper call in a new run of the job, which then ends (the next run may start)."""
+    from store.lifecycle import jobruns as jobstate
+
+    run_id = client.post(f"/api/jobs/{job_id}/run", headers=auth).json["job_run_id"]
+    body = {
+        "arguments": {
+            "skill_name": "wiper",
+            "script": "scripts/wipe.sh",
+            "arguments": {"node": "web01"},
+        },
+        "job_run_id": run_id,
+    }
+    envelope = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+    with transaction(services.sessions) as session:
+        run = jobstate.claim(session, run_id, "test")
+        jobstate.succeed(session, run, "test")
+    return {**envelope, "job_run_id": run_id}
+
+
+@pytest.mark.parametrize("decision", ["approve_for_job", "approve_for_chat"])
+def test_a_job_approval_for_the_job_saves_the_grant_to_the_job(
+    client, auth, wiper, services, decision
+):
+    job_id = wipe_job(client, auth)
+    first = call_in_a_new_run(client, auth, services, job_id)
     assert first["status"] == "pending_approval"
-    answer(client, auth, first["approval_id"], "approve_for_chat")
-    again = call_in_a_new_run()  # another run of the same job: the grant is the job's
+    approved = answer(client, auth, first["approval_id"], decision)
+    assert approved.status_code == 200, approved.json
+    assert approved.json["grant_scope"] == "job"
+    again = call_in_a_new_run(client, auth, services, job_id)  # the grant is the job's
     assert again["status"] == "done"
     call = client.get(f"/api/calls/{again['call_id']}", headers=auth).json
     assert call["rule"] == "job-granted"
     assert client.get(f"/api/jobs/{job_id}", headers=auth).json["grants"]["skills"] == [
         f"wiper@{wiper['hash']}"
     ]
+    # Bound to the full hash, as every grant: the edited skill asks the job again.
+    install(client, auth, "wiper", WIPE, "?replace=true", {"references/guide.md": b"v2"})
+    assert call_in_a_new_run(client, auth, services, job_id)["status"] == "pending_approval"
+
+
+def test_an_approval_says_which_chat_and_turn_asked(client, auth, changer, wiper):
+    changing = run(client, auth, name="changer", chat="support-42", turn="t-7")
+    approval = client.get(f"/api/approvals/{changing['approval_id']}", headers=auth).json
+    assert (approval["chat_id"], approval["turn_id"]) == ("support-42", "t-7")
+    assert approval["job_id"] is None and approval["job_name"] is None
+    assert approval["job_run_id"] is None and approval["run_id"] is None  # nothing ran yet
+    assert approval["asked_by"] == "chat 'support-42', turn t-7"
+    assert approval["grant_scope"] == "chat"
+    destructive = run(client, auth, chat="support-42")  # never granted for a chat
+    listed = client.get("/api/approvals?status=pending", headers=auth).json
+    shown = {a["id"]: a for a in listed}[destructive["approval_id"]]
+    assert (shown["chat_id"], shown["turn_id"]) == ("support-42", None)
+    assert shown["asked_by"] == "chat 'support-42'"
+    assert shown["grant_scope"] is None and shown["offers_chat_grant"] is False
+
+
+def test_a_job_approval_says_which_job_and_job_run_asked(client, auth, wiper, services):
+    job_id = wipe_job(client, auth, "nightly wipe")
+    asked = call_in_a_new_run(client, auth, services, job_id)
+    approval = client.get(f"/api/approvals/{asked['approval_id']}", headers=auth).json
+    assert approval["job_id"] == job_id and approval["job_name"] == "nightly wipe"
+    assert approval["job_run_id"] == asked["job_run_id"]
+    assert approval["chat_id"] is None
+    assert approval["asked_by"] == f"job 'nightly wipe', run {asked['job_run_id'][:8]}"
+    assert approval["grant_scope"] == "job"  # a job may be granted destructive skills
+    [listed] = client.get("/api/approvals?status=pending", headers=auth).json
+    assert listed["asked_by"] == approval["asked_by"]
+
+
+def test_approve_for_job_is_refused_in_a_chat_and_nothing_changes(client, auth, changer):
+    asked = run(client, auth, name="changer")
+    refused = answer(client, auth, asked["approval_id"], "approve_for_job")
+    assert refused.status_code == 400 and refused.json["code"] == "grant_not_offered"
+    assert "approve it for the chat" in refused.json["message"]
+    approval = client.get(f"/api/approvals/{asked['approval_id']}", headers=auth).json
+    assert approval["status"] == "pending"
+    assert client.get("/api/chats/chat-1/grants", headers=auth).json == []
+
+
+def test_approving_always_is_refused_for_a_call_outside_any_chat_or_job(client, auth, changer):
+    # Nothing could hold the grant: the answer would approve once and grant nothing.
+    body = {
+        "arguments": {"skill_name": "changer", "script": "scripts/wipe.sh",
+                      "arguments": {"node": "web01"}},
+        "turn_id": "lonely",
+    }  # fmt: skip
+    asked = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+    approval = client.get(f"/api/approvals/{asked['approval_id']}", headers=auth).json
+    assert approval["grant_scope"] is None and approval["asked_by"] == "turn lonely"
+    refused = answer(client, auth, asked["approval_id"], "approve_for_chat")
+    assert refused.status_code == 400 and refused.json["code"] == "grant_not_offered"
+    assert (
+        client.get(f"/api/approvals/{asked['approval_id']}", headers=auth).json["status"]
+        == "pending"
+    )
+    assert answer(client, auth, asked["approval_id"], "approve").json["status"] == "approved"
+
+
+def test_who_asked_is_the_owners_alone_and_an_agent_cannot_answer_for_the_job(
+    client, auth, other_auth, agent_auth, wiper, services
+):
+    asked = call_in_a_new_run(client, auth, services, wipe_job(client, auth))
+    path = f"/api/approvals/{asked['approval_id']}"
+    assert client.get(path, headers=other_auth).status_code == 404
+    assert client.get("/api/approvals", headers=other_auth).json == []
+    theirs = answer(client, other_auth, asked["approval_id"], "approve_for_job")
+    assert theirs.status_code == 404 and theirs.json["code"] == "approval_not_found"
+    agent = answer(client, agent_auth, asked["approval_id"], "approve_for_job")
+    assert agent.status_code == 403 and agent.json["code"] == "owner_only"
+    seen = client.get(path, headers=agent_auth).json  # an agent reads its owner's approvals
+    assert seen["status"] == "pending" and seen["job_name"] == "wipe"
 
 
 def test_more_than_fifty_calls_in_one_turn_are_refused(client, auth):

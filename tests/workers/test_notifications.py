@@ -37,7 +37,8 @@ pytestmark = pytest.mark.fleet
 
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 WIPE_CALL = {"arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",
-                           "arguments": {"node": "web01"}}, "chat_id": "c1"}  # fmt: skip
+                           "arguments": {"node": "web01"}},
+             "chat_id": "c1", "turn_id": "t1"}  # fmt: skip
 
 
 @pytest.fixture
@@ -152,7 +153,13 @@ def test_a_waiting_approval_is_pushed_encrypted_and_the_browser_decrypts_it(
     message = json.loads(decrypted)
     assert message["kind"] == "approval.waiting"
     assert message["approval_id"] == call["approval_id"] and message["call_id"] == call["call_id"]
-    assert message["message"] == "run_skill_script waits for your approval."
+    # It says who asked: the chat and the turn, in its fields and in the sentence shown.
+    assert (message["chat_id"], message["turn_id"], message["job_id"]) == ("c1", "t1", None)
+    assert message["asked_by"] == "chat 'c1', turn t1"
+    assert (
+        message["message"]
+        == "run_skill_script waits for your approval, asked by chat 'c1', turn t1."
+    )
     # Signed with the VAPID key the API hands to browsers, for this push service.
     public_key = client.get("/api/push/key", headers=auth).json["public_key"]
     vapid = dict(re.findall(r"([tk])=([^,\s]+)", headers["authorization"]))
@@ -243,6 +250,8 @@ def test_a_webhook_delivery_is_signed_and_a_failed_one_is_retried(client, auth, 
         event = json.loads(body)
         assert event["kind"] == "approval.waiting" == headers["skillfleet-event"]
         assert event["data"]["approval_id"] == call["approval_id"]
+        assert (event["data"]["chat_id"], event["data"]["turn_id"]) == ("c1", "t1")
+        assert event["data"]["asked_by"] == "chat 'c1', turn t1"
     assert (
         hook_server.got[0][1]["skillfleet-delivery"] == hook_server.got[1][1]["skillfleet-delivery"]
     )
@@ -250,6 +259,33 @@ def test_a_webhook_delivery_is_signed_and_a_failed_one_is_retried(client, auth, 
     _path, headers, body = hook_server.got[0]
     stamp = headers["skillfleet-signature"].split(",")[0][2:]
     assert webhooks.signature("whsec_wrong", int(stamp), body) != headers["skillfleet-signature"]
+
+
+def test_a_jobs_waiting_approval_names_the_job_and_its_run_in_the_webhook(
+    client, auth, context, wiper
+):
+    job = {"name": "nightly wipe", "cron": "0 3 * * *", "steps": [{"tool": "list_skills"}],
+           "skills": ["wiper"]}  # fmt: skip
+    job_id = client.post("/api/jobs", headers=auth, json=job).json["id"]
+    run_id = client.post(f"/api/jobs/{job_id}/run", headers=auth).json["job_run_id"]
+    body = {"arguments": WIPE_CALL["arguments"], "job_run_id": run_id}
+    with receiver() as hook_server:
+        hook = {"url": f"{hook_server.url}/hook", "events": ["approval.waiting"]}
+        assert client.post("/api/webhooks", headers=auth, json=hook).status_code == 201
+        asked = client.post("/api/tools/run_skill_script", headers=auth, json=body).json
+        assert asked["status"] == "pending_approval", asked
+        notify.pump(context)
+    [(_path, _headers, sent)] = hook_server.got
+    data = json.loads(sent)["data"]
+    assert data["approval_id"] == asked["approval_id"]
+    assert (data["job_id"], data["job_name"], data["job_run_id"]) == (
+        job_id,
+        "nightly wipe",
+        run_id,
+    )
+    assert data["chat_id"] is None
+    assert data["asked_by"] == f"job 'nightly wipe', run {run_id[:8]}"
+    assert data["message"].endswith(f"asked by job 'nightly wipe', run {run_id[:8]}.")
 
 
 def deliveries(metrics: str) -> dict[tuple[str, str], float]:
