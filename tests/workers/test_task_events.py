@@ -191,3 +191,20 @@ def test_runs_that_did_not_succeed_are_failed_tasks_acknowledged_and_run_once(
             "this delivery ran nothing.')"
         )
     assert sorted(ran()) == sorted([succeeded, failed, cancelled])
+
+
+def test_a_job_run_that_failed_is_a_failed_task_naming_it(running: Fleet):
+    running.start(
+        "control", "worker", "control", env=dict(running.env, SKILLFLEET_TASK_EVENTS="true")
+    )
+    running.wait_for_queue(naming.CONTROL, "control")
+    job = {"name": "asks a model", "cron": "0 3 * * *", "steps": [{"prompt": "Say hello."}]}
+    with Watcher(running) as watcher, running.http() as client:
+        wait_until(lambda: watcher.state.workers, 30, "the worker's events", every=0.2)
+        created = client.post("/api/jobs", json=job)
+        assert created.status_code == 201, created.text
+        job_run_id = client.post(f"/api/jobs/{created.json()['id']}/run").json()["job_run_id"]
+        (task,) = wait_until(lambda: watcher.ended(job_run_id), 30, "the job run's task")
+    # No model is configured, so the prompt step fails the run.
+    assert task.state == "FAILURE"
+    assert task.exception == f"NotSucceeded('job run {job_run_id} ended failed (no_model).')"
