@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import base64
-import json
 import re
 from typing import Any
 
 from sqlalchemy import update
 
+from broker import loaded
 from broker.authoring import draft_skill, get_skill, listed
 from broker.chatreview import CHAT_ID
 from broker.classify import DISABLED
@@ -20,8 +20,7 @@ from broker.tiers import Tier
 from store.db import core_transaction
 from store.errors import SkillNotFound
 from store.limits import MAX_RESOURCE_BYTES
-from store.models import Chat, ChatActivation, Skill, utcnow
-from store.schemas import schema_for
+from store.models import Chat, Skill
 
 SKILL_NAME = {"type": "string", "description": "The skill's name, as list_skills gives it."}
 WORD = re.compile(r"[a-z0-9]+")
@@ -74,84 +73,29 @@ def _ranked(catalog: list[tuple[str, str]], query: str) -> list[tuple[str, str]]
 
 
 def load_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The SKILL.md body, resources and scripts with their schemas; once per chat."""
+    """The SKILL.md body, resources and scripts with their schemas; a note when the call's
+    context holds them already (broker/loaded.py says when)."""
     name = _string_arg(arguments, "skill_name")
     skill = _enabled_skill(context, name)
-    if context.chat is not None and _already_loaded(context, skill):
+    if context.chat is not None and loaded.holds(context, skill):
         return {
             "name": name,
             "already_loaded": True,
-            "note": f"The skill '{name}' is already loaded in this chat; follow its "
-            "instructions from the earlier load_skill result.",
+            "note": f"The skill '{name}' is already in your context: follow the "
+            f'<skill_content name="{name}"> you were given.',
         }
-    info = context.store.info(skill)
-    body = info.body
-    files = [entry.path for entry in context.store.files(skill) if entry.path != "SKILL.md"]
-    scripts = [{"path": p, "schema": schema_for(info, p)} for p in context.store.scripts(skill)]
-    base_path = f"skills/{name}"
-    return {
-        "name": name,
-        "hash": skill.hash,
-        "base_path": base_path,
-        "content": _wrapped(name, body, base_path, files, scripts),
-        "resources": files,
-        "scripts": scripts,
-        "execution": skill.execution,
-        "tier": skill.tier,
-    }
-
-
-def _already_loaded(context: ToolContext, skill: Skill) -> bool:
-    """Record the activation; True when the chat already holds this exact content."""
-    assert context.chat is not None
-    with context.sessions() as session, session.begin():
-        key = {"chat_id": context.chat.id, "skill_name": skill.name}
-        row = session.get(ChatActivation, key)
-        if row is not None and row.skill_hash == skill.hash:
-            return True
-        if row is None:
-            session.add(ChatActivation(**key, skill_hash=skill.hash))
-        else:
-            row.skill_hash = skill.hash
-            row.activated_at = utcnow()
-    return False
-
-
-def _wrapped(
-    name: str, body: str, base_path: str, files: list[str], scripts: list[dict[str, Any]]
-) -> str:
-    resources = "\n".join(f"  <file>{path}</file>" for path in files)
-    available = "\n".join(
-        f'  <script path="{s["path"]}">{_compact(s["schema"])}</script>' for s in scripts
-    )
-    parts = [
-        f'<skill_content name="{name}">',
-        body.rstrip(),
-        "",
-        f"Skill directory: {base_path}",
-        "Relative paths in this skill are relative to the skill directory; read them with "
-        "read_skill_resource and run scripts with run_skill_script.",
-        "",
-        f"<skill_resources>\n{resources}\n</skill_resources>",
-    ]
-    if scripts:
-        parts.append(f"<available_scripts>\n{available}\n</available_scripts>")
-    parts.append("</skill_content>")
-    return "\n".join(parts)
-
-
-def _compact(schema: dict[str, Any]) -> str:
-    return json.dumps(schema, separators=(",", ":"), sort_keys=True)
+    return loaded.skill_content(context.store, skill)
 
 
 def read_skill_resource(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
-    """One file of an enabled skill, confined to that skill's folder."""
+    """One file of an enabled skill, confined to that skill's folder; text comes in
+    `<skill_resource>` tags."""
     name = _string_arg(arguments, "skill_name")
     skill = _enabled_skill(context, name)
     path, data = context.store.read_file(skill, arguments.get("path"), MAX_RESOURCE_BYTES)
     result: dict[str, Any] = {"skill_name": name, "path": path, "size": len(data)}
     try:
-        result["content"] = data.decode("utf-8")
+        result["content"] = loaded.resource_content(name, path, data.decode("utf-8"))
     except UnicodeDecodeError:
         result["content_base64"] = base64.b64encode(data).decode("ascii")
     return result

@@ -117,6 +117,30 @@ def test_a_repeat_load_in_the_same_chat_returns_a_short_note(client, auth):
     assert "content" in other_chat["result"]
 
 
+def test_a_repeat_load_in_the_same_turn_is_a_note_and_a_new_turn_gets_the_content_again(
+    client, auth
+):
+    # An agent that keeps its own context may have dropped an earlier turn's results: only a
+    # load the call's own turn already got is a repeat.
+    install(client, auth, "disk-report")
+    load = {"skill_name": "disk-report"}
+    first = call(client, auth, "load_skill", load, chat_id="c1", turn_id="t1")["result"]
+    assert first["content"].startswith('<skill_content name="disk-report">')
+    again = call(client, auth, "load_skill", load, chat_id="c1", turn_id="t1")["result"]
+    assert again["already_loaded"] is True and "content" not in again
+    assert '<skill_content name="disk-report">' in again["note"]
+    next_turn = call(client, auth, "activate_skill", load, chat_id="c1", turn_id="t2")["result"]
+    assert next_turn["content"] == first["content"]
+    assert call(client, auth, "load_skill", load, chat_id="c1", turn_id="t2")["result"][
+        "already_loaded"
+    ]
+    # The same turn id in another chat is another context.
+    other = call(client, auth, "load_skill", load, chat_id="c2", turn_id="t1")["result"]
+    assert other["content"] == first["content"]
+    # Without a turn id the chat is one context, as the client keeps it.
+    assert call(client, auth, "load_skill", load, chat_id="c1")["result"]["already_loaded"]
+
+
 def test_chats_of_two_owners_with_the_same_id_are_separate(client, auth, other_auth):
     shared = {"skill_name": "skill-authoring"}
     call(client, auth, "load_skill", shared, chat_id="same")
@@ -133,7 +157,10 @@ def test_read_skill_resource_returns_a_file_of_the_skill(client, auth):
         {"skill_name": "disk-report", "path": "scripts/hello.py"},
     )["result"]
     assert result["path"] == "scripts/hello.py"
-    assert result["content"].startswith("import json")
+    text = skill_files("disk-report")["scripts/hello.py"].decode()
+    assert result["content"] == (
+        f'<skill_resource name="disk-report" path="scripts/hello.py">\n{text}\n</skill_resource>'
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,271 @@
+"""What a chat has loaded: the skill content its turns keep, and when a load is a repeat.
+
+A turn the server runs (`workers/turns.py`) sees only the prompts and answers of the chat's
+last turns, so the tool results of earlier turns are gone from its context. Skill content is
+exempt (seed 004: `<skill_content>` and `<skill_resource>` survive compaction): every turn of a
+chat starts with the chat's loaded skills, each as load_skill gave it, and the text resources it
+read since, each as read_skill_resource gave it, while the skill still has the hash they were
+read at and is enabled.
+
+load_skill answers `already_loaded` only when the call's context holds the skill at its
+current hash:
+
+- a call with a `turn_id`: an earlier load_skill of the same turn and chat gave it, or the turn
+  is one the server runs for this chat and carried it from its start;
+- a call without one: the chat loaded it before (the chat is one context, as the client keeps
+  it).
+
+So an agent that manages its own context and sends a new `turn_id` gets the content again on
+its first load in that turn.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from broker.context import ToolContext
+from broker.results import shape_result
+from store.db import SessionFactory
+from store.errors import SkillfleetError
+from store.limits import MAX_RESOURCE_BYTES, RESULT_CAP
+from store.models import Chat, ChatActivation, Skill, ToolCall, Turn, utcnow
+from store.schemas import schema_for
+from store.skills import SkillStore
+from store.states import CallStatus
+
+# Resource text a turn carries at most (UTF-8 bytes), newest reads first; older ones are named.
+CARRIED_RESOURCE_BYTES = RESULT_CAP
+# The chat's most recent resource reads looked at for carrying.
+CARRIED_READS = 50
+CARRIED_HEAD = (
+    "Skills loaded earlier in this chat stay in your context for every turn: follow them as "
+    "when you loaded them. load_skill answers already_loaded for these."
+)
+NOT_CARRIED = "Resources read earlier but too long to keep here (read them again if needed):"
+
+
+def skill_content(store: SkillStore, skill: Skill) -> dict[str, Any]:
+    """load_skill's answer: the SKILL.md body in `<skill_content>`, resources and scripts."""
+    info = store.info(skill)
+    files = [entry.path for entry in store.files(skill) if entry.path != "SKILL.md"]
+    scripts = [{"path": p, "schema": schema_for(info, p)} for p in store.scripts(skill)]
+    base_path = f"skills/{skill.name}"
+    return {
+        "name": skill.name,
+        "hash": skill.hash,
+        "base_path": base_path,
+        "content": _wrapped(skill.name, info.body, base_path, files, scripts),
+        "resources": files,
+        "scripts": scripts,
+        "execution": skill.execution,
+        "tier": skill.tier,
+    }
+
+
+def resource_content(name: str, path: str, text: str) -> str:
+    """A resource's text in the `<skill_resource>` tags that mark it as skill content."""
+    return f'<skill_resource name="{name}" path="{html.escape(path)}">\n{text}\n</skill_resource>'
+
+
+def _wrapped(
+    name: str, body: str, base_path: str, files: list[str], scripts: list[dict[str, Any]]
+) -> str:
+    resources = "\n".join(f"  <file>{path}</file>" for path in files)
+    available = "\n".join(
+        f'  <script path="{s["path"]}">{_compact(s["schema"])}</script>' for s in scripts
+    )
+    parts = [
+        f'<skill_content name="{name}">',
+        body.rstrip(),
+        "",
+        f"Skill directory: {base_path}",
+        "Relative paths in this skill are relative to the skill directory; read them with "
+        "read_skill_resource and run scripts with run_skill_script.",
+        "",
+        f"<skill_resources>\n{resources}\n</skill_resources>",
+    ]
+    if scripts:
+        parts.append(f"<available_scripts>\n{available}\n</available_scripts>")
+    parts.append("</skill_content>")
+    return "\n".join(parts)
+
+
+def _compact(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, separators=(",", ":"), sort_keys=True)
+
+
+# -- a repeat load -----------------------------------------------------------------
+
+
+def holds(context: ToolContext, skill: Skill) -> bool:
+    """Record the chat's activation; True when the call's context already holds this content."""
+    assert context.chat is not None
+    with context.sessions() as session, session.begin():
+        key = {"chat_id": context.chat.id, "skill_name": skill.name}
+        row = session.get(ChatActivation, key)
+        if row is None:
+            session.add(ChatActivation(**key, skill_hash=skill.hash, activated_at=utcnow()))
+            return False
+        if row.skill_hash != skill.hash:
+            row.skill_hash = skill.hash
+            row.activated_at = utcnow()
+            return False
+        if context.turn_id is None:
+            return True
+        return _loaded_this_turn(session, context, skill) or _carried_into_turn(
+            session, context, row.activated_at
+        )
+
+
+def _loaded_this_turn(session: Session, context: ToolContext, skill: Skill) -> bool:
+    assert context.chat is not None
+    earlier = session.scalar(
+        select(ToolCall.id)
+        .where(
+            ToolCall.turn_id == context.turn_id,
+            ToolCall.chat_id == context.chat.id,
+            ToolCall.tool == "load_skill",
+            ToolCall.status == CallStatus.DONE,
+            ToolCall.skill_name == skill.name,
+            ToolCall.skill_hash == skill.hash,
+        )
+        .limit(1)
+    )
+    return earlier is not None
+
+
+def _carried_into_turn(session: Session, context: ToolContext, since: datetime) -> bool:
+    """True when the call's turn is the server's turn of this chat, started after the load."""
+    assert context.chat is not None
+    started = session.scalar(
+        select(Turn.started_at).where(
+            Turn.id == context.turn_id,
+            Turn.owner_id == context.owner_id,
+            Turn.chat_id == context.chat.external_id,
+        )
+    )
+    return started is not None and since <= started
+
+
+# -- what a turn carries -----------------------------------------------------------
+
+
+@dataclass
+class Carried:
+    """The skill content a chat's next turn starts with."""
+
+    skills: list[str] = field(default_factory=list)
+    resources: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        """The block added to the turn's system message; empty when nothing is carried."""
+        if not self.skills and not self.resources:
+            return ""
+        parts = [CARRIED_HEAD, *self.skills, *self.resources]
+        if self.left_out:
+            parts.append(f"{NOT_CARRIED} {', '.join(self.left_out)}")
+        return "\n\n".join(parts)
+
+
+def carried(
+    store: SkillStore,
+    sessions: SessionFactory,
+    owner_id: int,
+    chat_id: str,
+    budget: int = CARRIED_RESOURCE_BYTES,
+) -> Carried:
+    """What the chat `chat_id` (the client's id) has loaded and still holds, as it was given.
+
+    Text is redacted and capped as the tool results were; resources fill `budget` bytes from the
+    newest read back, and those that don't fit are named so the model can read them again.
+    """
+    with sessions() as session:
+        chat = session.scalar(
+            select(Chat.id).where(Chat.owner_id == owner_id, Chat.external_id == chat_id)
+        )
+        if chat is None:
+            return Carried()
+        loaded = session.execute(
+            select(ChatActivation.skill_name, ChatActivation.skill_hash)
+            .where(ChatActivation.chat_id == chat)
+            .order_by(ChatActivation.activated_at, ChatActivation.skill_name)
+        ).all()
+        reads = session.execute(
+            select(ToolCall.skill_name, ToolCall.skill_hash, ToolCall.arguments)
+            .where(
+                ToolCall.owner_id == owner_id,
+                ToolCall.chat_id == chat,
+                ToolCall.tool == "read_skill_resource",
+                ToolCall.status == CallStatus.DONE,
+            )
+            .order_by(ToolCall.created_at.desc())
+            .limit(CARRIED_READS)
+        ).all()
+    found = Carried()
+    for name, skill_hash in loaded:
+        skill = _still(store, owner_id, name, skill_hash)
+        if skill is not None:
+            found.skills.append(_text(skill_content(store, skill)["content"]))
+    _add_resources(found, store, owner_id, reads, budget)
+    return found
+
+
+def _add_resources(
+    found: Carried, store: SkillStore, owner_id: int, reads: Iterable[Any], budget: int
+) -> None:
+    seen: set[tuple[str, str]] = set()
+    kept: list[str] = []
+    for name, skill_hash, arguments in reads:
+        skill = _still(store, owner_id, name, skill_hash)
+        text = _resource(store, skill, arguments) if skill is not None else None
+        if text is None or (name, text[0]) in seen:
+            continue
+        seen.add((name, text[0]))
+        block = _text(resource_content(name, *text))
+        size = len(block.encode())
+        if size > budget:
+            found.left_out.append(f"{name}/{text[0]}")
+            continue
+        budget -= size
+        kept.append(block)
+    found.resources = kept[::-1]  # in the order they were read
+    found.left_out.reverse()
+
+
+def _still(
+    store: SkillStore, owner_id: int, name: str | None, skill_hash: str | None
+) -> Skill | None:
+    """The skill `name` when it is enabled and still has the hash it was read at."""
+    if name is None:
+        return None
+    try:
+        skill = store.get(owner_id, name)
+    except SkillfleetError:
+        return None  # removed since
+    return skill if skill.enabled and skill.hash == skill_hash else None
+
+
+def _resource(store: SkillStore, skill: Skill, arguments: Any) -> tuple[str, str] | None:
+    """The path and text of a resource read before; None for a binary or vanished one."""
+    path = arguments.get("path") if isinstance(arguments, dict) else None
+    try:
+        path, data = store.read_file(skill, path, MAX_RESOURCE_BYTES)
+        return path, data.decode("utf-8")
+    except (SkillfleetError, OSError, UnicodeDecodeError):
+        return None
+
+
+def _text(value: str) -> str:
+    """The text as a tool result shows it: credentials redacted, cut at the result cap."""
+    shaped = shape_result(value)
+    assert isinstance(shaped, str)  # a string is shaped into a string
+    return shaped
