@@ -4,6 +4,10 @@ Every tool call the model makes goes through the broker exactly like an agent's 
 `POST /api/tools/<tool>` (the turn's id is its `turn_id`, so 50 calls per turn hold); a call
 that waits for the owner keeps the turn waiting until it is answered, the turn is stopped or its
 time runs out. Text and tool events stream to the turn's Redis Stream as they happen.
+
+The model sees the prompts and answers of the chat's last turns, not their tool results; the
+skill content the chat loaded is kept apart from that history and starts every turn
+(broker/loaded.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import redis
 import structlog
 from sqlalchemy import select
 
+from broker import loaded
 from broker.broker import Broker
 from broker.calls import CallOutcome, CallRequest
 from relay import events, heartbeat, naming
@@ -183,6 +188,9 @@ class _Loop:
 
     def _messages(self) -> list[dict[str, Any]]:
         system = SYSTEM_PROMPT + (f"\n{JOB_NOTE}" if self.turn.job_run_id else "")
+        kept = self._carried()
+        if kept:
+            system += f"\n\n{kept}"
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         with self.context.sessions() as session:
             for prompt, answer in turnstates.history(session, self.turn):
@@ -190,6 +198,16 @@ class _Loop:
                 messages.append({"role": "assistant", "content": answer})
         messages.append({"role": "user", "content": self.turn.prompt})
         return messages
+
+    def _carried(self) -> str:
+        """The chat's loaded skill content, which the history's prompts and answers lack.
+
+        In the one system message: many chat templates refuse a second one or one later on.
+        """
+        if self.turn.chat_id is None:
+            return ""
+        store, sessions = self.context.broker.store, self.context.sessions
+        return loaded.carried(store, sessions, self.turn.owner_id, self.turn.chat_id).text()
 
     def _on_text(self, text: str) -> None:
         self.text += text

@@ -6,11 +6,14 @@ calls) with dry-run dispatch, so scripts are decided by the broker but not start
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
 
 import pytest
+from conftest import WIPE
+from factories import skill_files, zip_bytes
 from fleet import wait_until
 from model_standin import model_standin, slow, text, tools
 from sqlalchemy import select
@@ -19,6 +22,7 @@ from relay.naming import turn_stream
 from relay.streams import read_stream
 from store.db import transaction
 from store.lifecycle import turns as turnstates
+from store.limits import MAX_CHAT_HISTORY_TURNS
 from store.models import ModelSetting, ToolCall, Turn
 from store.secrets import Sealer
 from workers import jobruns, turns
@@ -65,6 +69,11 @@ def sse(client, auth, turn_id: str, last_id: str | None = None) -> list[tuple[st
         fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
         frames.append((fields["id"], fields["event"], json.loads(fields["data"])))
     return frames
+
+
+def tool_results(request: dict) -> list[dict]:
+    """The tool results a request to the model carried, as the model read them."""
+    return [json.loads(m["content"]) for m in request["messages"] if m["role"] == "tool"]
 
 
 def calls_of(services, turn_id: str) -> list[ToolCall]:
@@ -336,3 +345,84 @@ def test_a_turn_whose_control_worker_vanished_is_interrupted_and_the_owner_told(
     [event] = events.read(redis_client, owner)
     assert event.kind == "turn.interrupted" and event.data["turn_id"] == turn_id
     assert sse(client, auth, turn_id)[-1][2]["status"] == "interrupted"
+
+
+LOAD_WIPER = ("load_skill", {"skill_name": "wiper"})
+READ_GUIDE = ("read_skill_resource", {"skill_name": "wiper", "path": "references/guide.md"})
+
+
+def test_a_skill_loaded_in_one_turn_is_in_the_next_turns_context_and_a_repeat_load_says_so(
+    client, auth, context, wiper
+):
+    first = [tools(LOAD_WIPER, READ_GUIDE), text("Loaded.")]
+    second = [tools(LOAD_WIPER), text("I still have it.")]
+    with model_standin(first + second) as model:
+        use_model(client, auth, model.url)
+        assert turns.execute(context, start(client, auth, "Load wiper.")) == "succeeded"
+        assert turns.execute(context, start(client, auth, "Wipe web01.")) == "succeeded"
+    skill, resource = (r["result"]["content"] for r in tool_results(model.requests[1]))
+    assert skill.startswith('<skill_content name="wiper">') and "Follow these steps." in skill
+    assert resource == (
+        '<skill_resource name="wiper" path="references/guide.md">\n# Guide\n\nRead me.\n\n'
+        "</skill_resource>"
+    )
+    # Turn 2 starts from the history's prompts and answers, without turn 1's tool results, and
+    # with the skill and the resource exactly as turn 1 got them.
+    messages = model.requests[2]["messages"]
+    assert [(m["role"], m["content"]) for m in messages[1:]] == [
+        ("user", "Load wiper."), ("assistant", "Loaded."), ("user", "Wipe web01."),
+    ]  # fmt: skip
+    assert messages[0]["role"] == "system"
+    assert skill in messages[0]["content"] and resource in messages[0]["content"]
+    [repeat] = tool_results(model.requests[3])
+    assert repeat["status"] == "done" and repeat["result"]["already_loaded"] is True
+    assert '<skill_content name="wiper">' in repeat["result"]["note"]
+
+
+def test_a_loaded_skill_stays_in_context_after_its_turn_left_the_chats_history(
+    client, auth, context, wiper
+):
+    later = [f"Question {n}." for n in range(MAX_CHAT_HISTORY_TURNS + 1)]
+    script = [tools(LOAD_WIPER), text("Loaded.")] + [text("Fine.") for _ in later]
+    with model_standin(script) as model:
+        use_model(client, auth, model.url)
+        for prompt in ["Load wiper.", *later]:
+            assert turns.execute(context, start(client, auth, prompt)) == "succeeded"
+    [loaded] = tool_results(model.requests[1])
+    messages = model.requests[-1]["messages"]
+    shown = [m["content"] for m in messages[1:]]
+    assert "Load wiper." not in shown and shown[:2] == ["Question 0.", "Fine."]
+    assert len(shown) == 2 * MAX_CHAT_HISTORY_TURNS + 1  # the history was cut
+    assert loaded["result"]["content"] in messages[0]["content"]
+
+
+def test_a_skill_changed_or_disabled_since_it_was_loaded_is_not_carried(
+    client, auth, context, wiper
+):
+    script = [
+        tools(LOAD_WIPER, READ_GUIDE), text("Loaded."),
+        text("Nothing carried."),
+        tools(LOAD_WIPER), text("Loaded the new one."),
+    ]  # fmt: skip
+    with model_standin(script) as model:
+        use_model(client, auth, model.url)
+        assert turns.execute(context, start(client, auth, "Load wiper.")) == "succeeded"
+        disabled = client.put(
+            "/api/skills/wiper/enabled", headers=auth,
+            json={"enabled": False, "hash": wiper["hash"]},
+        )  # fmt: skip
+        assert disabled.status_code == 200, disabled.json
+        assert turns.execute(context, start(client, auth, "Anything?")) == "succeeded"
+        files = skill_files("wiper", metadata=WIPE)
+        files["references/guide.md"] = b"# Guide\n\nThe new guide.\n"
+        replaced = client.post(
+            "/api/skills?replace=true", headers=auth, content_type="multipart/form-data",
+            data={"file": (io.BytesIO(zip_bytes(files, top="wiper")), "s.zip")},
+        )  # fmt: skip
+        assert replaced.status_code == 201, replaced.json
+        assert turns.execute(context, start(client, auth, "Load it again.")) == "succeeded"
+    assert "<skill_" not in model.requests[2]["messages"][0]["content"]  # disabled
+    assert "<skill_" not in model.requests[3]["messages"][0]["content"]  # another hash
+    [again] = tool_results(model.requests[4])
+    assert again["result"]["hash"] == replaced.json["hash"] != wiper["hash"]
+    assert again["result"]["content"].startswith('<skill_content name="wiper">')
