@@ -35,16 +35,12 @@ from broker.context import ToolContext
 from broker.results import shape_result
 from store.db import SessionFactory
 from store.errors import SkillfleetError
-from store.limits import MAX_RESOURCE_BYTES, RESULT_CAP
+from store.limits import CARRIED_READS, CARRIED_RESOURCE_BYTES, MAX_RESOURCE_BYTES
 from store.models import Chat, ChatActivation, Skill, ToolCall, Turn, utcnow
 from store.schemas import schema_for
 from store.skills import SkillStore
 from store.states import CallStatus
 
-# Resource text a turn carries at most (UTF-8 bytes), newest reads first; older ones are named.
-CARRIED_RESOURCE_BYTES = RESULT_CAP
-# The chat's most recent resource reads looked at for carrying.
-CARRIED_READS = 50
 CARRIED_HEAD = (
     "Skills loaded earlier in this chat stay in your context for every turn: follow them as "
     "when you loaded them. load_skill answers already_loaded for these."

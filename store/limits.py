@@ -18,6 +18,10 @@ MAX_RATIONALE_CHARS = 1000
 MAX_RESOURCE_BYTES = 256 * KIB
 # The most a tool result may take, as compact UTF-8 JSON; past it the result is cut with a note.
 RESULT_CAP = 48 * KIB
+# Resource text an agent turn carries at most (UTF-8 bytes), newest reads first; older ones
+# are named (broker/loaded.py), among the chat's CARRIED_READS most recent reads.
+CARRIED_RESOURCE_BYTES = RESULT_CAP
+CARRIED_READS = 50
 # A package a node fetches: a skill holds at most MAX_SKILL_BYTES before compression.
 MAX_PACKAGE_BYTES = 8 * MIB
 

@@ -153,7 +153,7 @@ class Chat(Base):
 
 
 class ChatActivation(Base):
-    """A skill whose instructions a chat already holds, so a repeat load returns a note."""
+    """The skills a chat loaded, at the hash it got: carried into its turns (`broker/loaded.py`)."""
 
     __tablename__ = "chat_activations"
 
