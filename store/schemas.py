@@ -2,7 +2,8 @@
 
 A skill declares `parameters_schema` under metadata, as a YAML mapping or JSON text: either
 one JSON Schema for every script, or a map from script path (`scripts/verify.py`) to a
-schema. Every schema must have `"type": "object"`.
+schema. Every schema must have `"type": "object"`; its `argv` says which arguments the script
+also gets on its command line (store/commandline.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+
+from store.commandline import ARGV_KEY, CommandLineError, Entry, check_argv, constrain, entries
+from store.errors import SkillInvalid
 
 SCHEMA_KEY = "parameters_schema"
 SCRIPTS_DIR = "scripts"
@@ -33,7 +37,9 @@ DEFAULT_SCHEMAS: dict[str, dict[str, Any]] = {
 _MAX_SCHEMA_NODES = 10_000
 _MAX_SCHEMA_DEPTH = 64
 # Keys that mark a mapping without "type" as one (broken) schema rather than a map of scripts.
-_SCHEMA_KEYWORDS = {"$schema", "$id", "$ref", "properties", "required", "additionalProperties"}
+_SCHEMA_KEYWORDS = {
+    "$schema", "$id", "$ref", "properties", "required", "additionalProperties", ARGV_KEY
+}  # fmt: skip
 
 
 class DeclaredSchemas(Protocol):
@@ -53,11 +59,12 @@ def schema_for(info: DeclaredSchemas, script: str) -> dict[str, Any]:
     """The arguments schema of `script` (a POSIX path inside the skill); always a fresh copy.
 
     For node execution the schema always has a required `node` string: the server to run on.
+    Values that go on the script's command line are held to what a command line can carry.
     """
     declared = info.script_schemas.get(script, info.parameters_schema)
     if declared is None:
         return copy.deepcopy(DEFAULT_SCHEMAS[info.execution])
-    schema = copy.deepcopy(declared)
+    schema = constrain(copy.deepcopy(declared))
     if info.execution == "node":
         properties = schema.setdefault("properties", {})
         properties.setdefault("node", copy.deepcopy(_NODE_PROPERTY))
@@ -65,6 +72,17 @@ def schema_for(info: DeclaredSchemas, script: str) -> dict[str, Any]:
         if "node" not in required:
             required.append("node")
     return schema
+
+
+def argv_of(info: DeclaredSchemas, script: str) -> tuple[Entry, ...]:
+    """The command line `script`'s schema declares (store/commandline.py); () for none."""
+    declared = info.script_schemas.get(script, info.parameters_schema)
+    if declared is None:
+        return ()
+    try:
+        return entries(declared)
+    except CommandLineError:
+        return ()  # never for a stored skill: its schema was checked when it was saved
 
 
 def scripts_of(root: Path) -> list[str]:
@@ -103,6 +121,18 @@ def check_parameters_schema(
         elif _schema_ok(schema, f"The parameters_schema for {_quote(path)}", problems):
             schemas[path] = schema
     return None, schemas
+
+
+def parse_schema_text(text: str) -> dict[str, Any]:
+    """A parameters_schema sent as JSON text (tools take an object or its text), parsed.
+
+    Raises SkillInvalid with the sentence a SKILL.md header holding that text would get.
+    """
+    problems: list[str] = []
+    parsed = _schema_value(text, problems)
+    if parsed is None:
+        raise SkillInvalid(problems[0], errors=problems)
+    return parsed
 
 
 def _schema_value(value: object, problems: list[str]) -> dict[str, Any] | None:
@@ -148,7 +178,9 @@ def _schema_ok(schema: object, label: str, problems: list[str]) -> bool:
         found = f", not {json.dumps(schema['type'])}" if "type" in schema else ""
         problems.append(f'{label} must have "type": "object"{found}.')
         return False
-    return True
+    before = len(problems)
+    check_argv(schema, label, problems)
+    return len(problems) == before
 
 
 def _json_shape_problem(value: object) -> str | None:

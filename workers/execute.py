@@ -10,17 +10,20 @@ from typing import Protocol
 import redis
 import structlog
 
+from broker.errors import SchemaMismatch
 from broker.runs import ANNOUNCED, Outcome, announce, claim, finish
 from relay import feed, naming
 from relay.errors import RunError
 from relay.heartbeat import Instance
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import RunStream
+from store.commandline import CommandLineError
 from store.db import SessionFactory
+from store.errors import StoreError
 from store.models import RunFacts
 from store.ownerevents import OwnerEvent
 from store.states import RunStatus
-from workers.runners.base import Job, Runner
+from workers.runners.base import Job, Runner, script_argv
 
 log = structlog.get_logger(__name__)
 
@@ -66,6 +69,13 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
 
 
 def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream) -> Outcome:
+    try:
+        argv = script_argv(folder, run.skill_name, run.skill_hash, run.script, run.arguments)
+    except CommandLineError as e:  # the call was checked against the same rules: a safety net
+        return Outcome(RunStatus.FAILED, None, "", e.message, e.message, SchemaMismatch.code)
+    except (StoreError, OSError) as e:  # the verified copy's SKILL.md can't be read
+        message = f"The skill's SKILL.md could not be read for the script's command line: {e}"
+        return Outcome(RunStatus.FAILED, None, "", message, message)
     job = Job(
         run_id=run.id,
         skill_name=run.skill_name,
@@ -75,6 +85,7 @@ def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream)
         timeout=run.timeout_seconds,
         network=run.network,
         execution=run.execution,
+        argv=argv,
     )
     cancel_key = naming.run_cancel(run.id)
     try:

@@ -194,3 +194,78 @@ def test_a_sandbox_skill_refuses_a_script_it_cannot_run_before_anything_is_queue
     assert envelope["error"]["code"] == "script_not_supported"
     assert ".py, .js and .mjs scripts only" in envelope["error"]["message"]
     assert "run_id" not in envelope
+
+
+# -- argv: values that go on the script's command line --------------------------------------
+
+ARGV_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "pdf": {"type": "string"},
+        "pages": {"type": "integer"},
+        "more": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["pdf"],
+    "argv": [{"option": "--pages", "property": "pages"}, "pdf", "--", "more"],
+}
+
+
+@pytest.fixture
+def forms(client, auth):
+    install(
+        client, auth, "forms", {**READER, "parameters_schema": {"scripts/hello.py": ARGV_SCHEMA}}
+    )
+
+
+def test_command_line_values_run_and_the_script_gets_them_in_its_arguments_too(client, auth, forms):
+    arguments = {"node": "web01", "pdf": "form.pdf", "pages": 2, "more": ["-x"]}
+    assert dispatched(run(client, auth, arguments, name="forms")) == (
+        "web01",
+        {"pdf": "form.pdf", "pages": 2, "more": ["-x"]},
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"pdf": "-rf"},
+        {"pdf": "--output=/etc/passwd"},
+        {"pdf": "form.pdf", "pages": -3},
+        {"pdf": "form\u0000.pdf"},
+        {"pdf": "form.pdf", "more": ["ok", "nul\u0000"]},
+    ],
+)
+def test_a_value_the_command_line_would_misread_fails_before_anyone_is_asked(
+    client, auth, services, forms, arguments
+):
+    envelope = run(client, auth, {"node": "web01", **arguments}, name="forms")
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "arguments_schema"
+    assert envelope["error"]["message"].startswith(
+        "HOST: arguments don't match scripts/hello.py's parameters: "
+    )
+    assert "approval_id" not in envelope and "run_id" not in envelope
+
+
+def test_a_skill_whose_argv_names_an_undeclared_property_is_refused_at_import(client, auth):
+    schema = {**ARGV_SCHEMA, "argv": ["pdf", "output"]}
+    files = skill_files("broken", metadata={**READER, "parameters_schema": schema})
+    data = {"file": (io.BytesIO(zip_bytes(files, top="broken")), "s.zip")}
+    response = client.post(
+        "/api/skills", headers=auth, data=data, content_type="multipart/form-data"
+    )
+    assert response.status_code == 422
+    assert response.json["code"] == "skill_invalid"
+    assert response.json["errors"] == [
+        'The parameters_schema puts "output" on the command line, but its properties do not '
+        "declare it."
+    ]
+    assert client.get("/api/skills/broken", headers=auth).status_code == 404
+
+
+def test_load_skill_shows_the_agent_which_arguments_go_on_the_command_line(client, auth, forms):
+    body = {"arguments": {"skill_name": "forms"}, "chat_id": "c1"}
+    loaded = client.post("/api/tools/load_skill", headers=auth, json=body).json
+    assert loaded["status"] == "done", loaded
+    assert '"argv"' in json.dumps(loaded["result"])
+    assert "(?!-)" in json.dumps(loaded["result"])  # the rule the call is checked against

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from store.errors import SkillInvalid
-from store.schemas import schema_for, scripts_of
+from store.limits import MAX_ARGUMENT_TEXT
+from store.schemas import argv_of, parse_schema_text, schema_for, scripts_of
 from store.validation import SkillInfo, validate_header, validate_skill_dir
 
 NODE_PROPERTY = {"type": "string", "description": "The server to run on."}
@@ -218,3 +220,140 @@ def test_scripts_of_lists_runnable_files_under_scripts_in_order(tmp_path: Path) 
 
 def test_a_skill_without_a_scripts_folder_has_no_scripts(tmp_path: Path) -> None:
     assert scripts_of(tmp_path) == []
+
+
+# -- argv: the script's command line --------------------------------------------------------
+
+ARGV_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "pdf": {"type": "string"},
+        "pages": {"type": "integer"},
+        "verbose": {"type": "boolean"},
+        "extra": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["pdf"],
+    "argv": [{"option": "--pages", "property": "pages"}, "pdf", "--", "extra"],
+}
+
+
+def test_a_schema_with_argv_is_read_and_the_default_schema_rules_still_apply() -> None:
+    info = info_with("node", copy.deepcopy(ARGV_SCHEMA))
+    assert info.parameters_schema == ARGV_SCHEMA
+    schema = schema_for(info, "scripts/check.py")
+    assert schema["required"] == ["pdf", "node"]
+    assert schema["argv"] == ARGV_SCHEMA["argv"]
+
+
+def test_argv_values_are_held_to_what_a_command_line_carries_when_a_call_is_checked() -> None:
+    schema = schema_for(info_with("spark", copy.deepcopy(ARGV_SCHEMA)), "scripts/check.py")
+    check = Draft202012Validator(schema)
+    assert check.is_valid({"pdf": "form.pdf", "pages": 2, "extra": ["-x", "--y"]})
+    assert not check.is_valid({"pdf": "-rf"})  # would be read as an option
+    assert not check.is_valid({"pdf": "--output=/etc/passwd"})
+    assert not check.is_valid({"pdf": "a", "pages": -1})
+    assert not check.is_valid({"pdf": "a\x00b"})
+    assert not check.is_valid({"pdf": "a", "extra": ["x\x00"]})  # after "--": only the NUL
+    assert not check.is_valid({"pdf": "x" * (MAX_ARGUMENT_TEXT + 1)})
+
+
+def test_an_author_s_own_pattern_is_kept_beside_the_command_line_rule() -> None:
+    declared = copy.deepcopy(ARGV_SCHEMA)
+    declared["properties"]["pdf"]["pattern"] = "[.]pdf$"
+    schema = schema_for(info_with("spark", declared), "scripts/check.py")
+    check = Draft202012Validator(schema)
+    assert check.is_valid({"pdf": "form.pdf"})
+    assert not check.is_valid({"pdf": "form.txt"})
+    assert not check.is_valid({"pdf": "-form.pdf"})
+
+
+def test_a_script_without_argv_gets_no_command_line_rules() -> None:
+    declared = {"type": "object", "properties": {"pdf": {"type": "string"}}}
+    assert schema_for(info_with("spark", declared), "scripts/a.py") == declared
+    assert argv_of(info_with("spark", declared), "scripts/a.py") == ()
+
+
+def test_argv_of_reads_each_script_s_own_declaration() -> None:
+    schemas = {"scripts/a.py": copy.deepcopy(ARGV_SCHEMA), "scripts/b.py": {"type": "object"}}
+    info = info_with("spark", schemas)
+    assert [entry.kind for entry in argv_of(info, "scripts/a.py")] == [
+        "option",
+        "positional",
+        "end",
+        "positional",
+    ]
+    assert argv_of(info, "scripts/b.py") == ()
+    assert argv_of(info, "scripts/c.py") == ()
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        ("pdf", 'has an argv that is a string, not a list of "--", a property name, '),
+        ([7], "has an argv entry 7 that is not "),
+        (["nope"], 'puts "nope" on the command line, but its properties do not declare it.'),
+        (["node"], 'puts "node" on the command line, but node names the server to run on'),
+        (["pdf", "pdf"], 'puts "pdf" on the command line twice.'),
+        (["verbose"], 'puts "verbose" on the command line, so its "type" must be "string", '),
+        ([{"flag": "--v", "property": "pdf"}], 'so its "type" must be "boolean"; it is "string".'),
+        ([{"option": "--a b", "property": "pdf"}], 'which is not an option name such as "--pages"'),
+        ([{"option": "-", "property": "pdf"}], "which is not an option name"),
+        ([{"option": "--p", "property": "pdf", "x": 1}], 'has an argv entry {"option": "--p"'),
+        (["--", "--"], 'has "--" twice in its argv.'),
+        (["--", {"flag": "-v", "property": "verbose"}], 'has the flag "-v" after "--"'),
+    ],
+)
+def test_an_argv_that_can_t_be_read_is_a_problem_naming_what_is_wrong(
+    argv: Any, problem: str
+) -> None:
+    schema = {**copy.deepcopy(ARGV_SCHEMA), "argv": argv}
+    (found,) = schema_problems({"scripts/check.py": schema})
+    assert found.startswith('The parameters_schema for "scripts/check.py" ')
+    assert problem in found, found
+
+
+def test_a_command_line_property_without_a_declared_type_is_a_problem() -> None:
+    schema = {"type": "object", "properties": {"pdf": {}}, "argv": ["pdf"]}
+    assert schema_problems(schema) == [
+        'The parameters_schema puts "pdf" on the command line, so its "type" must be "string", '
+        '"integer", "number" or "array" with "items" of one of those; it declares none.'
+    ]
+
+
+def test_argv_without_a_type_is_one_broken_schema_not_a_map_of_scripts() -> None:
+    assert schema_problems({"argv": ["pdf"]}) == [
+        'The parameters_schema must have "type": "object".'
+    ]
+
+
+# -- parameters_schema sent as JSON text -----------------------------------------------------
+
+
+def test_a_schema_sent_as_json_text_is_parsed_into_its_object() -> None:
+    assert parse_schema_text('{"type": "object", "required": ["n"]}') == {
+        "type": "object",
+        "required": ["n"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            '{"type": "object",}',
+            "The parameters_schema is not valid JSON: Expecting property name enclosed in "
+            "double quotes (line 1, column 19).",
+        ),
+        ("[1]", "The parameters_schema must be a JSON Schema object or a map from script path "),
+        ("null", "The parameters_schema must be a JSON Schema object or a map from script path "),
+    ],
+)
+def test_json_text_that_is_not_an_object_is_refused_as_a_header_would_be(
+    text: str, problem: str
+) -> None:
+    with pytest.raises(SkillInvalid) as error:
+        parse_schema_text(text)
+    assert error.value.code == "skill_invalid"
+    assert error.value.message.startswith(problem)
+    assert error.value.errors == [error.value.message]
+    assert schema_problems(text) == [error.value.message]  # the header's sentence, word for word

@@ -14,8 +14,9 @@ from test_launcher import WAYS
 from broker.runs import Outcome
 from relay import naming
 from relay.streams import RunStream, read_events
+from store.commandline import CommandLineError
 from store.limits import COALESCE_BYTES
-from workers.runners.base import SCRIPT_PATH, Job, OutputCollector, command_for
+from workers.runners.base import SCRIPT_PATH, Job, OutputCollector, command_for, script_argv
 from workers.runners.node import NodeRunner
 
 
@@ -26,8 +27,8 @@ def skill(tmp_path: Path, name: str, text: str) -> Path:
     return folder
 
 
-def job(script: str, timeout: int = 30, **arguments: object) -> Job:
-    return Job(str(uuid.uuid4()), "demo", "0" * 64, script, dict(arguments), timeout)
+def job(script: str, timeout: int = 30, argv: tuple[str, ...] = (), **arguments: object) -> Job:
+    return Job(str(uuid.uuid4()), "demo", "0" * 64, script, dict(arguments), timeout, argv=argv)
 
 
 def never() -> bool:
@@ -306,3 +307,74 @@ def test_a_line_after_the_window_has_passed_goes_out_at_once_and_a_partial_one_w
     assert collector.wait_left() is not None
     collector.flush()
     assert [e.data["text"] for e in read_events(redis_client, run_id)][2:] == ["thr"]
+
+
+# -- argv: what a script reads from its command line ------------------------------------------
+
+# Values a shell would expand, split or run; each must arrive as one argument, untouched.
+HOSTILE = ("form one.pdf", "$(touch pwned)", "`id`; rm -rf x", "a|b>c", "*", "--", "-rf", "é\n✓")
+PRINT_ARGV = "import json, sys\nprint(json.dumps(sys.argv))\n"
+
+
+@pytest.mark.parametrize("launcher", WAYS)
+def test_a_script_gets_its_argv_as_separate_arguments_never_through_a_shell(
+    launcher, tmp_path, redis_client
+):
+    folder = skill(tmp_path, "argv.py", PRINT_ARGV)
+    the_job = job("scripts/argv.py", argv=HOSTILE)
+    outcome = run_to_end(NodeRunner(launcher=launcher), the_job, folder, redis_client)
+    assert (outcome.status, outcome.exit_code) == ("succeeded", 0), outcome.stderr
+    assert json.loads(outcome.stdout) == ["scripts/argv.py", *HOSTILE]
+    assert not (folder / "pwned").exists()
+
+
+def test_a_shell_script_gets_its_argv_as_positional_parameters(tmp_path, redis_client):
+    folder = skill(tmp_path, "argv.sh", 'printf "%s|" "$#" "$@"\n')
+    the_job = job("scripts/argv.sh", argv=("a b", "$HOME", "-x"))
+    outcome = run_to_end(NodeRunner(), the_job, folder, redis_client)
+    assert outcome.stdout == "3|a b|$HOME|-x|"
+
+
+def test_without_argv_a_script_gets_only_its_path():
+    assert command_for("scripts/a.py", ()) == ["python3", "scripts/a.py"]
+
+
+def test_argv_follows_the_script_s_path_for_every_interpreter():
+    argv = ("in.pdf", "-")
+    assert command_for("scripts/a.py", argv) == ["python3", "scripts/a.py", "in.pdf", "-"]
+    assert command_for("scripts/a.sh", argv) == ["bash", "scripts/a.sh", "in.pdf", "-"]
+    assert command_for("scripts/a.mjs", argv) == ["node", "scripts/a.mjs", "in.pdf", "-"]
+    # dotnet run reads options up to "--": the script's arguments come after it.
+    assert command_for("scripts/a.cs", argv) == [
+        "dotnet", "run", "scripts/a.cs", "-p:PublishAot=false", "-p:NuGetAudit=false",
+        "--", "in.pdf", "-",
+    ]  # fmt: skip
+
+
+SKILL_WITH_ARGV = """---
+name: forms
+description: Checks PDF forms.
+metadata:
+  parameters_schema:
+    scripts/check.py:
+      type: object
+      properties:
+        pdf: {type: string}
+        verbose: {type: boolean}
+      argv: [{flag: --verbose, property: verbose}, pdf]
+---
+Run scripts/check.py.
+"""
+
+
+def test_the_command_line_is_built_from_the_declaration_in_the_skill_s_own_files(tmp_path):
+    folder = skill(tmp_path, "check.py", PRINT_ARGV)
+    (folder / "SKILL.md").write_text(SKILL_WITH_ARGV)
+    name, skill_hash = "forms", uuid.uuid4().hex
+    argv = script_argv(folder, name, skill_hash, "scripts/check.py", {"pdf": "a.pdf"})
+    assert argv == ("a.pdf",)
+    both = {"pdf": "b.pdf", "verbose": True}
+    assert script_argv(folder, name, skill_hash, "scripts/check.py", both) == ("--verbose", "b.pdf")
+    assert script_argv(folder, name, skill_hash, "scripts/other.py", {"pdf": "a.pdf"}) == ()
+    with pytest.raises(CommandLineError, match="so the script would take it for an option"):
+        script_argv(folder, name, skill_hash, "scripts/check.py", {"pdf": "--help"})

@@ -1,18 +1,23 @@
-"""What every runner shares: the job it gets, interpreters, environment, outcome."""
+"""What every runner shares: the job it gets, interpreters, command line, environment, outcome."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from broker.runs import Outcome
 from relay.streams import RunStream
+from store.commandline import Entry, command_line
+from store.frontmatter import read_loose
+from store.leniency import read_header
 from store.limits import COALESCE_BYTES, KEPT_OUTPUT_CHARS, STATUS_DELAY_SECONDS
+from store.schemas import argv_of
 from store.states import RunStatus
 
 CancelCheck = Callable[[], bool]
@@ -29,6 +34,8 @@ INTERPRETERS: dict[str, list[str]] = {
 SCRIPT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # .NET 10 file-based apps default to PublishAot, whose restore fetches the AOT compiler.
 DOTNET_FLAGS = ["-p:PublishAot=false", "-p:NuGetAudit=false"]
+# `dotnet run` reads options up to "--"; what follows goes to the program.
+DOTNET_END = "--"
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class Job:
     timeout: int
     network: str = "none"
     execution: str = "node"
+    argv: tuple[str, ...] = ()  # after the script's path, as its schema declares (script_argv)
 
 
 class Runner(Protocol):
@@ -57,14 +65,39 @@ class Runner(Protocol):
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome: ...
 
 
-def command_for(script: str) -> list[str]:
-    """The interpreter command line for a script path, by its extension."""
+def command_for(script: str, argv: Sequence[str] = ()) -> list[str]:
+    """The interpreter command line for a script path, by its extension, then `argv`.
+
+    Each of `argv` is one argument of the script: the list is executed, never read by a shell,
+    and every interpreter stops reading options of its own at the script's path.
+    """
     suffix = Path(script).suffix
     if suffix not in INTERPRETERS:
         raise ValueError(f"no interpreter for {suffix!r}")
     if suffix == ".cs":
-        return [*INTERPRETERS[suffix], script, *DOTNET_FLAGS]
-    return [*INTERPRETERS[suffix], script]
+        end = [DOTNET_END, *argv] if argv else []
+        return [*INTERPRETERS[suffix], script, *DOTNET_FLAGS, *end]
+    return [*INTERPRETERS[suffix], script, *argv]
+
+
+def script_argv(
+    folder: Path, skill_name: str, skill_hash: str, script: str, arguments: Mapping[str, Any]
+) -> tuple[str, ...]:
+    """The command-line arguments of a run's script, as the skill in `folder` declares them.
+
+    `folder` holds the verified files of `skill_hash`: the declaration is read from there, not
+    from anything the run's message or row carries. Raises CommandLineError (a HOST: sentence)
+    when the arguments can't make a safe command line.
+    """
+    declared = _declared_argv(str(folder), skill_name, skill_hash, script)
+    return tuple(command_line(declared, arguments)) if declared else ()
+
+
+@functools.lru_cache(maxsize=512)
+def _declared_argv(folder: str, name: str, skill_hash: str, script: str) -> tuple[Entry, ...]:
+    """Read once per hash and script: a hash names the skill's files for good."""
+    loose = read_loose((Path(folder) / "SKILL.md").read_bytes())
+    return argv_of(read_header(loose.header, loose.body, name), script)
 
 
 def script_environment(job: Job, base: dict[str, str] | None = None) -> dict[str, str]:

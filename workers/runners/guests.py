@@ -35,7 +35,7 @@ def _main(job):
     out, err = _sys.stdout, _sys.stderr = _Stream("stdout"), _Stream("stderr")
     _os.environ.update(job["env"])
     path = "/input/" + job["script"]
-    _sys.argv = [path]
+    _sys.argv = [path, *job["argv"]]
     _sys.path.insert(0, _os.path.dirname(path))
     try:
         _os.chdir("/input")
@@ -82,7 +82,7 @@ const __console = {
   log: __line(__out), info: __line(__out), error: __line(__err), warn: __line(__err),
 };
 const __process = {
-  env: __job.env, argv: ["node", "/input/" + __job.script], exitCode: undefined,
+  env: __job.env, argv: ["node", "/input/" + __job.script, ...__job.argv], exitCode: undefined,
   cwd: () => "/input", stdout: __out, stderr: __err,
   exit: (code) => { throw new __Exit(code ?? __process.exitCode ?? 0); },
 };
@@ -108,9 +108,9 @@ WARM_UP = {PYTHON_GUEST: "import json, os, runpy, sys, traceback", JAVASCRIPT_GU
 
 
 def guest_program(job: Job, folder: Path) -> str:
-    """The code a guest runs for `job`: its environment, then the script."""
+    """The code a guest runs for `job`: its environment and argv, then the script."""
     env = {k: v for k, v in script_environment(job).items() if k != "PATH"}
-    payload: dict[str, Any] = {"script": job.script, "env": env}
+    payload: dict[str, Any] = {"script": job.script, "env": env, "argv": list(job.argv)}
     if GUESTS[Path(job.script).suffix] == PYTHON_GUEST:
         return PYTHON_PROGRAM.replace("__JOB__", repr(json.dumps(payload)))
     payload["source"] = (folder / job.script).read_text(encoding="utf-8")

@@ -93,7 +93,7 @@ class NodeRunner:
         collector = OutputCollector(stream, coalesce_seconds=self.coalesce_seconds)
         env = script_environment(job, {"HOME": SCRIPT_HOME})
         try:
-            command, preexec = launch_command(command_for(job.script), env, self.launcher)
+            command, preexec = launch_command(command_for(job.script, job.argv), env, self.launcher)
             process = subprocess.Popen(
                 command,
                 cwd=folder,

@@ -108,6 +108,11 @@ class SparkRunner:
         """`bridge` only when the run asks for it; everything else has no network."""
         return "bridge" if job.network == "bridge" else "none"
 
+    def command(self, job: Job) -> list[str]:
+        """The container's command: the interpreter, the script and its argv, in exec form (the
+        engine runs the list itself; no shell reads it)."""
+        return command_for(job.script, job.argv)
+
     def container_options(self, job: Job, volume: str | Path) -> dict[str, Any]:
         """The docker SDK arguments of a run's container (the runner image's hardening).
 
@@ -177,7 +182,7 @@ class SparkRunner:
         """
         collector = OutputCollector(stream, coalesce_seconds=self.coalesce_seconds)
         try:
-            command = command_for(job.script)
+            command = self.command(job)
         except ValueError as e:
             return _not_started(e)
         for _attempt in range(2):
