@@ -6,12 +6,14 @@ is one sentence naming the file (and line) at fault, never quoting a secret.
 
 from __future__ import annotations
 
+import ast
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from store.limits import LINT_MAX_BODY_LINES, LINT_MIN_DESCRIPTION_CHARS, MAX_LINT_WARNINGS
-from store.schemas import SCRIPT_SUFFIXES, SCRIPTS_DIR
+from store.schemas import SCRIPT_SUFFIXES, SCRIPTS_DIR, argv_of
 from store.validation import SkillInfo
 
 # Calls that reach the network from a script, by what a reader would search for.
@@ -30,6 +32,22 @@ _DESTRUCTIVE = re.compile(
 _PASSTHROUGH = re.compile(
     r"shell\s*=\s*True|\bos\.system\(|\beval\s*\(|\bexec\s*\(|\beval\s+\"?\$|\bbash\s+-c\s+\"?\$"
 )
+# Reading the command line, by language: such a script gets arguments there only when its
+# schema declares argv.
+_COMMAND_LINE = {
+    ".py": re.compile(r"\bsys\.argv\b|^\s*(?:import|from)\s+(?:argparse|optparse|getopt)\b", re.M),
+    ".sh": re.compile(r"\$\{?[1-9@*#]|\bgetopts\b"),
+    ".js": re.compile(r"\bprocess\.argv\b"),
+    ".mjs": re.compile(r"\bprocess\.argv\b"),
+    ".cs": re.compile(r"\bargs\s*(?:\[|\.Length\b)"),
+}
+# Where a Python script's packages must be, by where it runs ({it}: "it" or "them").
+_PACKAGES_LIVE = {
+    "node": ": each node's python3 needs {it}",
+    "spark": ": the runner image has only the standard library; the operator builds one with {it}",
+    "sandbox": ", and sandboxed Python has only the standard library: run the skill on a node",
+}
+_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception")
 _SECRETS = (
     re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"),
     re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
@@ -48,9 +66,10 @@ def lint(files: Mapping[str, bytes], info: SkillInfo) -> list[str]:
     """Review warnings for a skill's files (POSIX path -> bytes) and its parsed header."""
     warnings: list[str] = []
     scripts = sorted(path for path in files if _is_script(path))
+    local = _local_modules(files)
     for path in scripts:
         text = files[path].decode("utf-8", "replace")
-        warnings.extend(_script_warnings(path, text, info))
+        warnings.extend(_script_warnings(path, text, info, local))
     for path in sorted(files):
         line = _secret_line(files[path].decode("utf-8", "replace"))
         if line is not None:
@@ -77,7 +96,18 @@ def _is_script(path: str) -> bool:
     return pure.parts[0] == SCRIPTS_DIR and pure.suffix.lower() in SCRIPT_SUFFIXES
 
 
-def _script_warnings(path: str, text: str, info: SkillInfo) -> list[str]:
+def _local_modules(files: Mapping[str, bytes]) -> frozenset[str]:
+    """Names a script may import from the skill itself: its .py files and its folders."""
+    names: set[str] = set()
+    for path in files:
+        pure = PurePosixPath(path)
+        names.update(pure.parts[:-1])
+        if pure.suffix == ".py":
+            names.add(pure.stem)
+    return frozenset(names)
+
+
+def _script_warnings(path: str, text: str, info: SkillInfo, local: frozenset[str]) -> list[str]:
     warnings: list[str] = []
     network = _NETWORK.search(text)
     if network is not None and not info.allowed_domains:
@@ -101,9 +131,80 @@ def _script_warnings(path: str, text: str, info: SkillInfo) -> list[str]:
         warnings.append(
             f"{path} has no parameters_schema, so its arguments are not checked before it runs."
         )
+    warnings.extend(_input_warnings(path, text, info, local))
     if path not in info.body and PurePosixPath(path).name not in info.body:
         warnings.append(f"SKILL.md never mentions {path}; the agent won't know when to run it.")
     return warnings
+
+
+def _input_warnings(path: str, text: str, info: SkillInfo, local: frozenset[str]) -> list[str]:
+    """What a script reads that skillfleet gives it only when declared: argv, packages."""
+    warnings: list[str] = []
+    suffix = PurePosixPath(path).suffix.lower()
+    reads = _COMMAND_LINE.get(suffix)
+    found = reads.search(text) if reads is not None else None
+    if found is not None and not argv_of(info, path):
+        warnings.append(
+            f"{path} reads its command line ({_shown(found.group())}) but its parameters_schema "
+            "declares no argv, so it gets no arguments there; list them under argv."
+        )
+    if suffix == ".py":
+        missing = _undeclared_packages(text, info, local)
+        if missing:
+            it = "it" if len(missing) == 1 else "them"
+            where = _PACKAGES_LIVE.get(info.execution, _PACKAGES_LIVE["node"]).format(it=it)
+            warnings.append(
+                f"{path} imports {', '.join(missing)}, which Python's standard library lacks"
+                f"{where}; name {it} in compatibility, such as "
+                f'"Requires python3 with {missing[0]}".'
+            )
+    return warnings
+
+
+def _undeclared_packages(text: str, info: SkillInfo, local: frozenset[str]) -> list[str]:
+    """Top-level modules a Python script imports that are neither in the standard library, nor
+    the skill's own, nor named in its compatibility; one guarded by `except ImportError` is
+    optional."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []  # the syntax check reports it
+    optional = _guarded_imports(tree)
+    declared = (info.compatibility or "").lower()
+    found: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if node in optional:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.partition(".")[0]
+            known = top in sys.stdlib_module_names or top in local
+            if not known and top.lower() not in declared:
+                found[top] = None
+    return sorted(found)
+
+
+def _guarded_imports(tree: ast.AST) -> set[ast.AST]:
+    """Imports inside a `try` that handles ImportError: the script copes without them."""
+    guarded: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
+            for statement in node.body:
+                guarded.update(ast.walk(statement))
+    return guarded
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type
+    if kinds is None:
+        return True
+    names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+    return any(isinstance(name, ast.Name) and name.id in _IMPORT_ERRORS for name in names)
 
 
 # Each secret pattern needs one of its markers (lowercased) in the text; substring tests are
