@@ -24,6 +24,7 @@ from store.limits import (
     MAX_SOURCE_CHATS,
 )
 from store.models import Chat, Skill
+from store.schemas import parse_schema_text
 from store.validation import format_problems
 
 DRAFT_FIELDS = (
@@ -164,9 +165,6 @@ def read_draft(arguments: dict[str, Any]) -> Draft:
             f"HOST: source_chats names {len(chats)} chats; a draft names at most "
             f"{MAX_SOURCE_CHATS}."
         )
-    schema = arguments.get("parameters_schema")
-    if schema is not None and not isinstance(schema, dict):
-        raise InvalidCall("HOST: parameters_schema must be a JSON Schema object.")
     return Draft(
         name=texts["name"],
         description=texts["description"],
@@ -174,9 +172,21 @@ def read_draft(arguments: dict[str, Any]) -> Draft:
         files=files,
         source_chats=list(dict.fromkeys(chats)),
         rationale=texts["rationale"],
-        parameters_schema=schema,
+        parameters_schema=_schema(arguments.get("parameters_schema")),
         metadata=_mapping(arguments, "metadata", "string value"),
     )
+
+
+def _schema(value: object) -> dict[str, Any] | None:
+    """parameters_schema as an object, or as its JSON text (parsed: SKILL.md gets the object)."""
+    if isinstance(value, str):
+        try:
+            return parse_schema_text(value)
+        except SkillInvalid as e:
+            raise SkillInvalid(f"HOST: the draft was refused: {e.message}", e.errors) from e
+    if value is not None and not isinstance(value, dict):
+        raise InvalidCall("HOST: parameters_schema must be a JSON Schema object or its JSON text.")
+    return value
 
 
 def _string(arguments: dict[str, Any], key: str) -> str:

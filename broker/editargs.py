@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import InvalidCall
+from store.errors import SkillInvalid
 from store.limits import MAX_RATIONALE_CHARS
+from store.schemas import parse_schema_text
 
 TOP_FIELDS = ("skill_name", "changes", "rationale")
 CHANGE_FIELDS = ("files", "description", "body", "parameters_schema")
@@ -60,9 +62,7 @@ def read_edit(arguments: dict[str, Any]) -> EditArguments:
     files = _files(changes.get("files", {}))
     description = _optional_text(changes, "description")
     body = _optional_text(changes, "body")
-    schema = changes.get("parameters_schema")
-    if schema is not None and not isinstance(schema, dict):
-        raise InvalidCall(_type("changes.parameters_schema", "an object or null", schema))
+    schema = _schema(changes.get("parameters_schema"))
     if not files and description is None and body is None and "parameters_schema" not in changes:
         raise InvalidCall(
             "HOST: edit_skill's field 'changes' changes nothing; give files, description, "
@@ -77,6 +77,21 @@ def read_edit(arguments: dict[str, Any]) -> EditArguments:
         parameters_schema=schema,
         schema_given="parameters_schema" in changes,
     )
+
+
+def _schema(value: object) -> dict[str, Any] | None:
+    """changes.parameters_schema as an object, or as its JSON text (parsed), or null."""
+    if isinstance(value, str):
+        try:
+            return parse_schema_text(value)
+        except SkillInvalid as e:
+            message = f"HOST: the edited skill would be refused: {e.message}"
+            raise SkillInvalid(message, e.errors) from e
+    if value is not None and not isinstance(value, dict):
+        raise InvalidCall(
+            _type("changes.parameters_schema", "an object, its JSON text or null", value)
+        )
+    return value
 
 
 def _known(given: dict[str, Any], fields: tuple[str, ...], prefix: str) -> None:

@@ -259,3 +259,87 @@ def test_draft_caps_hold_at_exactly_the_limit_and_refuse_one_over(client, auth):
     assert client.get("/api/skills/capped", headers=auth).json["hash"] == detail["hash"]
     ghost = tool(client, auth, "draft_skill", {**at_limit, "source_chats": ["ghost"]})
     assert ghost["error"]["code"] == "chat_not_found"
+
+
+# -- parameters_schema sent as JSON text (the seed takes an object or its text) ---------------
+
+TEXT_SCHEMA = {"type": "object", "properties": {"host": {"type": "string"}}, "required": ["host"]}
+
+
+def test_a_draft_takes_parameters_schema_as_json_text_and_saves_the_object(client, auth):
+    arguments = draft_arguments("text-schema", parameters_schema=json.dumps(TEXT_SCHEMA))
+    drafted = tool(client, auth, "draft_skill", arguments)
+    assert drafted["status"] == "done", drafted
+    got = tool(client, auth, "get_skill", {"skill_name": "text-schema"})["result"]
+    assert got["parameters_schema"] == TEXT_SCHEMA
+    assert got["header"]["metadata"]["parameters_schema"] == TEXT_SCHEMA  # a mapping, not text
+
+
+def test_a_draft_with_malformed_schema_text_is_refused_with_the_place_and_nothing_is_saved(
+    client, auth
+):
+    arguments = draft_arguments("bad-text", parameters_schema='{"type": "object",}')
+    refused = tool(client, auth, "draft_skill", arguments)
+    assert refused["status"] == "failed"
+    assert refused["error"] == {
+        "code": "skill_invalid",
+        "message": "HOST: the draft was refused: The parameters_schema is not valid JSON: "
+        "Expecting property name enclosed in double quotes (line 1, column 19).",
+    }
+    assert client.get("/api/skills/bad-text", headers=auth).status_code == 404
+
+
+def test_a_draft_with_schema_text_that_is_not_an_object_is_refused(client, auth):
+    refused = tool(client, auth, "draft_skill", draft_arguments("listy", parameters_schema="[1]"))
+    assert refused["error"]["code"] == "skill_invalid"
+    assert (
+        "must be a JSON Schema object or a map from script path to schema, not a list"
+        in (refused["error"]["message"])
+    )
+    number = tool(client, auth, "draft_skill", draft_arguments("numbery", parameters_schema=7))
+    assert number["error"] == {
+        "code": "invalid_call",
+        "message": "HOST: parameters_schema must be a JSON Schema object or its JSON text.",
+    }
+
+
+def owned_skill(client, auth, name: str) -> None:
+    response = client.post(
+        "/api/skills",
+        headers=auth,
+        data={"file": (io.BytesIO(skill_zip(name)), "s.zip")},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 201, response.json
+
+
+def test_an_edit_takes_parameters_schema_as_json_text_and_the_diff_shows_the_object(client, auth):
+    owned_skill(client, auth, "edited")
+    changes = {"parameters_schema": json.dumps(TEXT_SCHEMA)}
+    edit = {"skill_name": "edited", "changes": changes, "rationale": "Check the host first."}
+    asked = tool(client, auth, "edit_skill", edit)
+    assert asked["status"] == "pending_approval", asked
+    card = client.get(f"/api/approvals/{asked['approval_id']}", headers=auth).json
+    assert "+  parameters_schema:\n" in card["diff"] and "+    - host\n" in card["diff"]
+    answered = client.post(
+        f"/api/approvals/{asked['approval_id']}", headers=auth, json={"decision": "approve"}
+    )
+    assert answered.status_code == 200, answered.json
+    got = tool(client, auth, "get_skill", {"skill_name": "edited"})["result"]
+    assert got["parameters_schema"] == TEXT_SCHEMA
+
+
+def test_an_edit_with_malformed_schema_text_fails_before_the_owner_is_asked(client, auth):
+    owned_skill(client, auth, "kept")
+    before = tool(client, auth, "get_skill", {"skill_name": "kept"})["result"]["hash"]
+    changes = {"parameters_schema": "{type: object}"}
+    edit = {"skill_name": "kept", "changes": changes, "rationale": "Check the host first."}
+    refused = tool(client, auth, "edit_skill", edit)
+    assert refused["status"] == "failed"
+    assert refused["error"] == {
+        "code": "skill_invalid",
+        "message": "HOST: the edited skill would be refused: The parameters_schema is not "
+        "valid JSON: Expecting property name enclosed in double quotes (line 1, column 2).",
+    }
+    assert client.get("/api/approvals", headers=auth).json == []
+    assert tool(client, auth, "get_skill", {"skill_name": "kept"})["result"]["hash"] == before
