@@ -10,6 +10,7 @@ import click
 from skillfleet import __version__
 from skillfleet.cli_approvals import approvals
 from skillfleet.cli_jobs import jobs
+from skillfleet.cli_mcp import mcp
 from skillfleet.cli_nodes import keys, nodes
 from skillfleet.cli_policy import policy
 from skillfleet.cli_run import run
@@ -183,6 +184,7 @@ cli.add_command(run)
 cli.add_command(runs)
 cli.add_command(nodes)
 cli.add_command(keys)
+cli.add_command(mcp)
 cli.add_command(beat_command())
 
 
