@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import signal
 import time
 import uuid
@@ -39,6 +40,10 @@ def counting_script(marker: Path, seconds: float = 0) -> str:
     )
 
 
+def stdout_text(running, run_id: str) -> str:
+    return "".join(e.data["text"] for e in read_events(running.redis, run_id) if e.kind == "stdout")
+
+
 def body(node: str) -> dict:
     return {
         "arguments": {
@@ -73,12 +78,13 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
         )
         with running.http() as client:
             run_id = client.post("/api/tools/run_skill_script", json=body(node)).json()["run_id"]
+            # The line may come in pieces (the script writes unbuffered): wait for it whole.
             started = wait_until(
-                lambda: [e for e in read_events(running.redis, run_id) if e.kind == "stdout"],
+                lambda: re.search(r"started (\d+)\n", stdout_text(running, run_id)),
                 30,
                 "the script to start",
             )
-            script_pid = int(started[0].data["text"].split()[1])
+            script_pid = int(started[1])
             running.kill(node, signal.SIGKILL)
             killed_at = time.monotonic()
             wait_until(lambda: process_ended(script_pid), 10, "the script to die with its worker")
