@@ -35,15 +35,26 @@ def list_cmd(show_all: bool) -> None:
 
 def _answer(approval_id: str, decision: str) -> None:
     result = call_api("POST", f"/api/approvals/{approval_id}", json={"decision": decision})
-    click.echo(f"{result['id']}: {result['status']}")
+    said = f"{result['id']}: {result['status']}"
+    if result["status"] == ApprovalStatus.APPROVED_FOR_CHAT and result.get("grant_scope") == "job":
+        said += " (the grant went to the job)"  # a job's "always" is stored as the chat's is
+    click.echo(said)
 
 
 @approvals.command("approve")
 @click.argument("approval_id")
 @click.option("--for-chat", is_flag=True, help="Also allow this exact grant for the whole chat.")
-def approve(approval_id: str, for_chat: bool) -> None:
-    """Approve one call (and, with --for-chat, its grant for the chat)."""
-    _answer(approval_id, "approve_for_chat" if for_chat else "approve")
+@click.option(
+    "--for-job",
+    is_flag=True,
+    help="A job's approval: also grant it to the job, so its later runs don't ask.",
+)
+def approve(approval_id: str, for_chat: bool, for_job: bool) -> None:
+    """Approve one call (and, with --for-chat or --for-job, its grant for the chat or job)."""
+    if for_chat and for_job:
+        raise click.UsageError("Give --for-chat or --for-job, not both.")
+    decision = "approve_for_job" if for_job else "approve_for_chat" if for_chat else "approve"
+    _answer(approval_id, decision)
 
 
 @approvals.command("deny")
