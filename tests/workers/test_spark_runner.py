@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,19 @@ def test_arguments_arrive_in_skillfleet_args_and_lucia_skill_args(tmp_path, runn
     both, run_id = outcome.stdout.splitlines()
     assert json.loads(both) == [the_job.arguments, the_job.arguments]
     assert run_id == the_job.run_id
+
+
+def test_a_script_gets_its_argv_as_separate_arguments_in_the_container(
+    tmp_path, runner, redis_client
+):
+    folder = skill(tmp_path, "argv.py", "import json, sys\nprint(json.dumps(sys.argv))\n")
+    argv = ("form one.pdf", "$(touch /tmp/pwned)", "`id`", "--", "-rf", "é ✓")
+    the_job = replace(job(folder, "scripts/argv.py"), argv=argv)
+
+    outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
+
+    assert outcome.status == "succeeded", outcome.stderr
+    assert json.loads(outcome.stdout) == ["scripts/argv.py", *argv]
 
 
 def test_the_skill_mount_is_read_only_and_writes_to_tmp_work(tmp_path, runner, redis_client):
