@@ -88,6 +88,7 @@ def test_a_running_script_is_cancelled_from_its_page(page: Any, console: Fleet) 
 
     page.goto(f"{console.url}/#/runs/{envelope['run_id']}")
     page.locator("#output", has_text="line 0").wait_for()
+    page.once("dialog", lambda dialog: dialog.accept())  # "Cancel run …?"
     page.get_by_role("button", name="Cancel").click()
 
     page.wait_for_selector("#run-facts[data-status=cancelled]", timeout=20_000)

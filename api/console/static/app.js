@@ -1,7 +1,7 @@
 // The console shell: sign-in with an owner token, the router, and the live event feed.
 
 import { ApiError, follow, get, setToken, token } from "./api.js";
-import { clearError, h, replace, showError } from "./ui.js";
+import { clearError, h, replace, setBadge, showError } from "./ui.js";
 import * as approvals from "./approvals.js";
 
 const main = document.getElementById("main");
@@ -15,6 +15,7 @@ const ROUTES = [
   [/^#\/approvals$/, approvals.page, "approvals"],
   [/^#\/runs$/, lazy("./runs.js", "page"), "runs"],
   [/^#\/runs\/([\w-]+)$/, lazy("./runs.js", "runPage"), "runs"],
+  [/^#\/calls\/([\w-]+)$/, lazy("./calls.js", "callPage"), "calls"],
   [/^#\/skills$/, lazy("./skills.js", "page"), "skills"],
   [/^#\/skills\/([a-z0-9-]+)$/, lazy("./skills.js", "skillPage"), "skills"],
   [/^#\/review$/, lazy("./review.js", "page"), "review"],
@@ -33,6 +34,32 @@ function onFeed(listener) {
 }
 
 const onApprovals = () => ["", "#/approvals"].includes(location.hash);
+const onReview = () => location.hash === "#/review";
+
+// What waits on the Review page (drafts and edit plans), counted in its tab. Feed events
+// come in bursts: one count at a time, and one more if any came meanwhile.
+const REVIEW_CHANGES = new Set(["review.waiting", "approval.created", "approval.answered", "reconnected"]);
+let reviewCount = null;
+
+async function countReview() {
+  if (reviewCount) {
+    reviewCount.again = true;
+    return;
+  }
+  reviewCount = { again: false };
+  try {
+    do {
+      reviewCount.again = false;
+      try {
+        setBadge("review-count", (await get("/api/review")).needs_review);
+      } catch {
+        setBadge("review-count", 0); // a server without the route, or a token gone: no count
+      }
+    } while (reviewCount.again);
+  } finally {
+    reviewCount = null;
+  }
+}
 
 function startFeed() {
   let opened = false;
@@ -42,6 +69,7 @@ function startFeed() {
       if ((event.kind === "approval.created" || event.kind === "approval.answered") && !onApprovals()) {
         approvals.refreshBadge();
       }
+      if (REVIEW_CHANGES.has(event.kind) && !onReview()) countReview(); // Review counts itself
     },
     onState(state, error) {
       live.hidden = false;
@@ -152,6 +180,7 @@ function start() {
   signOut.hidden = false;
   if (!stopFeed) startFeed();
   if (!onApprovals()) approvals.refreshBadge(); // the approvals page sets it itself
+  if (!onReview()) countReview();
   render();
 }
 
@@ -169,7 +198,10 @@ window.addEventListener("skillfleet:unauthorized", (event) => {
 });
 
 window.addEventListener("hashchange", () => {
-  if (token()) render();
+  if (!token()) return;
+  render();
+  // Skills and drafts change from other pages too (a draft enabled on Skills): count again.
+  if (!onReview()) countReview();
 });
 
 if (token()) {

@@ -1,21 +1,15 @@
 // Approvals inbox: pending calls the policy asked the owner about, updated live.
 
 import { get, post } from "./api.js";
-import { diff, h, hash8, json, replace, showError, status, when } from "./ui.js";
+import { diff, h, hash8, json, replace, setBadge, showError, status, table, when } from "./ui.js";
 
 const APPROVAL_CHANGES = new Set(["approval.created", "approval.answered"]);
 
-function setBadge(count) {
-  const badge = document.getElementById("pending-count");
-  badge.textContent = count;
-  badge.hidden = count === 0;
-}
-
 export async function refreshBadge() {
   try {
-    setBadge((await get("/api/approvals?status=pending")).length);
+    setBadge("pending-count", (await get("/api/approvals?status=pending")).length);
   } catch {
-    setBadge(0);
+    setBadge("pending-count", 0);
   }
 }
 
@@ -30,12 +24,31 @@ function editDiff(approval) {
   return approval.diff || args.diff || (args.plan && args.plan.diff) || null;
 }
 
+// Who asked: the chat and turn, or the job (linked to the Jobs page) and its run.
+export function askedBy(approval) {
+  if (approval.job_run_id) {
+    const job = approval.job_name || "a job deleted since";
+    return ["job ", h("a", { href: "#/jobs", class: "job" }, job),
+      h("span", { class: "muted" }, `, run ${approval.job_run_id.slice(0, 8)}`)];
+  }
+  if (approval.chat_id) {
+    return ["chat ", h("code", { class: "chat" }, approval.chat_id),
+      approval.turn_id ? [", turn ", h("code", { class: "turn" }, approval.turn_id)] : null];
+  }
+  return approval.asked_by || "—";
+}
+
+// The second answer grants the chat or the job the call came from; some calls only approve once.
+const ALWAYS = {
+  chat: ["approve_for_chat", "Approve for this chat"],
+  job: ["approve_for_job", "Approve for this job"],
+};
+
 function card(approval, answer) {
+  const always = ALWAYS[approval.grant_scope];
   const buttons = [
     h("button", { type: "button", class: "primary", onclick: () => answer(approval, "approve") }, "Approve once"),
-    approval.offers_chat_grant
-      ? h("button", { type: "button", onclick: () => answer(approval, "approve_for_chat") }, "Approve for this chat")
-      : null,
+    always ? h("button", { type: "button", onclick: () => answer(approval, always[0]) }, always[1]) : null,
     h("button", { type: "button", class: "danger", onclick: () => answer(approval, "deny") }, "Deny"),
   ];
   const changes = editDiff(approval);
@@ -45,6 +58,7 @@ function card(approval, answer) {
       h("span", { class: `tier tier-${approval.tier}` }, approval.tier),
       skillRef(approval) ? h("code", { class: "skill-ref" }, skillRef(approval)) : null,
       approval.node ? h("span", { class: "node" }, `on ${approval.node}`) : null),
+    h("p", { class: "asked-by" }, "Asked by ", askedBy(approval)),
     approval.warning ? h("p", { class: "warning" }, approval.warning) : null,
     h("h3", {}, "Arguments"),
     h("pre", { class: "arguments" }, json(approval.arguments)),
@@ -52,6 +66,22 @@ function card(approval, answer) {
     h("p", { class: "muted" }, `Asked ${when(approval.created_at)} · expires ${when(approval.expires_at)}`
       + (approval.rule ? ` · rule ${approval.rule}` : "")),
     h("div", { class: "actions" }, buttons));
+}
+
+// An answered approval's state; approving always in a job granted the job.
+export function answered(approval) {
+  if (approval.status === "approved_for_chat" && approval.job_run_id) {
+    return h("span", { class: "status status-approved_for_chat" }, "approved for job");
+  }
+  return status(approval.status);
+}
+
+// Where an answered approval led: its call, and the run the call started.
+function links(approval) {
+  return [
+    h("a", { href: `#/calls/${approval.call_id}`, class: "call-link" }, "call"),
+    approval.run_id ? [" · ", h("a", { href: `#/runs/${approval.run_id}`, class: "run-link" }, "run")] : null,
+  ];
 }
 
 export async function page({ main, onFeed }) {
@@ -75,27 +105,39 @@ export async function page({ main, onFeed }) {
 
   async function load() {
     const pending = await get("/api/approvals?status=pending");
-    setBadge(pending.length);
+    setBadge("pending-count", pending.length);
     if (pending.length) replace(list, pending.map((approval) => card(approval, answer)));
     else replace(list, h("p", { class: "empty" }, "Nothing is waiting for you."));
     loadAnswered().catch((e) => showError(e)); // below the fold: not waited for
   }
 
+  // Calls approved on this page whose run has not started yet: their link comes with it.
+  let runless = new Set();
+
   async function loadAnswered() {
-    const answered = await get("/api/approvals?page_size=10");
-    const done = answered.filter((approval) => approval.status !== "pending");
+    const latest = await get("/api/approvals?page_size=10");
+    const done = latest.filter((approval) => approval.status !== "pending");
+    runless = new Set(done.filter((a) => a.status.startsWith("approved") && !a.run_id).map((a) => a.call_id));
     replace(recent, done.length
-      ? h("table", {}, h("tbody", {}, done.map((approval) => h("tr", {},
-        h("td", {}, approval.tool),
-        h("td", {}, skillRef(approval) || ""),
-        h("td", {}, status(approval.status)),
-        h("td", {}, when(approval.answered_at))))))
+      ? table(["Tool", "Skill", "Asked by", "Answer", "Answered", "Led to"], done.map((approval) =>
+        h("tr", { dataset: { approvalId: approval.id } },
+          h("td", {}, approval.tool),
+          h("td", {}, skillRef(approval) || ""),
+          h("td", {}, askedBy(approval)),
+          h("td", {}, answered(approval)),
+          h("td", {}, when(approval.answered_at)),
+          h("td", {}, links(approval)))))
       : h("p", { class: "muted" }, "None yet."));
   }
 
   onFeed((event) => {
     // State changes only: the feed also carries notices for push and webhooks (approval.waiting).
-    if (APPROVAL_CHANGES.has(event.kind) || event.kind === "reconnected") load().catch((e) => showError(e));
+    if (APPROVAL_CHANGES.has(event.kind) || event.kind === "reconnected") {
+      load().catch((e) => showError(e));
+    } else if (event.kind === "run.state" && runless.has(event.data.call_id)) {
+      runless.delete(event.data.call_id);
+      loadAnswered().catch((e) => showError(e)); // an approved call's run started: link it
+    }
   });
   await load();
 }

@@ -3,7 +3,7 @@
 
 import { del, list, post, put } from "./api.js";
 import { nextTimes } from "./cron.js";
-import { busy, h, json, replace, showError, status, unavailable, when } from "./ui.js";
+import { busy, h, hash8, json, replace, showError, status, table, unavailable, when } from "./ui.js";
 
 const EXAMPLE_STEPS = [{ tool: "list_skills", arguments: {} }];
 
@@ -55,7 +55,36 @@ function skillsText(skills) {
   return (skills || []).join(", ");
 }
 
-function editor(job, done) {
+// What a job may be granted: the change and destructive skills (read skills never ask), each at
+// its current version. No tool is offered: run_skill_script takes each skill's tier, and no
+// other tool is a change or destructive one.
+const GRANTABLE = new Set(["change", "destructive"]);
+
+function grantChoices(job, skills) {
+  const granted = new Set(job ? job.grants.skills : []);
+  const grantable = skills.filter((skill) => GRANTABLE.has(skill.tier));
+  const current = new Set(grantable.map((skill) => `${skill.name}@${skill.hash}`));
+  const choice = (value, checked, ...text) => h("label", { class: "check" },
+    h("input", { type: "checkbox", name: "grant_skill", value, checked }), ...text);
+  const choices = grantable.map((skill) => choice(skill.name, granted.has(`${skill.name}@${skill.hash}`),
+    skill.name, " ", h("span", { class: `tier tier-${skill.tier}` }, skill.tier),
+    " ", h("code", { class: "muted" }, `@${hash8(skill.hash)}`)));
+  // A grant of an earlier version no longer matches (the skill changed): kept until unticked.
+  for (const entry of granted) {
+    if (current.has(entry)) continue;
+    const [name, at] = entry.split("@");
+    choices.push(choice(entry, true, `${name}@${hash8(at)} `,
+      h("span", { class: "muted" }, "an earlier version: it no longer matches")));
+  }
+  return h("fieldset", { class: "grants", id: "job-grants" },
+    h("legend", {}, "Granted skills (their scripts run without asking)"),
+    choices.length ? choices
+      : h("p", { class: "muted" }, "None of your skills is a change or destructive one, the only kind granted to a job."),
+    job && job.grants.tools.length
+      ? h("p", { class: "muted" }, `Granted tools, kept as they are: ${job.grants.tools.join(", ")}`) : null);
+}
+
+function editor(job, skills, done) {
   const zone = job ? job.time_zone : Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
   const field = (name, attrs) => h("input", { name, id: `job-${name}`, ...attrs });
   const fields = {
@@ -65,8 +94,7 @@ function editor(job, done) {
     steps: h("textarea", { name: "steps", id: "job-steps", rows: 7, spellcheck: "false" },
       json(job ? job.steps : EXAMPLE_STEPS)),
     skills: field("skills", { placeholder: "none; * for every enabled skill; or names", value: job ? skillsText(job.skills) : "" }),
-    grant_tools: field("grant_tools", { placeholder: "e.g. refresh_skills", value: job ? job.grants.tools.join(", ") : "" }),
-    grant_skills: field("grant_skills", { placeholder: "name or name@hash", value: job ? job.grants.skills.join(", ") : "" }),
+    grants: grantChoices(job, skills),
     enabled: h("input", { type: "checkbox", name: "enabled", id: "job-enabled", checked: job ? job.enabled : true }),
   };
   const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
@@ -89,9 +117,7 @@ function editor(job, done) {
     h("h3", {}, "Next five times"), next,
     labelled("Steps (JSON)", fields.steps, 'Each {"tool": name, "arguments": {…}} or {"prompt": text}, run in order.'),
     labelled("Skills the job may use", fields.skills),
-    h("div", { class: "pair" },
-      labelled("Granted tools", fields.grant_tools),
-      labelled("Granted skills", fields.grant_skills)),
+    fields.grants,
     h("label", { class: "check", for: "job-enabled" }, fields.enabled, "Enabled (runs on its schedule)"),
     h("div", { class: "actions" }, submit,
       job ? h("button", { type: "button", class: "danger", onclick: async () => {
@@ -120,7 +146,10 @@ function editor(job, done) {
       time_zone: fields.time_zone.value.trim() || "UTC",
       steps,
       skills: skillsFrom(fields.skills.value),
-      grants: { tools: names(fields.grant_tools.value), skills: names(fields.grant_skills.value) },
+      grants: {
+        tools: job ? job.grants.tools : [],
+        skills: [...fields.grants.querySelectorAll("input:checked")].map((box) => box.value),
+      },
       enabled: fields.enabled.checked,
     };
     try {
@@ -152,7 +181,7 @@ export async function page({ main, onFeed }) {
     return;
   }
   const note = h("p", { class: "notice", role: "status", hidden: true });
-  const table = h("div", { id: "jobs" });
+  const jobs = h("div", { id: "jobs" });
   const side = h("div", { id: "job-side" });
   let historyOf = null; // the job whose history is on show, kept fresh by the feed
 
@@ -161,10 +190,11 @@ export async function page({ main, onFeed }) {
     note.hidden = !message;
   }
 
-  function edit(job) {
+  async function edit(job) {
     historyOf = null;
     tell(null);
-    replace(side, editor(job, async (saved, message) => {
+    const { items: skills } = await list("/api/skills");
+    replace(side, editor(job, skills, async (saved, message) => {
       replace(side);
       tell(message);
       await load();
@@ -179,15 +209,14 @@ export async function page({ main, onFeed }) {
     if (historyOf !== job) return;
     replace(side, h("section", { class: "panel", id: "job-history", dataset: { jobId: job.id } },
       h("h2", {}, `History of ${job.name}`),
-      items.length ? h("table", {},
-        h("thead", {}, h("tr", {}, ["Started", "Trigger", "State", "Steps", "Error"].map((t) => h("th", {}, t)))),
-        h("tbody", {}, items.map((run) => h("tr", { dataset: { jobRunId: run.id, status: run.status } },
+      items.length ? table(["Started", "Trigger", "State", "Steps", "Error"],
+        items.map((run) => h("tr", { dataset: { jobRunId: run.id, status: run.status } },
           h("td", {}, when(run.started_at || run.created_at)),
           h("td", {}, run.trigger),
           h("td", {}, status(run.status),
             run.approval_id ? [" ", h("a", { href: "#/approvals" }, "answer it")] : null),
           h("td", {}, stepsDone(run)),
-          h("td", { class: "wide" }, run.error_message ? `${run.error_message} (${run.error_code})` : "")))))
+          h("td", { class: "wide" }, run.error_message ? `${run.error_message} (${run.error_code})` : ""))))
         : h("p", { class: "empty" }, "It has not run yet.")));
   }
 
@@ -205,9 +234,8 @@ export async function page({ main, onFeed }) {
 
   async function load() {
     const { items } = await list("/api/jobs");
-    replace(table, items.length ? h("table", {},
-      h("thead", {}, h("tr", {}, ["Job", "Schedule", "Next run", "Steps", ""].map((t) => h("th", {}, t)))),
-      h("tbody", {}, items.map((job) => {
+    replace(jobs, items.length ? table(["Job", "Schedule", "Next run", "Steps", ""],
+      items.map((job) => {
         const run = h("button", { type: "button" }, "Run now");
         run.addEventListener("click", () => runNow(job, run));
         return h("tr", { dataset: { jobId: job.id } },
@@ -216,15 +244,15 @@ export async function page({ main, onFeed }) {
           h("td", {}, job.next_run_at ? inZone(job.next_run_at, job.time_zone) : "—"),
           h("td", {}, job.steps.map((step) => step.tool || "prompt").join(" → ")),
           h("td", { class: "actions" }, run,
-            h("button", { type: "button", onclick: () => edit(job) }, "Edit"),
+            h("button", { type: "button", onclick: () => edit(job).catch((e) => showError(e, "Editing the job")) }, "Edit"),
             h("button", { type: "button", onclick: () => history(job).catch((e) => showError(e, "History")) }, "History")));
-      })))
+      }))
       : h("p", { class: "empty" }, "No jobs yet."));
   }
 
   replace(main, h("h1", {}, "Jobs"),
-    h("div", { class: "actions" }, h("button", { type: "button", class: "primary", onclick: () => edit(null) }, "New job")),
-    note, table, side);
+    h("div", { class: "actions" }, h("button", { type: "button", class: "primary", onclick: () => edit(null).catch((e) => showError(e, "New job")) }, "New job")),
+    note, jobs, side);
   onFeed((event) => {
     const ours = event.kind === "job_run.state" || event.kind === "reconnected";
     if (!ours) return;

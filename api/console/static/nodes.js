@@ -1,12 +1,12 @@
 // Nodes: each managed server's heartbeat, features and held skill versions; sync on demand.
 
 import { list, post } from "./api.js";
-import { ago, busy, h, hash8, replace, showError } from "./ui.js";
+import { ago, busy, h, hash8, replace, showError, table } from "./ui.js";
 
 export async function page({ main, onLeave }) {
-  const table = h("div", { id: "nodes" });
+  const nodes = h("div", { id: "nodes" });
   const note = h("p", { class: "notice", role: "status", hidden: true });
-  replace(main, h("h1", {}, "Nodes"), note, table);
+  replace(main, h("h1", {}, "Nodes"), note, nodes);
 
   async function sync(name, button) {
     await busy(button, async () => {
@@ -23,12 +23,11 @@ export async function page({ main, onLeave }) {
   async function load() {
     const { items } = await list("/api/nodes");
     if (!items.length) {
-      replace(table, h("p", { class: "empty" }, "No node has registered or beaten yet."));
+      replace(nodes, h("p", { class: "empty" }, "No node has registered or beaten yet."));
       return;
     }
-    replace(table, h("table", {},
-      h("thead", {}, h("tr", {}, ["Node", "State", "Last heartbeat", "Features", "Skills held", ""].map((t) => h("th", {}, t)))),
-      h("tbody", {}, items.map((node) => {
+    replace(nodes, table(["Node", "State", "Last heartbeat", "Features", "Skills held", ""],
+      items.map((node) => {
         const button = h("button", { type: "button" }, "Sync now");
         button.addEventListener("click", () => sync(node.name, button));
         return h("tr", { dataset: { node: node.name } },
@@ -39,7 +38,7 @@ export async function page({ main, onLeave }) {
           h("td", {}, Object.entries(node.hashes).map(([skill, hashes]) =>
             h("div", {}, h("code", {}, `${skill}@${hashes.map(hash8).join(", ")}`)))),
           h("td", {}, button));
-      }))));
+      })));
   }
 
   const timer = setInterval(() => load().catch(() => {}), 10_000); // heartbeats are not events

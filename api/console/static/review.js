@@ -2,7 +2,7 @@
 // plans with their diffs (approve or deny), where the server has the route.
 
 import { call, del, get, post, put } from "./api.js";
-import { busy, diff, h, hash8, replace, showError, unavailable, when } from "./ui.js";
+import { busy, diff, h, hash8, replace, setBadge, showError, unavailable, when } from "./ui.js";
 
 // A draft's file as an all-new diff: a draft is a whole new skill, nothing to compare with.
 function asNewFile(path, text) {
@@ -112,6 +112,7 @@ export async function page({ main, onFeed }) {
         "Drafts and edit plans agents write show up here once the server has the authoring routes."));
       return false;
     }
+    setBadge("review-count", queue.needs_review); // the tab's count, from the queue on show
     const drafts = await Promise.all(queue.drafts.map((draft) => draftCard(draft, act)));
     const edits = queue.edits.map((plan) => editCard(plan, act));
     replace(body,

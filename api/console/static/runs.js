@@ -1,7 +1,8 @@
 // Runs: a filterable list, and a run page whose output streams in live.
 
 import { follow, get, list, post } from "./api.js";
-import { busy, definitions, h, hash8, replace, showError, status, when } from "./ui.js";
+import { answered, askedBy } from "./approvals.js";
+import { busy, definitions, h, hash8, replace, showError, status, table, when } from "./ui.js";
 
 const STATES = ["", "queued", "running", "succeeded", "failed", "timed_out", "cancelled", "interrupted"];
 const END_STATES = ["succeeded", "failed", "timed_out", "cancelled", "interrupted"];
@@ -21,24 +22,24 @@ function filterForm(onChange) {
 export async function page({ main, onFeed }) {
   let pageNumber = 1;
   const form = filterForm(() => { pageNumber = 1; load().catch((e) => showError(e)); });
-  const table = h("div", { id: "runs" });
+  const runs = h("div", { id: "runs" });
   const pager = h("div", { class: "pager" });
-  replace(main, h("h1", {}, "Runs"), form, table, pager);
+  replace(main, h("h1", {}, "Runs"), form, runs, pager);
 
   async function load() {
     const query = new URLSearchParams({ page: pageNumber, page_size: 25 });
     for (const [key, value] of new FormData(form)) if (value) query.set(key, value);
     const { items, pagination } = await list(`/api/runs?${query}`);
-    replace(table, items.length ? h("table", {},
-      h("thead", {}, h("tr", {}, ["Run", "Skill", "Script", "Node", "Status", "Exit", "Started"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, items.map((run) => h("tr", { dataset: { runId: run.run_id } },
-        h("td", {}, h("a", { href: `#/runs/${run.run_id}` }, run.run_id.slice(0, 8))),
-        h("td", {}, `${run.skill_name}@${hash8(run.skill_hash)}`),
-        h("td", {}, run.script),
-        h("td", {}, run.node || run.queue),
-        h("td", {}, status(run.status)),
-        h("td", {}, run.exit_code ?? ""),
-        h("td", {}, when(run.started_at || run.created_at))))))
+    replace(runs, items.length
+      ? table(["Run", "Skill", "Script", "Node", "Status", "Exit", "Started"], items.map((run) =>
+        h("tr", { dataset: { runId: run.run_id } },
+          h("td", {}, h("a", { href: `#/runs/${run.run_id}` }, run.run_id.slice(0, 8))),
+          h("td", {}, `${run.skill_name}@${hash8(run.skill_hash)}`),
+          h("td", {}, run.script),
+          h("td", {}, run.node || run.queue),
+          h("td", {}, status(run.status)),
+          h("td", {}, run.exit_code ?? ""),
+          h("td", {}, when(run.started_at || run.created_at)))))
       : h("p", { class: "empty" }, "No runs match."));
     const total = pagination ? pagination.total : items.length;
     const last = pagination ? pagination.last_page || 1 : 1;
@@ -54,8 +55,26 @@ export async function page({ main, onFeed }) {
   await load();
 }
 
+// The call that started a run and, when it was asked about, who asked and how it was answered.
+async function origin(callId, into) {
+  if (!callId) return;
+  const call = await get(`/api/calls/${encodeURIComponent(callId)}`);
+  const link = h("a", { href: `#/calls/${call.call_id}`, class: "call-link" }, `${call.tool} call ${call.call_id.slice(0, 8)}`);
+  if (!call.approval_id) {
+    replace(into, definitions([["Call", link], ["Turn", call.turn_id], ["Job run", call.job_run_id]]));
+    return;
+  }
+  const approval = await get(`/api/approvals/${call.approval_id}`);
+  replace(into, definitions([
+    ["Call", link],
+    ["Asked by", h("span", { class: "asked-by" }, askedBy(approval))],
+    ["Approval", h("span", { class: "approval" }, answered(approval), " ", when(approval.answered_at))],
+  ]));
+}
+
 export async function runPage({ main, onFeed, onLeave }, runId) {
   const facts = h("div", { id: "run-facts" });
+  const asked = h("div", { id: "run-origin" });
   const output = h("pre", { id: "output", class: "output", "aria-live": "polite" });
   const cancel = h("button", { type: "button", class: "danger", id: "cancel" }, "Cancel");
   const streamState = h("span", { class: "muted", id: "stream-state" });
@@ -63,6 +82,7 @@ export async function runPage({ main, onFeed, onLeave }, runId) {
     h("p", {}, h("a", { href: "#/runs" }, "← Runs")),
     h("h1", {}, "Run ", h("code", {}, runId.slice(0, 8))),
     facts,
+    asked,
     h("div", { class: "actions" }, cancel, streamState),
     h("h2", {}, "Output"),
     output);
@@ -89,6 +109,7 @@ export async function runPage({ main, onFeed, onLeave }, runId) {
   }
 
   cancel.addEventListener("click", busy(cancel, async () => {
+    if (!window.confirm(`Cancel run ${runId.slice(0, 8)}? Its script is stopped where it is.`)) return;
     try {
       await post(`/api/runs/${encodeURIComponent(runId)}/cancel`);
     } catch (error) {
@@ -97,7 +118,8 @@ export async function runPage({ main, onFeed, onLeave }, runId) {
     await load();
   }));
 
-  await load();
+  const run = await load();
+  origin(run.call_id, asked).catch((e) => showError(e, "The run's call"));
   const stop = follow(`/api/runs/${encodeURIComponent(runId)}/events`, {
     onEvent(event) {
       if (event.kind === "stdout" || event.kind === "stderr") {

@@ -1,7 +1,7 @@
 // Skills: the list, importing (zip or GitHub folder), switching on and off, and a skill page.
 
 import { call, get, list, put, token } from "./api.js";
-import { busy, definitions, h, hash8, replace, showError, when } from "./ui.js";
+import { busy, definitions, h, hash8, replace, showError, table, when } from "./ui.js";
 
 function importForms(done) {
   const file = h("input", { id: "skill-zip", name: "file", type: "file", accept: ".zip,application/zip", required: true });
@@ -28,38 +28,58 @@ function importForms(done) {
   return h("section", { class: "panel" }, h("h2", {}, "Import a skill"), zipForm, githubForm);
 }
 
-function row(skill, toggle) {
-  const label = skill.enabled ? "Disable" : "Enable";
+// Enable or Disable, sending the hash shown: if the skill changed since, the API answers 409.
+// A built-in or configured skill is read-only (the API answers 403): no button is offered.
+function switchButton(skill, done) {
+  if (skill.read_only) return h("span", { class: "muted read-only", title: "Built in or from a configured path; duplicate it to change it." }, "read-only");
+  const doing = skill.enabled ? "Disabling" : "Enabling";
+  const button = h("button", { type: "button", class: "switch" }, skill.enabled ? "Disable" : "Enable");
+  button.addEventListener("click", busy(button, async () => {
+    try {
+      await put(`/api/skills/${skill.name}/enabled`, { enabled: !skill.enabled, hash: skill.hash });
+    } catch (error) {
+      showError(error, `${doing} ${skill.name}`);
+    }
+    await done();
+  }));
+  return button;
+}
+
+// A description kept to two lines in the table (a real one runs to 1,024 characters); the
+// full text is its tooltip, a click on it unfolds it, and the skill's page shows it whole.
+function description(text) {
+  const shown = h("div", { class: "clamp", title: text, tabindex: 0, role: "button", "aria-expanded": "false" }, text);
+  const toggle = () => shown.setAttribute("aria-expanded", String(shown.classList.toggle("open")));
+  shown.addEventListener("click", toggle);
+  shown.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      toggle();
+    }
+  });
+  return shown;
+}
+
+function row(skill, load) {
   return h("tr", { dataset: { skill: skill.name } },
     h("td", {}, h("a", { href: `#/skills/${skill.name}` }, skill.name)),
-    h("td", { class: "wide" }, skill.description),
+    h("td", { class: "wide" }, description(skill.description)),
     h("td", {}, skill.tier),
     h("td", {}, skill.execution),
     h("td", {}, h("code", {}, hash8(skill.hash))),
     h("td", {}, skill.source),
     h("td", {}, skill.enabled ? "enabled" : "disabled"),
-    h("td", {}, h("button", { type: "button", onclick: () => toggle(skill) }, label)));
+    h("td", {}, switchButton(skill, load)));
 }
 
 export async function page({ main }) {
   const note = h("p", { class: "notice", role: "status", hidden: true });
-  const table = h("div", { id: "skills" });
+  const skills = h("div", { id: "skills" });
 
   async function load() {
     const { items } = await list("/api/skills");
-    replace(table, h("table", {},
-      h("thead", {}, h("tr", {}, ["Name", "Description", "Tier", "Runs on", "Hash", "Source", "State", ""].map((t) => h("th", {}, t)))),
-      h("tbody", {}, items.map((skill) => row(skill, toggle)))));
-  }
-
-  async function toggle(skill) {
-    try {
-      // The hash shown is the one reviewed: if the skill changed since, the API answers 409.
-      await put(`/api/skills/${skill.name}/enabled`, { enabled: !skill.enabled, hash: skill.hash });
-    } catch (error) {
-      showError(error, `${skill.enabled ? "Disabling" : "Enabling"} ${skill.name}`);
-    }
-    await load();
+    replace(skills, table(["Name", "Description", "Tier", "Runs on", "Hash", "Source", "State", ""],
+      items.map((skill) => row(skill, load))));
   }
 
   async function imported(request) {
@@ -74,12 +94,12 @@ export async function page({ main }) {
     await load();
   }
 
-  replace(main, h("h1", {}, "Skills"), importForms(imported), note, table);
+  replace(main, h("h1", {}, "Skills"), importForms(imported), note, skills);
   await load();
 }
 
-// Warnings an owner should read before enabling: from the API when it sends them, else the header.
-function warnings(skill) {
+// What an owner should know before enabling: what the import bent, and the skill's nature.
+function notes(skill) {
   const found = [...(skill.warnings || [])];
   if (skill.tier === "destructive") found.push("Destructive: every call asks you, even in a chat that has other grants.");
   if (skill.execution === "spark") found.push("Runs in a container on the Spark host.");
@@ -87,6 +107,14 @@ function warnings(skill) {
   if (skill.locked) found.push("Locked: it can't be edited.");
   if (skill.read_only) found.push("Read-only: built in or from a configured path; duplicate it to change it.");
   return found;
+}
+
+function listed(id, title, intro, items) {
+  if (!items.length) return null;
+  return h("section", { class: "warnings", id },
+    h("h2", {}, `${title} (${items.length})`),
+    intro ? h("p", {}, intro) : null,
+    h("ul", {}, items.map((item) => h("li", {}, item))));
 }
 
 async function fileText(name, path) {
@@ -98,7 +126,8 @@ async function fileText(name, path) {
   return response.text();
 }
 
-export async function skillPage({ main }, name) {
+export async function skillPage(context, name) {
+  const { main } = context;
   const skill = await get(`/api/skills/${name}`);
   const viewer = h("pre", { id: "file", class: "file" });
   const viewing = h("h2", {}, "SKILL.md");
@@ -110,13 +139,13 @@ export async function skillPage({ main }, name) {
       showError(error, path);
     }
   }
-  const found = warnings(skill);
   replace(main,
     h("p", {}, h("a", { href: "#/skills" }, "← Skills")),
     h("h1", {}, skill.name),
-    h("p", {}, skill.description),
+    h("p", { class: "description" }, skill.description),
+    h("div", { class: "actions", id: "skill-actions" }, switchButton(skill, () => skillPage(context, name))),
     definitions([
-      ["State", skill.enabled ? "enabled" : "disabled"],
+      ["State", h("span", { id: "skill-state" }, skill.enabled ? "enabled" : "disabled")],
       ["Tier", skill.tier],
       ["Runs on", skill.execution],
       ["Hash", h("code", { class: "hash" }, skill.hash)],
@@ -126,7 +155,10 @@ export async function skillPage({ main }, name) {
       ["Size", `${skill.file_count} files, ${skill.size_bytes} bytes`],
       ["Updated", when(skill.updated_at)],
     ]),
-    found.length ? h("section", { class: "warnings" }, h("h2", {}, "Warnings"), h("ul", {}, found.map((w) => h("li", {}, w)))) : null,
+    listed("skill-warnings", "Warnings", null, notes(skill)),
+    listed("lint-warnings", "Review warnings",
+      "Heuristics that say where to look in the scripts before enabling; they prove nothing either way.",
+      skill.lint_warnings || []),
     h("h2", {}, "Files"),
     h("ul", { class: "files" }, skill.files.map((file) => h("li", {},
       h("a", { href: `#/skills/${name}`, onclick: (event) => { event.preventDefault(); open(file.path); } }, file.path),
@@ -135,4 +167,3 @@ export async function skillPage({ main }, name) {
     viewer);
   if (skill.files.some((file) => file.path === "SKILL.md")) await open("SKILL.md");
 }
-

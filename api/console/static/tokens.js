@@ -1,7 +1,7 @@
 // Tokens: create an agent token (shown once) and revoke tokens, where the server has the routes.
 
 import { del, list, post } from "./api.js";
-import { busy, h, replace, showError, unavailable, when } from "./ui.js";
+import { busy, h, replace, showError, table, unavailable, when } from "./ui.js";
 
 export async function page({ main }) {
   let items;
@@ -14,7 +14,7 @@ export async function page({ main }) {
     return;
   }
   const shown = h("div", { id: "new-token" });
-  const table = h("div", { id: "tokens" });
+  const tokens = h("div", { id: "tokens" });
   const label = h("input", { id: "token-label", name: "label", placeholder: "what it is for" });
   const button = h("button", { type: "submit" }, "Create agent token");
   const form = h("form", { class: "inline" }, h("label", { for: "token-label" }, "Label"), label, button);
@@ -33,9 +33,8 @@ export async function page({ main }) {
   }));
 
   function render() {
-    replace(table, h("table", {},
-      h("thead", {}, h("tr", {}, ["Label", "Role", "Created", "Last used", ""].map((t) => h("th", {}, t)))),
-      h("tbody", {}, items.map((item) => h("tr", {},
+    replace(tokens, table(["Label", "Role", "Created", "Last used", ""],
+      items.map((item) => h("tr", {},
         h("td", {}, item.label || "—"),
         h("td", {}, item.role || item.kind || "owner"),
         h("td", {}, when(item.created_at)),
@@ -47,7 +46,7 @@ export async function page({ main }) {
             showError(error, "Revoking");
           }
           await load();
-        } }, "Revoke")))))));
+        } }, "Revoke"))))));
   }
 
   async function load() {
@@ -55,6 +54,6 @@ export async function page({ main }) {
     render();
   }
 
-  replace(main, h("h1", {}, "Tokens"), form, shown, table);
+  replace(main, h("h1", {}, "Tokens"), form, shown, tokens);
   render();
 }

@@ -103,6 +103,27 @@ export function unavailable(title, route, hint) {
     hint ? h("p", { class: "muted" }, hint) : null);
 }
 
+// A table whose cells carry their column's heading, which a phone's width shows beside each
+// value once the table has become a list (console.css).
+export function table(headings, rows, attrs = {}) {
+  for (const row of rows) {
+    [...row.children].forEach((cell, index) => {
+      if (headings[index]) cell.dataset.label = headings[index];
+    });
+  }
+  return h("table", attrs,
+    h("thead", {}, h("tr", {}, headings.map((text) => h("th", {}, text)))),
+    h("tbody", {}, rows));
+}
+
+// A count in the navigation (pending approvals, what waits for review); hidden at zero.
+export function setBadge(id, count) {
+  const badge = document.getElementById(id);
+  if (!badge) return;
+  badge.textContent = count;
+  badge.hidden = !count;
+}
+
 export function definitions(pairs) {
   return h("dl", { class: "facts" },
     pairs.filter(([, value]) => value !== undefined).map(([term, value]) => [
