@@ -61,7 +61,9 @@ async function origin(callId, into) {
   const call = await get(`/api/calls/${encodeURIComponent(callId)}`);
   const link = h("a", { href: `#/calls/${call.call_id}`, class: "call-link" }, `${call.tool} call ${call.call_id.slice(0, 8)}`);
   if (!call.approval_id) {
-    replace(into, definitions([["Call", link], ["Turn", call.turn_id], ["Job run", call.job_run_id]]));
+    // Only what the call has: a turn's or a job run's id.
+    replace(into, definitions([["Call", link], ["Turn", call.turn_id ?? undefined],
+      ["Job run", call.job_run_id ?? undefined]]));
     return;
   }
   const approval = await get(`/api/approvals/${call.approval_id}`);
