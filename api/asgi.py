@@ -12,6 +12,9 @@ when the first of these happens: the body ends, the client goes away, a chunk ca
 within the send timeout (a client that doesn't read), the stream's absolute time limit passes,
 or its token is revoked (heard through the tokens generation, and checked again every
 `SKILLFLEET_STREAM_RECHECK` seconds).
+
+`/mcp` is the MCP gateway (api/mcp/): it checks its own requests' origin and token, then
+serves MCP by calling this same app in-process with the caller's token.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from api import create_app
 from api.live import PICKUP, Handoff, Pickup
 from api.livejobs import WaitCall, kind_of
 from api.livestreams import CallNews, LiveContext, body_of
+from api.mcp.gateway import APPROVAL_WAIT
+from api.mcp.http import PATH as MCP_PATH
+from api.mcp.http import McpEndpoint
 from api.metrics import SSE_STREAMS_OPEN
 from api.services import Services
 from relay import naming, slots
@@ -76,10 +82,16 @@ class LiveTier:
         self.client: Any = None  # redis.asyncio, made on the server's loop at start-up
         self.open: set[_Open] = set()
         self._chores: list[asyncio.Task[None]] = []
+        # /mcp: the MCP gateway, a client of this very app (api/mcp/). Its wait for an owner's
+        # answer is the setting mcp.approval_wait once the settings carry it.
+        approval_wait = getattr(settings, "mcp_approval_wait", APPROVAL_WAIT)
+        self.mcp = McpEndpoint(self, settings.cors_origins, approval_wait)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+        elif scope["type"] == "http" and scope["path"] == MCP_PATH:
+            await self.mcp(scope, receive, send)
         elif scope["type"] == "http":
             await self._http(scope, receive, send)
         else:
@@ -235,8 +247,10 @@ class LiveTier:
             asyncio.create_task(self._hear_revocations(), name="hear-revocations"),
             asyncio.create_task(self._recheck_tokens(), name="recheck-tokens"),
         ]
+        await self.mcp.start()
 
     async def stop(self) -> None:
+        await self.mcp.stop()
         for serving in list(self.open):
             serving.why = "shutting down"
             serving.stop.set()

@@ -1,0 +1,343 @@
+"""The gateway: one MCP server whose tools are the API's tools, each call one REST call.
+
+`tools/list` is GET /api/tools (same names, descriptions and input schemas), with annotations
+from each tool's tier, plus `get_call_outcome` for a call that outlived its wait. `tools/call`
+is POST /api/tools/<tool> with the caller's token; what follows depends on the envelope:
+
+- `running`: the run's events are followed (GET /api/runs/<id>/events), each output line sent
+  as a progress notification, until its exit; the call's recorded answer is the result. A
+  client that cancels (or leaves) cancels the run (POST /api/runs/<id>/cancel).
+- `pending_approval`: the call waits for the owner's answer (GET /api/calls/<id>?wait=) up to
+  `approval_wait` seconds, saying so in a progress notification at each round; nothing an MCP
+  client sends can answer it. Approved: the run is followed as above; denied: an error result
+  with the denial's message; unanswered: a result naming the approval and the tool that
+  collects the outcome later.
+- anything else: the envelope's result or error, as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import anyio
+import mcp_types as types
+import structlog
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+
+from api.mcp.rest import Rest, RestError, RunEvent
+from broker.tiers import Tier
+from broker.toolset import build_registry
+
+log = structlog.get_logger(__name__)
+
+APPROVAL_WAIT = 600.0  # seconds a call waits for the owner's answer (setting mcp.approval_wait)
+APPROVAL_ROUND = 15.0  # seconds between the progress notifications of a waiting call
+CANCEL_SECONDS = 10.0  # how long cancelling a run may take once the client left
+PROGRESS_LINE_CHARS = 1000  # a longer output line is cut in its progress notification
+CHAT_META = "skillfleet/chat_id"
+TURN_META = "skillfleet/turn_id"
+OUTCOME_TOOL = "get_call_outcome"
+OUTCOME_DESCRIPTION = (
+    "Collect the outcome of an earlier call that was still waiting for the owner's approval "
+    "when its wait ran out: waits again for the answer, then for the run it started."
+)
+OUTCOME_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"call_id": {"type": "string", "description": "The call_id a result named"}},
+    "required": ["call_id"],
+    "additionalProperties": False,
+}
+INSTRUCTIONS = (
+    "skillfleet's governed Agent Skills. Call list_skills, then load_skill for a skill's "
+    "instructions, then run_skill_script to run one of its scripts. Some calls wait for the "
+    "owner's approval; the owner answers them, never you."
+)
+
+
+def _hints(tier: Tier) -> types.ToolAnnotations:
+    """What a host may assume of a tool of `tier`: read tools change nothing; a tool whose calls
+    may change or delete things (scripts, skill edits) is destructive."""
+    if tier == Tier.READ:
+        return types.ToolAnnotations(read_only_hint=True, destructive_hint=False)
+    destructive = tier in (Tier.CHANGE, Tier.DESTRUCTIVE, Tier.SKILL_EDIT, Tier.SECRET)
+    return types.ToolAnnotations(read_only_hint=False, destructive_hint=destructive)
+
+
+TIERS: dict[str, Tier] = {
+    name: tool.tier for tool in build_registry() for name in (tool.name, *tool.aliases)
+}
+
+
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def client_slug(name: object) -> str:
+    """An MCP client's name as it goes into chat names: `Claude Code` is `claude-code`."""
+    slug = _SLUG.sub("-", str(name or "").lower()).strip("-")[:40].strip("-")
+    return slug or "client"
+
+
+def client_name(ctx: ServerRequestContext[Any, Any]) -> str:
+    """The name the client gave in its `initialize` or its request's `_meta`, as a slug."""
+    params = ctx.session.client_params
+    return client_slug(params.client_info.name if params is not None else None)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who an MCP request acts for: the API as its token sees it, and its default chat."""
+
+    rest: Rest
+    chat: str  # its calls' chat_id, unless a call's _meta names one
+
+
+CallerOf = Callable[[ServerRequestContext[Any, Any]], Caller]
+
+
+class Gateway:
+    """The MCP server; `caller_of` gives each request's caller."""
+
+    def __init__(self, caller_of: CallerOf, approval_wait: float = APPROVAL_WAIT) -> None:
+        self.caller_of = caller_of
+        self.approval_wait = approval_wait
+        self.schemas: dict[str, dict[str, Any]] = {OUTCOME_TOOL: OUTCOME_SCHEMA}
+        self.server: Server[Any] = Server(
+            "skillfleet",
+            version=_version(),
+            instructions=INSTRUCTIONS,
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            get_tool_input_schema=self.schemas.get,
+        )
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        definitions = await self.caller_of(ctx).rest.tools()
+        tools = [_tool(d["function"]) for d in definitions]
+        self.schemas.update({tool.name: tool.input_schema for tool in tools})
+        outcome = types.Tool(
+            name=OUTCOME_TOOL,
+            description=OUTCOME_DESCRIPTION,
+            input_schema=OUTCOME_SCHEMA,
+            annotations=types.ToolAnnotations(read_only_hint=True, destructive_hint=False),
+        )
+        return types.ListToolsResult(tools=[*tools, outcome])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        caller = self.caller_of(ctx)
+        arguments = dict(params.arguments or {})
+        try:
+            if params.name == OUTCOME_TOOL:
+                envelope = await self._outcome(caller, arguments)
+            else:
+                envelope = await caller.rest.call(params.name, self._body(ctx, caller, arguments))
+            envelope = await self._follow(ctx, caller.rest, envelope)
+        except RestError as e:
+            return error_result(e.code, e.message)
+        return result_of(envelope)
+
+    def _body(
+        self, ctx: ServerRequestContext[Any, Any], caller: Caller, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        meta = dict(ctx.meta or {})
+        chat, turn = meta.get(CHAT_META), meta.get(TURN_META)
+        return {
+            "arguments": arguments,
+            "chat_id": chat if isinstance(chat, str) and chat else caller.chat,
+            "turn_id": turn if isinstance(turn, str) and turn else None,
+        }
+
+    async def _outcome(self, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
+        call_id = arguments.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise RestError(422, "arguments_invalid", "Give the call_id of the call to collect.")
+        return envelope_of(await caller.rest.get_call(call_id))
+
+    async def _follow(
+        self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The call's envelope once it ended, or once its approval's wait ran out."""
+        if envelope.get("status") == "pending_approval":
+            envelope = await self._await_owner(ctx, rest, envelope)
+        if envelope.get("status") == "running" and envelope.get("run_id"):
+            envelope = await self._follow_run(ctx, rest, envelope)
+        return envelope
+
+    async def _await_owner(
+        self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Wait for the owner to answer the call's approval, telling the client at each round."""
+        call_id, approval_id = envelope["call_id"], envelope.get("approval_id")
+        waiting = await _waiting_for(rest, approval_id)
+        deadline = time.monotonic() + self.approval_wait
+        rounds = 0
+        while (left := deadline - time.monotonic()) > 0:
+            rounds += 1
+            await ctx.session.report_progress(rounds, None, waiting)
+            envelope = envelope_of(await rest.get_call(call_id, wait=min(left, APPROVAL_ROUND)))
+            if envelope.get("status") != "pending_approval":
+                return envelope
+        return envelope
+
+    async def _follow_run(
+        self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Follow the call's run to its exit, each output line a progress notification; a
+        cancelled request cancels the run."""
+        run_id = envelope["run_id"]
+        try:
+            lines = _Lines()
+            async for event in rest.run_events(run_id):
+                for line in lines.of(event):
+                    await ctx.session.report_progress(lines.count, None, line)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_SECONDS):
+                await _cancel(rest, run_id)
+            raise
+        # The exit event is written once the call has its answer: read it.
+        return envelope_of(await rest.get_call(envelope["call_id"], wait=CANCEL_SECONDS))
+
+
+async def _cancel(rest: Rest, run_id: str) -> None:
+    try:
+        await rest.cancel_run(run_id)
+        log.info("mcp client left: run cancelled", run_id=run_id)
+    except RestError as e:  # it ended meanwhile, or the API is away: nothing left to stop
+        log.info("mcp client left: run not cancelled", run_id=run_id, code=e.code)
+
+
+async def _waiting_for(rest: Rest, approval_id: str | None) -> str:
+    """What a waiting call tells its client, in words."""
+    text = "Waiting for the owner to answer"
+    if approval_id is None:
+        return text + "."
+    try:
+        approval = await rest.approval(approval_id)
+    except RestError:
+        approval = {}
+    what = approval.get("warning") or approval.get("tool") or "this call"
+    return (
+        f"{text} approval {approval_id} ({what}) in the console, the CLI "
+        f"(skillfleet approvals) or a push notification."
+    )
+
+
+class _Lines:
+    """A run's output cut into whole lines, stdout and stderr each on its own."""
+
+    def __init__(self) -> None:
+        self.partial: dict[str, str] = {}
+        self.count = 0
+
+    def of(self, event: RunEvent) -> list[str]:
+        if event.kind == "exit":
+            rest = [text for text in self.partial.values() if text]
+            self.partial.clear()
+            return self._counted(rest)
+        if event.kind not in ("stdout", "stderr"):
+            return []
+        text = self.partial.get(event.kind, "") + str(event.data.get("text", ""))
+        *whole, self.partial[event.kind] = text.split("\n")
+        return self._counted(whole)
+
+    def _counted(self, lines: list[str]) -> list[str]:
+        self.count += len(lines)
+        return [line[:PROGRESS_LINE_CHARS] for line in lines]
+
+
+def _tool(function: dict[str, Any]) -> types.Tool:
+    name = str(function["name"])
+    return types.Tool(
+        name=name,
+        description=function.get("description"),
+        input_schema=function.get("parameters") or {"type": "object"},
+        annotations=_hints(TIERS.get(name, Tier.CHANGE)),
+    )
+
+
+def envelope_of(call: dict[str, Any]) -> dict[str, Any]:
+    """A call as GET /api/calls shows it, in the envelope's shape POST /api/tools answers."""
+    if "call_id" in call and "error_code" not in call:
+        return call
+    envelope = {
+        key: call.get(key) for key in ("call_id", "status", "result", "approval_id", "run_id")
+    }
+    if call.get("error_code"):
+        envelope["error"] = {"code": call["error_code"], "message": call.get("error_message")}
+    return envelope
+
+
+def result_of(envelope: dict[str, Any]) -> types.CallToolResult:
+    """An MCP tool result: the result as text and as structured content, or the error."""
+    status = envelope.get("status")
+    result = envelope.get("result")
+    if status == "pending_approval":
+        return _unanswered(envelope)
+    if status in ("running", "deciding"):
+        return _text_result(
+            f"The call {envelope.get('call_id')} is still {status}; call {OUTCOME_TOOL} with its "
+            "call_id to collect its outcome.",
+            {"call_id": envelope.get("call_id"), "status": status},
+        )
+    error = envelope.get("error") or {}
+    if status != "done":
+        code = error.get("code") or status or "failed"
+        message = error.get("message") or f"The call ended {status}."
+        if isinstance(result, dict) and "exit_code" in result:
+            text = f"{message}\n\n{_run_text(result)}"
+            return _text_result(text, {**result, "error": {"code": code, "message": message}}, True)
+        return error_result(str(code), str(message))
+    if isinstance(result, dict) and "exit_code" in result:
+        return _text_result(_run_text(result), result)
+    structured = result if isinstance(result, dict) else {"result": result}
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    return _text_result(text, structured)
+
+
+def _unanswered(envelope: dict[str, Any]) -> types.CallToolResult:
+    call_id, approval_id = envelope.get("call_id"), envelope.get("approval_id")
+    text = (
+        f"The owner has not answered approval {approval_id} yet, so the call did not run. "
+        f"Call {OUTCOME_TOOL} with call_id {call_id} later to collect its outcome."
+    )
+    structured = {"call_id": call_id, "status": "pending_approval", "approval_id": approval_id}
+    return _text_result(text, structured)
+
+
+def _run_text(result: dict[str, Any]) -> str:
+    parts = [f"exit code {result.get('exit_code')} ({result.get('status')})"]
+    for stream in ("stdout", "stderr"):
+        if result.get(stream):
+            parts.append(f"{stream}:\n{result[stream]}")
+    return "\n\n".join(parts)
+
+
+def error_result(code: str, message: str) -> types.CallToolResult:
+    return _text_result(f"{message} ({code})", {"error": {"code": code, "message": message}}, True)
+
+
+def _text_result(
+    text: str, structured: dict[str, Any], is_error: bool = False
+) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=is_error,
+    )
+
+
+def _version() -> str:
+    try:
+        return metadata.version("skillfleet")
+    except metadata.PackageNotFoundError:
+        return ""

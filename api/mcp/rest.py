@@ -1,0 +1,159 @@
+"""The REST routes the gateway uses, for one caller: tools, calls, approvals, runs and skills.
+
+Every MCP request becomes requests to these routes with the caller's token, so the API decides
+them exactly as it decides any agent's: the gateway holds no rule of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from store.limits import MAX_PAGE_SIZE
+
+# A long-poll waits at most 60 s and a run's stream sends a keep-alive every 15 s: a read that
+# takes longer than this means the API is gone.
+READ_SECONDS = 90.0
+LONGEST_WAIT = 60.0  # the most `?wait=` a route accepts
+
+
+class RestError(Exception):
+    """Raised when the API refuses a request or can't be reached; carries its stable code."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One event of a run's stream: `stdout`, `stderr`, `status` or `exit`."""
+
+    id: str
+    kind: str
+    data: dict[str, Any]
+
+
+def make_client(
+    base_url: str, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    """The gateway's HTTP client: to `base_url` over the network, or through `transport`."""
+    timeout = httpx.Timeout(READ_SECONDS, connect=10.0)
+    return httpx.AsyncClient(base_url=base_url, transport=transport, timeout=timeout)
+
+
+@dataclass
+class Rest:
+    """The API's routes as one caller sees them (its token in `headers`)."""
+
+    http: httpx.AsyncClient
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extensions: Mapping[str, Any] = field(default_factory=dict)
+
+    async def tools(self) -> list[dict[str, Any]]:
+        """Every tool as GET /api/tools lists it (one page holds them all)."""
+        found = await self._json("GET", "/api/tools", params={"page_size": MAX_PAGE_SIZE})
+        return list(found)
+
+    async def call(self, tool: str, body: dict[str, Any], wait: float = 0) -> dict[str, Any]:
+        """The envelope of one call of `tool` (ToolCallSchema's `body`)."""
+        path = f"/api/tools/{quote(tool, safe='')}"
+        params = {"wait": min(wait, LONGEST_WAIT)} if wait > 0 else {}
+        found: dict[str, Any] = await self._json("POST", path, json=body, params=params)
+        return found
+
+    async def get_call(self, call_id: str, wait: float = 0) -> dict[str, Any]:
+        """A call as GET /api/calls/<id> shows it, waiting up to `wait` s for its end."""
+        params = {"wait": min(wait, LONGEST_WAIT)} if wait > 0 else {}
+        found: dict[str, Any] = await self._json(
+            "GET", f"/api/calls/{quote(call_id, safe='')}", params=params
+        )
+        return found
+
+    async def approval(self, approval_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = await self._json(
+            "GET", f"/api/approvals/{quote(approval_id, safe='')}"
+        )
+        return found
+
+    async def cancel_run(self, run_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = await self._json(
+            "POST", f"/api/runs/{quote(run_id, safe='')}/cancel"
+        )
+        return found
+
+    async def run_events(self, run_id: str) -> AsyncIterator[RunEvent]:
+        """A run's events from its start until its exit event (GET /api/runs/<id>/events)."""
+        path = f"/api/runs/{quote(run_id, safe='')}/events"
+        request = self._request("GET", path, headers={"Accept": "text/event-stream"})
+        response = await self._send(request, stream=True)
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                raise _error(response)
+            async for event in _events(response.aiter_lines()):
+                yield event
+                if event.kind == "exit":
+                    return
+        finally:
+            await response.aclose()
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = await self._send(self._request(method, path, **kwargs))
+        if response.status_code >= 400:
+            raise _error(response)
+        return response.json()
+
+    def _request(
+        self, method: str, path: str, headers: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> httpx.Request:
+        request = self.http.build_request(
+            method, path, headers={**self.headers, **(headers or {})}, **kwargs
+        )
+        request.extensions.update(self.extensions)
+        return request
+
+    async def _send(self, request: httpx.Request, stream: bool = False) -> httpx.Response:
+        try:
+            return await self.http.send(request, stream=stream)
+        except httpx.HTTPError as e:
+            raise RestError(
+                503, "api_unreachable", f"The skillfleet API can't be reached: {e}."
+            ) from e
+
+
+def _error(response: httpx.Response) -> RestError:
+    """The API's error (its one shape: code, status, message) as a RestError."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return RestError(response.status_code, str(body.get("code", "error")), body["message"])
+    return RestError(
+        response.status_code, "error", f"The API answered HTTP {response.status_code}."
+    )
+
+
+async def _events(lines: AsyncIterator[str]) -> AsyncIterator[RunEvent]:
+    """The events of an SSE body (keep-alive comments skipped)."""
+    fields: dict[str, str] = {}
+    async for line in lines:
+        if line:
+            name, _, value = line.partition(":")
+            if name:  # a line starting with ':' is a comment
+                fields[name] = value.removeprefix(" ")
+            continue
+        if "event" in fields and "data" in fields:
+            data = json.loads(fields["data"])
+            yield RunEvent(
+                fields.get("id", ""), fields["event"], data if isinstance(data, dict) else {}
+            )
+        fields = {}
