@@ -1,0 +1,84 @@
+"""`skillfleet mcp`: the gateway over stdio, started as a host starts it, a client of the API."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fleet import Fleet, fleet, sqlite_settings
+from mcp import Client, StdioServerParameters
+from mcp_types import Implementation
+from mcpclients import using
+
+from store.db import transaction
+from store.tokens import Role, create_token
+
+pytestmark = pytest.mark.fleet
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Fleet]:
+    with fleet(sqlite_settings(tmp_path_factory.mktemp("mcp"), sqlite_template)) as running:
+        yield running
+
+
+def stdio_env(running: Fleet, token: str | None) -> dict[str, str]:
+    # Only the API's address and a token: no database, no Redis.
+    env = {k: v for k, v in running.env.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.pop("SKILLFLEET_DATA_DIR", None)
+    if token is not None:
+        env["SKILLFLEET_TOKEN"] = token
+    return env
+
+
+def stdio_client(running: Fleet, token: str, name: str = "Claude Desktop") -> Client:
+    command = StdioServerParameters(
+        command=sys.executable, args=["-m", "skillfleet", "mcp"], env=stdio_env(running, token)
+    )
+    return Client(command, client_info=Implementation(name=name, version="1"))
+
+
+def test_the_stdio_server_lists_the_api_tools_and_records_calls_in_its_chat(served):
+    name = f"owner-{uuid.uuid4().hex[:6]}"
+    with transaction(served.services.sessions) as session:
+        owner = create_token(session, name, Role.OWNER)
+        agent = create_token(session, name, Role.AGENT)
+
+    async def scenario(client: Client) -> Any:
+        tools = await client.list_tools()
+        called = await client.call_tool("list_skills", {})
+        return tools, called
+
+    tools, called = using(stdio_client(served, agent), scenario)
+    with served.http() as rest:
+        definitions = {d["function"]["name"] for d in rest.get("/api/tools?page_size=100").json()}
+    assert {tool.name for tool in tools.tools} == definitions | {"get_call_outcome"}
+    assert not called.is_error and "skills" in called.structured_content
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {owner}"}) as rest:
+        chats = [chat["chat_id"] for chat in rest.get("/api/chats").json()]
+        recorded = rest.get("/api/calls").json()
+    assert len(chats) == 1 and chats[0].startswith("mcp-claude-desktop-")
+    assert [call["tool"] for call in recorded] == ["list_skills"]
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [(None, "No token: export SKILLFLEET_TOKEN="), ("sf_wrong", "The bearer token is not valid.")],
+)
+def test_without_a_valid_token_it_exits_saying_why(served, token, message):
+    finished = subprocess.run(
+        [sys.executable, "-m", "skillfleet", "mcp"],
+        env=stdio_env(served, token),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert finished.returncode == 1
+    assert message in finished.stderr
