@@ -22,11 +22,12 @@ from broker.errors import (
 from broker.grants import tool_key
 from broker.registry import Tool
 from broker.tiers import Tier
+from store.commandline import CommandLineError, command_line
 from store.errors import SkillNotFound
 from store.hashing import grant_key
 from store.models import Skill
 from store.names import is_valid_name
-from store.schemas import schema_for
+from store.schemas import argv_of, schema_for
 from store.skills import SkillStore
 from store.validation import SkillInfo
 
@@ -161,6 +162,11 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: S
     error = jsonschema.exceptions.best_match(validator.iter_errors(normalised.arguments))
     if error is not None:
         raise SchemaMismatch(f"HOST: arguments don't match {script}'s parameters: {error.message}.")
+    script_arguments = {k: v for k, v in normalised.arguments.items() if k != "node"}
+    try:  # what JSON Schema can't say of a command line, before anyone is asked to approve
+        command_line(argv_of(info, script), script_arguments)
+    except CommandLineError as e:
+        raise SchemaMismatch(e.message) from e
     node = normalised.arguments.get("node")
     return CallPlan(
         tool=tool,
@@ -171,7 +177,7 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: S
         skill_enabled=skill.enabled,
         script=script,
         # The node says where to run; the rest of the arguments go to the script (seed 000).
-        script_arguments={k: v for k, v in normalised.arguments.items() if k != "node"},
+        script_arguments=script_arguments,
         node=node if isinstance(node, str) else None,
         network=_network(info.execution, info.network, info.allowed_domains),
     )

@@ -255,9 +255,10 @@ TOOLS = (
                     "description": "Other files: path (such as scripts/check.py) -> text.",
                 },
                 "parameters_schema": {
-                    "type": "object",
+                    "type": ["object", "string"],
                     "description": "JSON Schema of the scripts' arguments, or a map script "
-                    "path -> schema.",
+                    "path -> schema, as an object or its JSON text; a script's `argv` lists "
+                    "what it gets on its command line.",
                 },
                 "metadata": {
                     "type": "object",
@@ -298,7 +299,7 @@ TOOLS = (
                         },
                         "description": {"type": "string"},
                         "body": {"type": "string", "description": "SKILL.md's new body."},
-                        "parameters_schema": {"type": ["object", "null"]},
+                        "parameters_schema": {"type": ["object", "string", "null"]},
                     },
                     "additionalProperties": False,
                 },

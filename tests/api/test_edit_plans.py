@@ -126,7 +126,10 @@ def test_a_denied_edit_changes_nothing(client, auth, report):
         (edit(body="x", title="T"), "'changes.title'"),
         (edit(body=7), "'changes.body' must be a string, not a number"),
         (edit({GUIDE: 3}), "changes.files['references/guide.md']' must be a string or null"),
-        (edit(parameters_schema="{}"), "'changes.parameters_schema' must be an object or null"),
+        (
+            edit(parameters_schema=7),
+            "'changes.parameters_schema' must be an object, its JSON text or null",
+        ),
         (edit(rationale=["why"], body="x"), "'rationale' must be a non-empty string"),
         (edit(rationale="r" * 1001, body="x"), "'rationale' is 1001 characters"),
         ({"skill_name": "disk-report", "changes": [], "rationale": "r"}, "'changes' must be"),

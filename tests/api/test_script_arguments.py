@@ -269,3 +269,17 @@ def test_load_skill_shows_the_agent_which_arguments_go_on_the_command_line(clien
     assert loaded["status"] == "done", loaded
     assert '"argv"' in json.dumps(loaded["result"])
     assert "(?!-)" in json.dumps(loaded["result"])  # the rule the call is checked against
+
+
+def test_a_later_positional_without_an_earlier_one_fails_before_anyone_is_asked(client, auth):
+    schema = {
+        "type": "object",
+        "properties": {"source": {"type": "string"}, "target": {"type": "string"}},
+        "argv": ["source", "target"],
+    }
+    install(client, auth, "copier", {**READER, "parameters_schema": {"scripts/hello.py": schema}})
+    envelope = run(client, auth, {"node": "web01", "target": "out.txt"}, name="copier")
+    assert envelope["status"] == "failed"
+    assert envelope["error"]["code"] == "arguments_schema"
+    assert '"target" without "source"' in envelope["error"]["message"]
+    assert "approval_id" not in envelope and "run_id" not in envelope
