@@ -1,7 +1,7 @@
 // Approvals inbox: pending calls the policy asked the owner about, updated live.
 
 import { get, post } from "./api.js";
-import { diff, h, hash8, json, replace, setBadge, showError, status, table, when } from "./ui.js";
+import { diff, h, hash8, json, replace, serial, setBadge, showError, status, table, when } from "./ui.js";
 
 const APPROVAL_CHANGES = new Set(["approval.created", "approval.answered"]);
 
@@ -103,19 +103,27 @@ export async function page({ main, onFeed }) {
     await load();
   }
 
-  async function load() {
+  const load = serial(async () => {
     const pending = await get("/api/approvals?status=pending");
     setBadge("pending-count", pending.length);
     if (pending.length) replace(list, pending.map((approval) => card(approval, answer)));
     else replace(list, h("p", { class: "empty" }, "Nothing is waiting for you."));
     loadAnswered().catch((e) => showError(e)); // below the fold: not waited for
-  }
+  });
 
-  // Calls approved on this page whose run has not started yet: their link comes with it.
+  // Approved calls shown without a run yet: their link comes with their run's first state (or
+  // with a list read while it came).
   let runless = new Set();
+  let reading = false;
 
-  async function loadAnswered() {
-    const latest = await get("/api/approvals?page_size=10");
+  const loadAnswered = serial(async () => {
+    reading = true;
+    let latest;
+    try {
+      latest = await get("/api/approvals?page_size=10");
+    } finally {
+      reading = false;
+    }
     const done = latest.filter((approval) => approval.status !== "pending");
     runless = new Set(done.filter((a) => a.status.startsWith("approved") && !a.run_id).map((a) => a.call_id));
     replace(recent, done.length
@@ -128,13 +136,13 @@ export async function page({ main, onFeed }) {
           h("td", {}, when(approval.answered_at)),
           h("td", {}, links(approval)))))
       : h("p", { class: "muted" }, "None yet."));
-  }
+  });
 
   onFeed((event) => {
     // State changes only: the feed also carries notices for push and webhooks (approval.waiting).
     if (APPROVAL_CHANGES.has(event.kind) || event.kind === "reconnected") {
       load().catch((e) => showError(e));
-    } else if (event.kind === "run.state" && runless.has(event.data.call_id)) {
+    } else if (event.kind === "run.state" && (reading || runless.has(event.data.call_id))) {
       runless.delete(event.data.call_id);
       loadAnswered().catch((e) => showError(e)); // an approved call's run started: link it
     }

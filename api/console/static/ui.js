@@ -131,6 +131,32 @@ export function definitions(pairs) {
     ]));
 }
 
+// `work` one run at a time: a call while it runs makes it run once more afterwards (events come
+// in bursts, and an answer drawn late must not put back what changed since). Every caller's
+// promise settles once what it asked for is drawn.
+export function serial(work) {
+  let running = null;
+  return () => {
+    if (running) {
+      running.again = true;
+      return running.promise;
+    }
+    const state = { again: false };
+    running = state;
+    state.promise = (async () => {
+      try {
+        do {
+          state.again = false;
+          await work();
+        } while (state.again);
+      } finally {
+        running = null;
+      }
+    })();
+    return state.promise;
+  };
+}
+
 export function busy(button, work) {
   return async (...args) => {
     button.disabled = true;
