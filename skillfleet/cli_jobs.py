@@ -152,6 +152,7 @@ def delete(job_id: str) -> None:
 @TIMEOUT_OPTION
 def run(job_id: str, wait: bool, timeout: int) -> None:
     """Run a job now; print the run's id."""
+    _refuse_while_active(job_id)
     run_id = call_api("POST", f"/api/jobs/{job_id}/run")["job_run_id"]
     click.echo(run_id)
     if wait:
@@ -196,6 +197,16 @@ def runs(job_id: str) -> None:
 
 
 # -- waiting for a run -----------------------------------------------------------------
+
+
+def _refuse_while_active(job_id: str) -> None:
+    """A job runs once at a time (the API refuses a second): say how to follow the one on."""
+    for row in call_api("GET", f"/api/jobs/{job_id}/runs"):
+        if row["status"] in JOB_RUNS.open:
+            raise click.ClickException(
+                f"Job {job_id} is still {row['status']} (run {row['id']}); follow that run with "
+                f"`skillfleet jobs wait {job_id} {row['id']}`."
+            )
 
 
 def _follow(job_id: str, run_id: str, limit: float) -> int:

@@ -139,6 +139,10 @@ def test_waiting_for_a_run_stops_at_its_approval_and_says_how_to_answer_it(runni
     ):
         assert command in waited.stderr, waited.stderr
 
+    busy = cli(running, "run", job_id)
+    assert busy.returncode == 1
+    assert f"follow that run with `skillfleet jobs wait {job_id} {run_id}`" in busy.stderr
+
     # The command as printed answers it, and the job's grant lets the next run go through.
     approved = skillfleet(running, "approvals", "approve", approval["id"], "--for-job")
     assert approved.returncode == 0, approved.stderr
