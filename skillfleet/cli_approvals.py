@@ -28,6 +28,7 @@ def list_cmd(show_all: bool) -> None:
         ("tier", "TIER"),
         ("skill", "SKILL"),
         ("node", "NODE"),
+        ("asked_by", "ASKED BY"),
         ("warning", "WARNING"),
     ]
     click.echo(table(rows, columns))

@@ -143,6 +143,11 @@ def test_waiting_for_a_run_stops_at_its_approval_and_says_how_to_answer_it(runni
     assert busy.returncode == 1
     assert f"follow that run with `skillfleet jobs wait {job_id} {run_id}`" in busy.stderr
 
+    listed = skillfleet(running, "approvals", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "ASKED BY" in listed.stdout.splitlines()[0]
+    assert approval["asked_by"] in listed.stdout and approval["asked_by"].startswith("job ")
+
     # The command as printed answers it, and the job's grant lets the next run go through.
     approved = skillfleet(running, "approvals", "approve", approval["id"], "--for-job")
     assert approved.returncode == 0, approved.stderr
