@@ -96,6 +96,7 @@ class Caller:
 
     rest: Rest
     chat: str  # its calls' chat_id, unless a call's _meta names one
+    token_id: str = ""  # tells callers apart, so a client cancels only its own calls
 
 
 CallerOf = Callable[[ServerRequestContext[Any, Any]], Caller]
@@ -116,6 +117,12 @@ class Gateway:
             on_call_tool=self.call_tool,
             get_tool_input_schema=self.schemas.get,
         )
+        # Calls being served, by caller, chat and request id: a stateless HTTP client's
+        # `notifications/cancelled` arrives in a request of its own, which finds its call here.
+        self.serving: dict[tuple[str, str, Any], anyio.CancelScope] = {}
+        self.server.add_notification_handler(
+            "notifications/cancelled", types.CancelledNotificationParams, self.cancelled
+        )
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -135,6 +142,30 @@ class Gateway:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         caller = self.caller_of(ctx)
+        key = (caller.token_id, caller.chat, ctx.request_id)
+        with anyio.CancelScope() as scope:
+            self.serving[key] = scope
+            try:
+                return await self._call(ctx, caller, params)
+            finally:
+                self.serving.pop(key, None)
+        return error_result("cancelled", "The client cancelled the call.")
+
+    async def cancelled(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CancelledNotificationParams
+    ) -> None:
+        """A client cancels one of its calls (its run is cancelled as the call unwinds)."""
+        caller = self.caller_of(ctx)
+        scope = self.serving.get((caller.token_id, caller.chat, params.request_id))
+        if scope is not None:
+            scope.cancel()
+
+    async def _call(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        caller: Caller,
+        params: types.CallToolRequestParams,
+    ) -> types.CallToolResult:
         arguments = dict(params.arguments or {})
         try:
             if params.name == OUTCOME_TOOL:

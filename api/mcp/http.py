@@ -109,7 +109,7 @@ class McpEndpoint:
     ) -> None:
         session = opened.session or (opened.new_session() if opened.initializing else None)
         chat = f"mcp-{session}" if session else f"mcp-{opened.client}-{opened.token_id}"
-        reset = CALLER.set(Caller(rest, chat))
+        reset = CALLER.set(Caller(rest, chat, opened.token_id))
 
         unread = [{"type": "http.request", "body": opened.body, "more_body": False}]
 
