@@ -15,6 +15,17 @@ import pytest
 from fleet import Fleet, fleet, sqlite_settings, wait_until
 from mcp import Client
 from mcpclients import mcp_client, using
+from pydantic_ai import Agent
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from store.db import transaction
 from store.tokens import Role, create_token
@@ -242,3 +253,35 @@ def test_another_owners_agent_sees_neither_the_skills_nor_the_calls(owner, serve
     listed, loaded, outcome = using(mcp_client(served, stranger), theirs)
     assert "lines" not in [s["name"] for s in listed.structured_content["skills"]]
     assert loaded.is_error and outcome.is_error
+
+
+def test_a_pydantic_ai_agent_lists_loads_and_runs_a_skill_through_mcp(owner):
+    owner.import_skill("lines", READ_NODE, THREE_LINES)
+    steps = [
+        ("list_skills", {}),
+        ("load_skill", {"skill_name": "lines"}),
+        ("run_skill_script", run_arguments("lines")),
+    ]
+
+    def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            part.content
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        ]
+        if len(returns) < len(steps):
+            name, arguments = steps[len(returns)]
+            return ModelResponse(parts=[ToolCallPart(name, arguments)])
+        return ModelResponse(parts=[TextPart(str(returns[-1]))])
+
+    toolset = MCPToolset(
+        f"{owner.running.url}/mcp", headers={"Authorization": f"Bearer {owner.agent}"}
+    )
+    agent = Agent(FunctionModel(scripted), toolsets=[toolset])
+    answer = asyncio.run(agent.run("Run the lines skill.")).output
+    assert "line 2" in answer
+    with owner.rest() as rest:
+        calls = [call["tool"] for call in rest.get("/api/calls").json()]
+    assert calls == ["run_skill_script", "load_skill", "list_skills"]  # newest first
