@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from skillfleet.client import Client, ClientError
+from skillfleet.client import Client, ClientError, cli_words
 from store.settings import ClientSettings
 
 
@@ -146,7 +146,7 @@ def _report_bundle(result: dict[str, Any]) -> None:
         )
         _echo_warnings(item["warnings"])
     for item in result["refused"]:
-        click.echo(f"Refused {item['folder']} ({item['code']}): {item['message']}")
+        click.echo(f"Refused {item['folder']} ({item['code']}): {cli_words(item['message'])}")
         for problem in item["errors"]:
             click.echo(f"  - {problem}")
     click.echo(f"{len(result['imported'])} imported, {len(result['refused'])} refused.")

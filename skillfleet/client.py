@@ -8,6 +8,13 @@ import httpx
 
 from store.settings import ClientSettings
 
+TOKEN_HINT = "export SKILLFLEET_TOKEN=… (the owner token `make up` printed, on its `export` line)"
+# The API names its own parameters in a few messages; the CLI's user knows them as options.
+CLI_SPELLING = {
+    "pass replace=true": "pass --replace",
+    "name (name= in the API, --name in the CLI)": "name (--name)",
+}
+
 
 class ClientError(Exception):
     """Raised when the API answers with an error or can't be reached."""
@@ -25,6 +32,7 @@ class Client:
         if settings.token:
             headers["Authorization"] = f"Bearer {settings.token}"
         self.base = settings.url
+        self.has_token = bool(settings.token)
         self.http = httpx.Client(base_url=settings.url, headers=headers, timeout=timeout)
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -36,12 +44,30 @@ class Client:
                 code="unreachable",
             ) from e
         if response.status_code >= 400:
-            raise _error(response)
+            raise self._error(response)
         return response
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.request(method, path, **kwargs)
         return response.json() if response.content else None
+
+    def _error(self, response: httpx.Response) -> ClientError:
+        """The API's error in the CLI's words: its options, and how to give it a token."""
+        error = _error(response)
+        if response.status_code == 401:
+            if self.has_token:
+                error.message = f"SKILLFLEET_TOKEN is not a valid token here: {TOKEN_HINT}."
+            else:
+                error.message = f"No token: {TOKEN_HINT}, then try again."
+        error.message = cli_words(error.message)
+        return error
+
+
+def cli_words(message: str) -> str:
+    """`message` with the API's parameters spelled as the CLI's options."""
+    for api_words, cli in CLI_SPELLING.items():
+        message = message.replace(api_words, cli)
+    return message
 
 
 def _error(response: httpx.Response) -> ClientError:

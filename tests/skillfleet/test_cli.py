@@ -256,8 +256,44 @@ def test_importing_the_same_folder_again_exits_1_with_the_skill_exists_message(
     again = as_owner(up, "skills", "import", str(folder))
 
     assert again.returncode == 1
-    assert again.stderr.startswith(
-        "Error (skill_exists): A skill named 'twice-told' is already installed"
+    assert again.stderr == (
+        "Error (skill_exists): A skill named 'twice-told' is already installed; "
+        "pass --replace to replace it.\n"
+    )
+    assert as_owner(up, "skills", "import", "--replace", str(folder)).returncode == 0
+
+
+def test_a_folder_of_skills_imported_again_names_the_cli_options_in_each_refusal(
+    up: Running, skills_dir: Path
+) -> None:
+    repo = skills_dir / "shelf"
+    write_skill(repo, "gamma-notes")
+    write_skill(repo, "delta-notes")
+    assert as_owner(up, "skills", "import", str(repo)).returncode == 0
+
+    again = as_owner(up, "skills", "import", str(repo))
+
+    assert again.returncode == 1
+    refusals = [line for line in again.stdout.splitlines() if line.startswith("Refused")]
+    assert len(refusals) == 2, again.stdout
+    assert all(line.endswith("pass --replace to replace it.") for line in refusals), again.stdout
+    assert "replace=true" not in again.stdout
+
+
+def test_importing_again_under_another_name_says_to_choose_one_with_the_cli_options(
+    up: Running, skills_dir: Path
+) -> None:
+    folder = write_skill(skills_dir, "epsilon-notes")
+    renamed = ("skills", "import", "--name", "epsilon-copy", str(folder))
+    assert as_owner(up, *renamed).returncode == 0
+
+    again = as_owner(up, *renamed)
+
+    assert again.returncode == 1
+    assert again.stderr == (
+        "Error (skill_exists): SKILL.md names the skill 'epsilon-notes', which would be installed "
+        "as 'epsilon-copy', and a skill named 'epsilon-copy' is already installed; choose another "
+        "name (--name) or pass --replace to replace it.\n"
     )
 
 
@@ -326,15 +362,20 @@ def test_every_command_with_a_wrong_token_exits_1_saying_the_token_is_not_valid(
 
     assert result.returncode == 1
     assert result.stdout == ""
-    assert result.stderr == "Error (unauthorized): The bearer token is not valid.\n"
+    assert result.stderr == (
+        "Error (unauthorized): SKILLFLEET_TOKEN is not a valid token here: export "
+        "SKILLFLEET_TOKEN=… (the owner token `make up` printed, on its `export` line).\n"
+    )
 
 
-def test_a_command_without_a_token_exits_1_saying_a_token_is_needed(up: Running) -> None:
+def test_a_command_without_a_token_exits_1_saying_how_to_give_one(up: Running) -> None:
     result = cli("skills", "list", url=up.url, token=None)
 
     assert result.returncode == 1
-    assert "Error (unauthorized):" in result.stderr
-    assert "this route needs a token" in result.stderr
+    assert result.stderr == (
+        "Error (unauthorized): No token: export SKILLFLEET_TOKEN=… (the owner token "
+        "`make up` printed, on its `export` line), then try again.\n"
+    )
 
 
 @pytest.mark.parametrize("command", API_COMMANDS, ids=" ".join)
