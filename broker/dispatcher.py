@@ -29,7 +29,11 @@ EXECUTE_TASK = "skillfleet.execute_run"
 LIVE_CHECK_SECONDS = 1.0
 UNREACHABLE = "The run queue (Redis) can't be reached, so the script was not started."
 SAVE_TOO_SLOW = "The database took too long to save the run, so the script was not started."
-NO_SANDBOX = "No server can run sandboxed skills: Hyperlight needs an x86_64 server with KVM."
+SANDBOX_FIX = (
+    "start `skillfleet worker sandbox` on an x86_64 host with KVM, or on a host with Docker "
+    "with SKILLFLEET_SANDBOX_ISOLATION=container (hardened containers instead of micro-VMs)"
+)
+NO_SANDBOX = f"No sandbox worker is running, so sandbox skills can't run: {SANDBOX_FIX}."
 
 
 class CeleryDispatcher:
@@ -72,7 +76,7 @@ class CeleryDispatcher:
         assert plan.skill is not None
         queue = naming.queue_for(plan.skill.execution, plan.node)
         if not self._served(queue):
-            raise NoRunner(_no_runner_message(plan.skill.execution, plan.node))
+            raise NoRunner(_no_runner_message(self.client, plan.skill.execution, plan.node))
         # Built now, while this hash is current: the runner may fetch it after an edit.
         self.packages.ensure_built(plan.skill)
         run = new_run(plan, context.call_id, context.owner_id, self.timeout)
@@ -142,9 +146,30 @@ def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
     )
 
 
-def _no_runner_message(execution: str, node: str | None) -> str:
+def _no_runner_message(client: redis.Redis, execution: str, node: str | None) -> str:
     if execution == naming.SANDBOX:
-        return NO_SANDBOX
+        return _no_sandbox_message(client)
     if execution == naming.SPARK:
         return "No Spark worker is running, so spark skills can't run now."
     return f"HOST: no node agent named '{node}' is running; check the node name."
+
+
+def _no_sandbox_message(client: redis.Redis) -> str:
+    """NO_SANDBOX, or, when a sandbox worker runs but serves nothing (it could not start a
+    micro-VM, say), the reason its heartbeat gives."""
+    try:
+        found = [
+            worker
+            for worker in heartbeat.workers(client)
+            if worker["queue"] == naming.SANDBOX and worker["alive"] and worker["serving"] == "0"
+        ]
+    except redis.RedisError:
+        return NO_SANDBOX
+    if not found:
+        return NO_SANDBOX
+    worker = found[0]
+    reason = str(worker.get("reason") or "it gave no reason").rstrip(".")
+    return (
+        f"The sandbox worker on {worker['host']} runs but serves nothing, so sandbox skills "
+        f"can't run: {reason}. To run them, {SANDBOX_FIX}."
+    )

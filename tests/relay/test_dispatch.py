@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 from api import create_app
 from api.services import Services
 from broker import dispatcher, runs
-from broker.dispatcher import UNREACHABLE
+from broker.dispatcher import NO_SANDBOX, SANDBOX_FIX, UNREACHABLE
 from relay import heartbeat, naming
 from store.db import transaction
 from store.models import Run
@@ -183,3 +183,52 @@ def test_a_run_saved_too_late_for_its_worker_is_rolled_back_and_its_message_find
     [run_id] = queued_run_ids(redis_client, node)
     monkeypatch.setattr(runs, "RUN_SAVE_WAIT_SECONDS", 0.1)
     assert runs.claim(live_services.sessions, run_id, "w", []) is None
+
+
+def call_sandbox_skill(services: Services) -> dict[str, object]:
+    client = create_app(services=services).test_client()
+    with transaction(services.sessions) as session:
+        auth = {"Authorization": f"Bearer {create_owner_token(session, 'alice')}"}
+    metadata = {"skillfleet.tier": "read", "skillfleet.execution": "sandbox"}
+    upload = {"file": (io.BytesIO(skill_zip("boxed", metadata=metadata)), "boxed.zip")}
+    assert client.post("/api/skills", headers=auth, data=upload).status_code == 201
+    body = {"arguments": {"skill_name": "boxed", "script": "scripts/hello.py", "arguments": {}}}
+    answer: dict[str, object] = client.post(
+        "/api/tools/run_skill_script", headers=auth, json=body
+    ).json
+    return answer
+
+
+def test_a_sandbox_call_with_no_sandbox_worker_names_the_cause_and_both_fixes(
+    live_services: Services,
+):
+    answer = call_sandbox_skill(live_services)
+
+    assert answer["status"] == "failed"
+    assert answer["error"] == {"code": "no_runner", "message": NO_SANDBOX}
+    assert NO_SANDBOX == (
+        "No sandbox worker is running, so sandbox skills can't run: start `skillfleet worker "
+        "sandbox` on an x86_64 host with KVM, or on a host with Docker with "
+        "SKILLFLEET_SANDBOX_ISOLATION=container (hardened containers instead of micro-VMs)."
+    )
+
+
+def test_a_sandbox_call_while_a_sandbox_worker_serves_nothing_gives_that_workers_reason(
+    live_services: Services, redis_client
+):
+    reason = "Hyperlight could not run a micro-VM: this server has no nested virtualisation."
+    instance = heartbeat.Instance(
+        role="sandbox", queue=naming.SANDBOX, name=naming.SANDBOX, host="kvm-1", reason=reason
+    )
+    heartbeat.beat(redis_client, instance, serving=False)
+    try:
+        answer = call_sandbox_skill(live_services)
+    finally:
+        heartbeat.stop(redis_client, instance)
+
+    assert answer["error"] == {
+        "code": "no_runner",
+        "message": "The sandbox worker on kvm-1 runs but serves nothing, so sandbox skills can't "
+        "run: Hyperlight could not run a micro-VM: this server has no nested virtualisation. "
+        f"To run them, {SANDBOX_FIX}.",
+    }

@@ -1,4 +1,5 @@
-"""A sandbox worker on a host where Hyperlight can't start stays off the queue and says why."""
+"""A sandbox worker on a host where Hyperlight can't start stays off the queue and says why, and
+a sandbox call's refusal repeats it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from conftest import REDIS_URL
 from fleet import fleet, wait_until
 
-from broker.dispatcher import NO_SANDBOX
+from broker.dispatcher import SANDBOX_FIX
 from relay import heartbeat, naming
 from store.settings import Settings
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.fleet
 @pytest.mark.skipif(
     os.environ.get("SKILLFLEET_TEST_KVM") == "1", reason="on a KVM host the worker serves"
 )
-def test_a_sandbox_worker_that_cannot_start_hyperlight_beats_but_serves_nothing(
+def test_a_sandbox_worker_that_cannot_start_hyperlight_serves_nothing_and_calls_say_why(
     tmp_path: Path, database_url: str
 ):
     settings = Settings(data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL)
@@ -52,4 +53,8 @@ def test_a_sandbox_worker_that_cannot_start_hyperlight_beats_but_serves_nothing(
             )  # fmt: skip
             body = {"arguments": {"skill_name": "boxed", "script": "scripts/b.py", "arguments": {}}}
             envelope = client.post("/api/tools/run_skill_script", json=body).json()
-    assert envelope["error"] == {"code": "no_runner", "message": NO_SANDBOX}
+    assert envelope["error"] == {
+        "code": "no_runner",
+        "message": f"The sandbox worker on {worker['host']} runs but serves nothing, so sandbox "
+        f"skills can't run: {worker['reason'].rstrip('.')}. To run them, {SANDBOX_FIX}.",
+    }
