@@ -1,25 +1,47 @@
-"""gunicorn's configuration for the API (`--config python:skillfleet.serving`), and the worker
-class it runs (`skillfleet.serving.Worker`: uvicorn's, with a time limit on request headers).
+"""gunicorn's configuration for the API (`--config python:skillfleet.serving`), the worker
+class it runs (`skillfleet.serving.Worker`: uvicorn's, with a time limit on request headers)
+and the app it serves (`skillfleet.serving:create_app()`: the API, with its request log).
 
 Prometheus multiprocess mode: every worker process writes its metrics into one folder, so a
 scrape answered by any worker gives the totals of all of them. The folder is made before the
 workers start (they import prometheus_client after PROMETHEUS_MULTIPROC_DIR is set), emptied of
 files left by an earlier run, and a dead worker's live gauges are dropped.
+
+The request log: with gunicorn's `--access-logfile` (`skillfleet up` gives it
+var/logs/api.log), a line per request once its answer is complete, streams included: method,
+path, the names of the query's parameters (never their values), status, duration and the
+client's address. Never a header (the token is one) or a body. uvicorn's own access line,
+which holds the whole query string, is off.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
+import structlog
 from uvicorn_worker import UvicornWorker
 
 from relay.fenced.uvicorn_http import http_protocol
+from store.logs import line_logger
 from store.settings import Settings
+
+# gunicorn's access log: `--access-logfile` gives it its handler, in every worker.
+REQUEST_LOGGER = "gunicorn.access"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _made: list[Path] = []
 
@@ -72,6 +94,8 @@ class Worker(UvicornWorker):  # type: ignore[misc]
         "loop": "auto",
         "http": http_protocol(Settings.from_env()),
         "server_header": False,
+        # Its line holds the query string; the request log (RequestLog) leaves the values out.
+        "access_log": False,
         # The client's address is the peer's; X-Forwarded-For counts only as
         # SKILLFLEET_TRUSTED_PROXIES says (api/auth.py), not by uvicorn's own rule.
         "proxy_headers": False,
@@ -79,3 +103,55 @@ class Worker(UvicornWorker):  # type: ignore[misc]
         # (within gunicorn's --graceful-timeout).
         "timeout_graceful_shutdown": 3,
     }
+
+
+def create_app() -> App:
+    """What gunicorn serves: the API's ASGI app, with the request log when gunicorn was given
+    `--access-logfile`."""
+    from api.asgi import create_asgi_app
+
+    app: App = create_asgi_app()
+    if not logging.getLogger(REQUEST_LOGGER).handlers:
+        return app
+    return RequestLog(app, line_logger(REQUEST_LOGGER, Settings.from_env().log_format))
+
+
+class RequestLog:
+    """Logs each HTTP request once its answer is complete (see the module's text)."""
+
+    def __init__(self, app: App, log: structlog.typing.FilteringBoundLogger) -> None:
+        self.app = app
+        self.log = log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status: int | None = None
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.log.info(
+                "request",
+                method=scope["method"],
+                path=scope["path"],
+                **query_names(scope),
+                status=status,
+                ms=round((time.perf_counter() - started) * 1000, 1),
+                client=(scope.get("client") or ("-",))[0],
+            )
+
+
+def query_names(scope: Scope) -> dict[str, list[str]]:
+    """`{"query": [names]}` of the request's query parameters, or nothing when it has none."""
+    raw = bytes(scope.get("query_string") or b"").decode("latin-1")
+    names = sorted({name for name, _ in parse_qsl(raw, keep_blank_values=True)})
+    return {"query": names} if names else {}

@@ -2,7 +2,8 @@
 
 Lines are JSON by default (SKILLFLEET_LOG_FORMAT=console for people reading a terminal). Tasks
 and tool calls bind their ids (call_id, run_id, job_run_id) to the log context; argument content
-and script output are never logged.
+and script output are never logged. The API's request log (skillfleet/serving.py) has a logger
+of its own, with the same shape of line.
 """
 
 from __future__ import annotations
@@ -10,6 +11,12 @@ from __future__ import annotations
 import logging
 
 import structlog
+
+
+def _renderer(log_format: str) -> structlog.types.Processor:
+    if log_format == "json":
+        return structlog.processors.JSONRenderer()
+    return structlog.dev.ConsoleRenderer(colors=False)
 
 
 def configure_logging(level: str, log_format: str = "json") -> None:
@@ -22,20 +29,34 @@ def configure_logging(level: str, log_format: str = "json") -> None:
         logging.getLogger(name).setLevel(
             number if number <= logging.DEBUG else max(number, logging.WARNING)
         )
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer()
-        if log_format == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", key="ts"),
             structlog.processors.format_exc_info,
-            renderer,
+            _renderer(log_format),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(number),
         # Not cached: tests (and reconfiguration) must see every logger follow the config.
         cache_logger_on_first_use=False,
     )
+
+
+def line_logger(name: str, log_format: str = "json") -> structlog.typing.FilteringBoundLogger:
+    """A logger whose lines, shaped as every other (`ts`, `level`, `event`), go to the standard
+    library's logger `name` and its own handlers at INFO, whatever SKILLFLEET_LOG_LEVEL says:
+    the API's request log, a file of its own under `skillfleet up`."""
+    lines = logging.getLogger(name)
+    lines.setLevel(logging.INFO)
+    logger: structlog.typing.FilteringBoundLogger = structlog.wrap_logger(
+        lines,
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", key="ts"),
+            _renderer(log_format),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        cache_logger_on_first_use=True,
+    )
+    return logger
