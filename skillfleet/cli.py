@@ -62,11 +62,17 @@ def up(host: str | None, port: int | None, data_dir: Path | None) -> None:
 
 @cli.command()
 @click.option("--workers", default=2, show_default=True, help="gunicorn worker processes")
-def api(workers: int) -> None:
+@click.option(
+    "--request-log",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default=None,
+    help="Log a line per request to this file ('-': standard output)",
+)
+def api(workers: int, request_log: Path | None) -> None:
     """Run the REST API alone (gunicorn with uvicorn workers: Flask plus the live tier)."""
     from skillfleet.up import exec_api
 
-    exec_api(load_settings(), workers)
+    exec_api(load_settings(), workers, request_log)
 
 
 @cli.group()

@@ -41,6 +41,11 @@ class Supervisor:
         self.workers[label] = worker
         self._launch(worker)
 
+    def pid(self, label: str) -> int | None:
+        """The process id of the worker `label` now, or None while it waits to restart."""
+        process = self.workers[label].process
+        return None if process is None else process.pid
+
     def is_running(self, label: str) -> bool:
         process = self.workers[label].process
         return process is not None and process.poll() is None

@@ -17,13 +17,13 @@ from typing import Any
 
 import click
 
-from skillfleet.flower import flower_banner
+from relay import naming
+from skillfleet.banner import LOCAL_NODE, LOGS, announce, sandbox_refusal, sandbox_status
 from skillfleet.supervisor import Supervisor
 from store.settings import Settings
 
 TOKEN_FILE = "owner-token"
 AGENT_TOKEN_FILE = "agent-token"
-LOCAL_NODE = "local"
 BOOTSTRAP_OWNER = "owner"
 REDIS_SOCKET = "redis.socket"
 # A unix socket's path must fit in sun_path (108 bytes on Linux); longer ones stay in /tmp.
@@ -70,20 +70,24 @@ def _wait_until_up(
     raise click.ClickException(f"The API did not answer at {url} within {limit:.0f} seconds.")
 
 
-def exec_api(settings: Settings, workers: int = 2) -> None:
+def exec_api(settings: Settings, workers: int = 2, request_log: Path | None = None) -> None:
     """Replace this process with gunicorn serving the API (and its live tier)."""
     check_start_up(settings)
     if settings.bootstrap_token:
         owner_token(settings)  # registers SKILLFLEET_BOOTSTRAP_TOKEN for the owner
-    os.execvp(sys.executable, _gunicorn_command(settings, workers))
+    os.execvp(sys.executable, _gunicorn_command(settings, workers, request_log))
 
 
-def _gunicorn_command(settings: Settings, workers: int) -> list[str]:
+def _gunicorn_command(
+    settings: Settings, workers: int, request_log: Path | None = None
+) -> list[str]:
+    """gunicorn serving the API; `request_log` gets a line per request ('-': stdout)."""
+    logged = ["--access-logfile", str(request_log)] if request_log is not None else []
     return [
         sys.executable,
         "-m",
         "gunicorn",
-        "api.asgi:create_asgi_app()",
+        "skillfleet.serving:create_app()",
         "--config",
         "python:skillfleet.serving",  # Prometheus multiprocess mode
         # Each worker an event loop (uvicorn): open streams and waits cost coroutines; Flask's
@@ -100,6 +104,7 @@ def _gunicorn_command(settings: Settings, workers: int) -> list[str]:
         "5",
         "--log-level",
         "warning",
+        *logged,
     ]
 
 
@@ -195,14 +200,14 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def run_up(settings: Settings) -> int:
-    """Migrate, check the skill paths, start Redis, the API and the workers; run until Ctrl-C."""
+    """Migrate, start Redis, check the skill paths, start the API and the workers; run until
+    Ctrl-C."""
     from store.migrate import upgrade
 
     _check_port_free(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    (settings.data_dir / LOGS).mkdir(exist_ok=True)
     upgrade(settings.database)
-    check_start_up(settings)
-    tokens = (owner_token(settings), agent_token(settings))
     env = dict(os.environ, SKILLFLEET_DATA_DIR=str(settings.data_dir))
     env["SKILLFLEET_URL"] = f"http://{settings.host}:{settings.port}"
     env["SKILLFLEET_HOST"], env["SKILLFLEET_PORT"] = settings.host, str(settings.port)
@@ -216,29 +221,55 @@ def run_up(settings: Settings) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     with ExitStack() as running:
+        # Redis before anything that writes: a change to the skills index is announced
+        # through it (the start-up check registers the built-in and configured skills).
         if settings.redis_url is None:
-            env["REDIS_URL"] = running.enter_context(embedded_redis(settings))
-        # The API writes to this terminal: keep it for warnings; workers log to files.
+            url = running.enter_context(embedded_redis(settings))
+            settings = settings.with_overrides(redis_url=url)
+        env["REDIS_URL"] = settings.redis
+        check_start_up(settings)
+        tokens = (owner_token(settings), agent_token(settings))
+        # The API writes to this terminal: keep it for warnings; requests and workers log to
+        # files.
         api_env = {"SKILLFLEET_LOG_LEVEL": "warning", **env}
-        api = subprocess.Popen(_gunicorn_command(settings, workers=2), env=api_env)
+        command = _gunicorn_command(settings, workers=2, request_log=_log_file(settings, "api"))
+        api = subprocess.Popen(command, env=api_env)
         running.callback(_stop_child, api)
         workers = Supervisor(click.echo)
         running.callback(workers.stop)
         if _wait_until_up(settings, api, lambda: stopping):
-            spark_note = _spark_status(settings)
-            _start_workers(settings, env, workers, spark=spark_note is None)
-            ready = _wait_for_heartbeats(
-                env["REDIS_URL"], workers, [LOCAL_NODE] + (["spark"] if spark_note is None else []),
-                lambda: stopping,
-            )  # fmt: skip
-            if ready:
-                _announce(settings, tokens, list(workers.workers), spark_note)
+            _start_and_announce(settings, env, workers, tokens, lambda: stopping)
         while not stopping and api.poll() is None:
             workers.check()
             time.sleep(0.2)
         click.echo("\nStopping skillfleet…")
     click.echo("Stopped.")
     return 0 if stopping else (api.returncode or 1)
+
+
+def _start_and_announce(
+    settings: Settings,
+    env: dict[str, str],
+    workers: Supervisor,
+    tokens: tuple[str, str],
+    stopping: Callable[[], bool],
+) -> None:
+    """Start the workers, wait for the ones a first call needs, then print the banner."""
+    spark_note = _spark_status(settings)
+    sandbox_note = sandbox_status(settings, spark=spark_note is None)
+    _start_workers(settings, env, workers, spark=spark_note is None, sandbox=sandbox_note is None)
+    labels = [LOCAL_NODE] + ([naming.SPARK] if spark_note is None else [])
+    if not _wait_for_heartbeats(env["REDIS_URL"], workers, labels, stopping):
+        return
+    if sandbox_note is None:
+        limit = WORKER_START_LIMIT
+        sandbox_note = sandbox_refusal(env["REDIS_URL"], workers, stopping, limit)
+    notes = [note for note in (spark_note, sandbox_note) if note]
+    announce(settings, tokens, list(workers.workers), notes)
+
+
+def _log_file(settings: Settings, label: str) -> Path:
+    return settings.data_dir / LOGS / f"{label}.log"
 
 
 def _check_port_free(settings: Settings) -> None:
@@ -260,7 +291,7 @@ def _wait_for_heartbeats(
     """Wait until every worker in `labels` beat for its queue: a call made then finds it."""
     import redis
 
-    from relay import heartbeat, naming
+    from relay import heartbeat
 
     queues = {label: naming.node_queue(label) if label == LOCAL_NODE else label for label in labels}
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
@@ -287,13 +318,12 @@ def _wait_for_heartbeats(
 
 
 def _start_workers(
-    settings: Settings, env: dict[str, str], workers: Supervisor, spark: bool
+    settings: Settings, env: dict[str, str], workers: Supervisor, spark: bool, sandbox: bool
 ) -> None:
-    """The control worker, beat, the `local` node worker and, when Docker answers, the Spark."""
+    """The control worker, beat, the `local` node worker and, when they can run here, the
+    Spark and sandbox workers."""
     from store.signing import load_or_create_key, public_key_text
 
-    logs = settings.data_dir / "logs"
-    logs.mkdir(exist_ok=True)
     env = dict(env, SKILLFLEET_MANIFEST_KEY=public_key_text(load_or_create_key(settings.keys_dir)))
     commands = {
         "control": ["worker", "control"],
@@ -301,13 +331,15 @@ def _start_workers(
         LOCAL_NODE: ["worker", "node", "--name", LOCAL_NODE],
     }
     if spark:
-        commands["spark"] = ["worker", "spark"]
+        commands[naming.SPARK] = ["worker", "spark"]
+    if sandbox:
+        commands[naming.SANDBOX] = ["worker", "sandbox"]
     commands["flower"] = flower_process()
     for label, arguments in commands.items():
         child_env = dict(env)
-        if label in (LOCAL_NODE, "spark"):
+        if label in (LOCAL_NODE, naming.SPARK, naming.SANDBOX):
             child_env["SKILLFLEET_NODE_TOKEN"] = node_token(settings, label)
-        workers.start(label, arguments, child_env, logs / f"{label}.log")
+        workers.start(label, arguments, child_env, _log_file(settings, label))
 
 
 def flower_process() -> list[str]:
@@ -363,28 +395,3 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-
-
-def _announce(
-    settings: Settings, tokens: tuple[str, str], workers: list[str], note: str | None
-) -> None:
-    owner, agent = tokens
-    url = f"http://{settings.host}:{settings.port}"
-    click.echo(f"skillfleet is running on {url}")
-    click.echo(f"  console:     {url}/")
-    click.echo(f"  API docs:    {url}/api/docs")
-    click.echo(f"  database:    {settings.database.split('://')[0]}")
-    click.echo(f"  data:        {settings.data_dir}")
-    names = ", ".join("node " + w if w == LOCAL_NODE else w for w in workers)
-    click.echo(f"  workers:     {names} (logs in {settings.data_dir / 'logs'})")
-    if note:
-        click.echo(note)
-    click.echo(flower_banner(settings))
-    click.echo("  Press Ctrl-C to stop.")
-    click.echo(f"  owner token: {owner}")
-    click.echo(f"  agent token: {agent}")
-    click.echo("  The owner token is yours: console, approvals, the CLI. Give agents the agent")
-    click.echo("  token: it calls tools and reads calls and runs, but can't answer approvals.")
-    click.echo(
-        f"  export SKILLFLEET_URL={url} SKILLFLEET_TOKEN={owner} SKILLFLEET_AGENT_TOKEN={agent}"
-    )

@@ -7,6 +7,7 @@ the group is what Ctrl-C in a terminal does.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -19,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -254,6 +256,8 @@ def test_up_prints_the_url_docs_and_token_and_serves_the_api_with_embedded_redis
 
     assert (up.data_dir / "skillfleet.db").is_file()
     assert stat.S_ISSOCK((up.data_dir / "redis.socket").stat().st_mode)
+    # A first start warns of nothing: Redis runs before the skills index is first written.
+    assert up.log.read_text() == "", up.transcript()
 
 
 def test_ctrl_c_stops_the_api_and_the_embedded_redis_and_exits_0(up: Running) -> None:
@@ -396,8 +400,8 @@ def test_two_configured_paths_with_the_same_skill_name_stop_start_up(tmp_path: P
 READ_SCRIPT = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
 
 
-def import_read_skill(up: Running, name: str) -> None:
-    files = skill_files(name, metadata=READ_SCRIPT)
+def import_read_skill(up: Running, name: str, execution: str = "node") -> None:
+    files = skill_files(name, metadata={**READ_SCRIPT, "skillfleet.execution": execution})
     response = httpx.post(
         f"{up.url}/api/skills",
         headers=bearer(up.token),
@@ -484,6 +488,86 @@ def test_a_busy_port_stops_start_up_with_one_clear_line(tmp_path: Path) -> None:
         "stop what uses it or choose another with SKILLFLEET_PORT (or --port)."
     ]
     assert "skillfleet is running" not in result.stdout
+
+
+def wait_until(found: Callable[[], Any], what: str, limit: float = 30) -> Any:
+    deadline = time.monotonic() + limit
+    while not (value := found()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {limit:.0f} s")
+        time.sleep(0.1)
+    return value
+
+
+def api_log_lines(up: Running) -> list[dict[str, Any]]:
+    path = up.data_dir / "logs" / "api.log"
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
+
+
+def test_the_api_logs_each_request_to_api_log_without_query_values_bodies_or_tokens(
+    up: Running,
+) -> None:
+    token = up.wait_for_token()
+    listed = httpx.get(
+        f"{up.url}/api/skills", params={"enabled": "true", "access_token": "sf_query_secret"},
+        headers=bearer(token), timeout=10,
+    )  # fmt: skip
+    body = {"arguments": {"query": "body-marker-okapi"}, "chat_id": "log-test"}
+    called = httpx.post(
+        f"{up.url}/api/tools/list_skills", headers=bearer(token), json=body, timeout=10
+    )
+    anonymous = httpx.get(f"{up.url}/api/runs", timeout=10)
+
+    def logged() -> list[dict[str, Any]]:
+        return [line for line in api_log_lines(up) if line.get("event") == "request"]
+
+    lines = wait_until(lambda: len(logged()) >= 3 and logged(), "three lines in api.log")
+    by_path = {(line["method"], line["path"]): line for line in lines}
+    skills = by_path[("GET", "/api/skills")]
+    assert skills["status"] == listed.status_code
+    assert skills["query"] == ["access_token", "enabled"]
+    assert by_path[("POST", "/api/tools/list_skills")]["status"] == called.status_code == 200
+    assert by_path[("GET", "/api/runs")]["status"] == anonymous.status_code == 401
+    for line in lines:
+        assert {"ts", "level", "ms", "client"} <= line.keys()
+        assert isinstance(line["ms"], float) and line["client"] == HOST
+    text = (up.data_dir / "logs" / "api.log").read_text()
+    for secret in (token, "sf_query_secret", "body-marker-okapi", "Bearer"):
+        assert secret not in text
+
+
+@pytest.mark.skipif(
+    os.environ.get("SKILLFLEET_TEST_KVM") == "1", reason="on a KVM host the sandbox worker serves"
+)
+def test_a_sandbox_that_cannot_serve_is_named_once_in_the_banner_and_in_the_refusal(
+    up: Running,
+) -> None:
+    from workers.runners.sandbox import host_problem
+
+    token = up.wait_for_token()
+    up.read_lines_until_export()
+    banner = "\n".join(up.lines)
+    assert banner.count("  sandbox:     off") == 1, banner
+    import_read_skill(up, "boxed", execution="sandbox")
+
+    body = {"arguments": {"skill_name": "boxed", "script": "scripts/hello.py", "arguments": {}}}
+    answer = httpx.post(
+        f"{up.url}/api/tools/run_skill_script", headers=bearer(token), json=body, timeout=30
+    ).json()
+
+    assert answer["error"]["code"] == "no_runner", answer
+    message = answer["error"]["message"]
+    assert "`skillfleet worker sandbox` on an x86_64 host with KVM" in message
+    assert "SKILLFLEET_SANDBOX_ISOLATION=container" in message
+    problem = host_problem()
+    if problem is None:  # the worker started and could not start a micro-VM: its reason
+        assert message.startswith("The sandbox worker on "), message
+        reason = message.split("so sandbox skills can't run: ", 1)[1][:60]
+        assert f"  sandbox:     off, sandbox skills can't run: {reason}" in banner, banner
+    else:  # this host can't run Hyperlight at all, so no worker was started
+        assert f"  sandbox:     off ({problem.rstrip('.')}" in banner, banner
+        assert message.startswith("No sandbox worker is running"), message
 
 
 def test_up_help_names_the_port_and_the_other_start_options() -> None:

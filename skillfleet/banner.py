@@ -1,0 +1,120 @@
+"""What `skillfleet up` prints once the system runs: where everything is, what is off and why,
+and the line that sets up another terminal for the CLI."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from relay import naming
+from skillfleet.flower import flower_banner
+from skillfleet.supervisor import Supervisor
+from store.settings import Settings
+
+LOCAL_NODE = "local"
+LOGS = "logs"
+# The banner cuts a sandbox worker's reason for serving nothing; its log has all of it.
+REASON_CHARS = 160
+CONTAINER_HINT = "SKILLFLEET_SANDBOX_ISOLATION=container runs them in containers"
+
+
+def announce(
+    settings: Settings, tokens: tuple[str, str], workers: list[str], notes: list[str]
+) -> None:
+    owner, agent = tokens
+    url = f"http://{settings.host}:{settings.port}"
+    click.echo(f"skillfleet is running on {url}")
+    click.echo(f"  console:     {url}/")
+    click.echo(f"  API docs:    {url}/api/docs")
+    click.echo(f"  database:    {settings.database.split('://')[0]}")
+    click.echo(f"  data:        {settings.data_dir}")
+    names = ", ".join("node " + w if w == LOCAL_NODE else w for w in workers)
+    click.echo(f"  workers:     {names} (logs in {settings.data_dir / LOGS})")
+    for note in notes:
+        click.echo(note)
+    click.echo(flower_banner(settings))
+    click.echo("  Press Ctrl-C to stop.")
+    click.echo(f"  owner token: {owner}")
+    click.echo(f"  agent token: {agent}")
+    click.echo("  The owner token is yours: console, approvals, the CLI. Give agents the agent")
+    click.echo("  token: it calls tools and reads calls and runs, but can't answer approvals.")
+    click.echo("  In another terminal, this line sets up the CLI and the README's walk-through:")
+    exports = f"SKILLFLEET_URL={url} SKILLFLEET_TOKEN={owner} SKILLFLEET_AGENT_TOKEN={agent}"
+    folder = cli_folder()
+    if folder is not None:
+        exports += f' PATH="{folder}:$PATH"'
+    click.echo(f"  export {exports}")
+
+
+def cli_folder() -> Path | None:
+    """The folder of this `skillfleet` command when the PATH does not lead to it (`make up`
+    runs it from .venv/bin, which a new shell's PATH lacks); else None."""
+    folder = Path(sys.executable).parent
+    command = folder / "skillfleet"
+    if not command.exists():
+        return None
+    found = shutil.which("skillfleet")
+    if found is not None and Path(found).resolve() == command.resolve():
+        return None
+    return folder.absolute()
+
+
+def sandbox_status(settings: Settings, spark: bool) -> str | None:
+    """None when a sandbox worker may start here, else the banner's line saying why not.
+
+    Container isolation needs what the Spark needs, Hyperlight a host that can run it; a
+    worker that starts still proves it can start a micro-VM (`sandbox_refusal`).
+    """
+    if settings.sandbox_isolation == "container":
+        if spark:
+            return None
+        why = "SKILLFLEET_SANDBOX_ISOLATION=container needs the Spark's Docker engine and image"
+    else:
+        from workers.runners.sandbox import host_problem
+
+        problem = host_problem()
+        if problem is None:
+            return None
+        why = problem.rstrip(".")
+    return f"  sandbox:     off ({why}; sandbox skills can't run)"
+
+
+def sandbox_refusal(
+    redis_url: str, workers: Supervisor, stopping: Callable[[], bool], limit: float
+) -> str | None:
+    """The banner's line when the sandbox worker started but serves nothing, with the reason
+    its first heartbeat gives; None once it serves (or if it does not beat within `limit`)."""
+    import redis
+
+    from relay import heartbeat
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+    deadline = time.monotonic() + limit
+    try:
+        while not stopping() and time.monotonic() < deadline:
+            workers.check()
+            pid = str(workers.pid(naming.SANDBOX))
+            for found in heartbeat.workers(client):
+                if found["role"] == naming.SANDBOX and found["pid"] == pid:
+                    return None if found["serving"] == "1" else refusal_line(found)
+            time.sleep(0.1)
+    finally:
+        client.close()
+    return None
+
+
+def refusal_line(found: dict[str, Any]) -> str:
+    """Two lines of the banner: the worker's reason, cut, and where to read all of it."""
+    reason = str(found.get("reason") or "it gave no reason")
+    if len(reason) > REASON_CHARS:
+        reason = reason[: REASON_CHARS - 1] + "…"
+    return (
+        f"  sandbox:     off, sandbox skills can't run: {reason}\n"
+        f"               (all of it in the sandbox log; on a host without KVM, {CONTAINER_HINT})"
+    )
