@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
-# The README's walk-through as one script. Start `skillfleet up`, export the three variables it
-# prints (SKILLFLEET_URL, SKILLFLEET_TOKEN, SKILLFLEET_AGENT_TOKEN), then run:
+# The README's walk-through as one script. Start `make up` (or `skillfleet up`), paste the
+# `export …` line it prints last into another terminal, then, in the project folder, run:
 # bash examples/walkthrough.sh
-# tests/skillfleet/test_walkthrough.py runs it against a real `skillfleet up`, and checks that
-# every `$ ` line of the README's walk-through is a line of this script.
+# Its commands are the README's `$ ` lines, in the same order: tests/skillfleet/test_walkthrough.py
+# checks that, runs the README's lines as printed, and runs this script, against a real
+# `skillfleet up`.
 set -euo pipefail
 : "${SKILLFLEET_URL:?export SKILLFLEET_URL as skillfleet up prints it}"
 : "${SKILLFLEET_TOKEN:?export SKILLFLEET_TOKEN as skillfleet up prints it}"
 : "${SKILLFLEET_AGENT_TOKEN:?export SKILLFLEET_AGENT_TOKEN as skillfleet up prints it}"
 cd "$(dirname "$0")/.."
+step() { printf '\n## %s\n' "$1"; }
 
+step "What the commands below use"
 # Tool calls are what an agent makes; they use the agent token. Approvals and skills are the
 # owner's: the CLI uses SKILLFLEET_TOKEN.
 AGENT="Authorization: Bearer $SKILLFLEET_AGENT_TOKEN"
 JSON="Content-Type: application/json"
-SCRATCH=$(mktemp -d)
-CHAT="ops-$(date +%s)"  # a new chat each time: "approve for this chat" must not carry over
-trap 'rm -rf "$SCRATCH"' EXIT
 field() { python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
-step() { printf '\n## %s\n' "$1"; }
 
 step "Import the three example skills and list the store"
 skillfleet skills import --replace examples/skills/ticker
@@ -39,14 +38,16 @@ skillfleet run ticker scripts/tick.py --node local --args '{"count": 5}'
 
 step "Start a long run, cancel it half-way, and look at it"
 RUN=$(curl -sS -X POST "$SKILLFLEET_URL/api/tools/run_skill_script" -H "$AGENT" -H "$JSON" -d '{"arguments": {"skill_name": "ticker", "script": "scripts/tick.py", "arguments": {"count": 60}, "node": "local"}, "chat_id": "demo"}' | field run_id)
-sleep 3
+until skillfleet runs logs "$RUN" | grep -q "tick 3 of 60"; do sleep 1; done
 skillfleet runs list --status running
 skillfleet runs cancel "$RUN"
 skillfleet runs logs -f "$RUN" || echo "(exit code $?)"
 skillfleet runs list --status cancelled --limit 1
 
 step "A destructive skill waits for the owner's approval; approved, the waiting call runs"
-touch -d '10 days ago' "$SCRATCH/old.log" && touch "$SCRATCH/new.log"
+SCRATCH=$(mktemp -d) && touch -d '10 days ago' "$SCRATCH/old.log" && touch "$SCRATCH/new.log"
+trap 'rm -rf "$SCRATCH"' EXIT
+CHAT="ops-$(date +%s)"
 PURGE='{"arguments": {"skill_name": "purge-tmp", "script": "scripts/purge.py", "arguments": {"folder": "'"$SCRATCH"'", "days": 7}, "node": "local"}, "chat_id": "'"$CHAT"'"}'
 WAITING=$(curl -sS -X POST "$SKILLFLEET_URL/api/tools/run_skill_script" -H "$AGENT" -H "$JSON" -d "$PURGE")
 echo "$WAITING"
