@@ -261,7 +261,9 @@ def test_dispatch_to_a_node_without_a_live_worker_fails_at_once(running: Fleet):
     assert "nowhere" in envelope["error"]["message"]
 
 
-def test_dispatch_to_sandbox_without_a_kvm_host_gives_the_exact_message(running: Fleet):
+def test_dispatch_to_sandbox_without_a_sandbox_worker_names_the_cause_and_the_fixes(
+    running: Fleet,
+):
     running.import_skill(
         "boxed", {"skillfleet.tier": "read", "skillfleet.execution": "sandbox"},
         {"scripts/b.py": "print('hi')\n"},
@@ -271,10 +273,8 @@ def test_dispatch_to_sandbox_without_a_kvm_host_gives_the_exact_message(running:
         envelope = client.post("/api/tools/run_skill_script", json=body).json()
     assert envelope["status"] == "failed"
     assert envelope["error"] == {"code": "no_runner", "message": NO_SANDBOX}
-    assert (
-        NO_SANDBOX
-        == "No server can run sandboxed skills: Hyperlight needs an x86_64 server with KVM."
-    )
+    assert "skillfleet worker sandbox" in NO_SANDBOX
+    assert "SKILLFLEET_SANDBOX_ISOLATION=container" in NO_SANDBOX
 
 
 @pytest.mark.both_databases
