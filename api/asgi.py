@@ -34,7 +34,6 @@ from api import create_app
 from api.live import PICKUP, Handoff, Pickup
 from api.livejobs import WaitCall, kind_of
 from api.livestreams import CallNews, LiveContext, body_of
-from api.mcp.gateway import APPROVAL_WAIT
 from api.mcp.http import PATH as MCP_PATH
 from api.mcp.http import McpEndpoint
 from api.metrics import SSE_STREAMS_OPEN
@@ -82,10 +81,8 @@ class LiveTier:
         self.client: Any = None  # redis.asyncio, made on the server's loop at start-up
         self.open: set[_Open] = set()
         self._chores: list[asyncio.Task[None]] = []
-        # /mcp: the MCP gateway, a client of this very app (api/mcp/). Its wait for an owner's
-        # answer is the setting mcp.approval_wait once the settings carry it.
-        approval_wait = getattr(settings, "mcp_approval_wait", APPROVAL_WAIT)
-        self.mcp = McpEndpoint(self, settings.cors_origins, approval_wait)
+        # /mcp: the MCP gateway, a client of this very app (api/mcp/).
+        self.mcp = McpEndpoint(self, settings.cors_origins, settings.mcp_approval_wait)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

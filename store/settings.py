@@ -64,6 +64,9 @@ DEFAULT_HEARTBEAT_SECONDS = 2.0
 DEFAULT_WORKER_ALIVE_SECONDS = 10.0
 DEFAULT_HOUSEKEEPING_SECONDS = 5.0
 DEFAULT_SWEEP_SECONDS = 60.0
+# An MCP tool call whose approval the owner has not answered returns after this long, naming
+# the approval (the agent collects the outcome later with get_call_outcome).
+DEFAULT_MCP_APPROVAL_WAIT = 600.0
 FLOWER_USER = "admin"
 
 
@@ -134,6 +137,7 @@ class Settings:
     worker_alive_seconds: float = DEFAULT_WORKER_ALIVE_SECONDS
     housekeeping_seconds: float = DEFAULT_HOUSEKEEPING_SECONDS
     sweep_seconds: float = DEFAULT_SWEEP_SECONDS
+    mcp_approval_wait: float = DEFAULT_MCP_APPROVAL_WAIT
     # Bounded memory: what Redis keeps of runs' and turns' streams, what Flower keeps of tasks.
     run_output_bytes: int = limits.RUN_OUTPUT_BYTES
     run_stream_ttl: int = limits.RUN_STREAM_TTL_SECONDS
@@ -262,6 +266,7 @@ class Settings:
             header_timeout=_int(env, "SKILLFLEET_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT),
             wait_grace=_int(env, "SKILLFLEET_WAIT_GRACE_MS", DEFAULT_WAIT_GRACE_MS) / 1000,
             **_timings(env),
+            mcp_approval_wait=_mcp_approval_wait(env, config, config_file),
             run_output_bytes=_at_least(
                 env, "SKILLFLEET_RUN_OUTPUT_BYTES", limits.RUN_OUTPUT_BYTES, limits.KIB
             ),
@@ -284,6 +289,7 @@ class ClientSettings:
 
     url: str = DEFAULT_URL
     token: str | None = None
+    mcp_approval_wait: float = DEFAULT_MCP_APPROVAL_WAIT  # `skillfleet mcp`'s, as the API's
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClientSettings:
@@ -291,6 +297,9 @@ class ClientSettings:
         return cls(
             url=(env.get("SKILLFLEET_URL") or DEFAULT_URL).rstrip("/"),
             token=env.get("SKILLFLEET_TOKEN") or None,
+            mcp_approval_wait=_seconds(
+                env, "SKILLFLEET_MCP_APPROVAL_WAIT", DEFAULT_MCP_APPROVAL_WAIT
+            ),
         )
 
 
@@ -443,6 +452,21 @@ def _read_config(path: Path) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise SettingsError(f"The config file {path} must hold a mapping.")
     return loaded
+
+
+def _mcp_approval_wait(
+    env: Mapping[str, str], config: Mapping[str, Any], config_file: Path | None
+) -> float:
+    """SKILLFLEET_MCP_APPROVAL_WAIT, else the config file's `mcp.approval_wait`, in seconds."""
+    if env.get("SKILLFLEET_MCP_APPROVAL_WAIT"):
+        return _seconds(env, "SKILLFLEET_MCP_APPROVAL_WAIT", DEFAULT_MCP_APPROVAL_WAIT)
+    mcp = config.get("mcp") or {}
+    if not isinstance(mcp, dict):
+        raise SettingsError(f"'mcp' in {config_file} must be a mapping with 'approval_wait'.")
+    value = mcp.get("approval_wait", DEFAULT_MCP_APPROVAL_WAIT)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise SettingsError(f"'mcp.approval_wait' in {config_file} must be a number of seconds.")
+    return float(value)
 
 
 def _skill_paths(config: Mapping[str, Any], config_file: Path | None) -> tuple[Path, ...]:

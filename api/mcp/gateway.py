@@ -34,10 +34,12 @@ from mcp.server.lowlevel import Server
 from api.mcp.rest import Rest, RestError, RunEvent
 from broker.tiers import Tier
 from broker.toolset import build_registry
+from store.settings import DEFAULT_MCP_APPROVAL_WAIT
 
 log = structlog.get_logger(__name__)
 
-APPROVAL_WAIT = 600.0  # seconds a call waits for the owner's answer (setting mcp.approval_wait)
+# Seconds a call waits for the owner's answer (SKILLFLEET_MCP_APPROVAL_WAIT, mcp.approval_wait).
+APPROVAL_WAIT = DEFAULT_MCP_APPROVAL_WAIT
 APPROVAL_ROUND = 15.0  # seconds between the progress notifications of a waiting call
 CANCEL_SECONDS = 10.0  # how long cancelling a run may take once the client left
 PROGRESS_LINE_CHARS = 1000  # a longer output line is cut in its progress notification

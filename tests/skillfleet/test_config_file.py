@@ -85,3 +85,17 @@ def test_beat_runs_the_housekeeping_and_the_sweep_at_the_settings_pace() -> None
     schedule = app.conf.beat_schedule
     assert schedule["housekeeping"]["schedule"] == 0.5
     assert schedule["sweep"]["schedule"] == 3
+
+
+def test_the_mcp_approval_wait_comes_from_the_environment_or_the_config_file(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("mcp:\n  approval_wait: 90\n", encoding="utf-8")
+    assert Settings.from_env({"SKILLFLEET_CONFIG": str(config)}).mcp_approval_wait == 90.0
+    both = {"SKILLFLEET_CONFIG": str(config), "SKILLFLEET_MCP_APPROVAL_WAIT": "30"}
+    assert Settings.from_env(both).mcp_approval_wait == 30.0
+    assert Settings.from_env({}).mcp_approval_wait == 600.0
+    config.write_text("mcp:\n  approval_wait: soon\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match="'mcp.approval_wait' in .* must be a number"):
+        Settings.from_env({"SKILLFLEET_CONFIG": str(config)})
