@@ -88,6 +88,7 @@ bench: $(STAMP) $(LAUNCHER)
 	$(BIN)/python bench/verification.py
 	$(BIN)/python bench/runs.py --spark
 	$(BIN)/python bench/streams.py
+	$(BIN)/python bench/mcp_gateway.py
 
 # A picture of every console page, taken in Chromium against a real fleet, into docs/img/.
 screenshots: $(STAMP)

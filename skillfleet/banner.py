@@ -32,6 +32,7 @@ def announce(
     click.echo(f"skillfleet is running on {url}")
     click.echo(f"  console:     {url}/")
     click.echo(f"  API docs:    {url}/api/docs")
+    click.echo(f"  MCP:         {url}/mcp (the agent token; or `skillfleet mcp` on stdio)")
     click.echo(f"  database:    {settings.database.split('://')[0]}")
     click.echo(f"  data:        {settings.data_dir}")
     names = ", ".join("node " + w if w == LOCAL_NODE else w for w in workers)

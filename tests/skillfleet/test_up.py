@@ -237,11 +237,16 @@ def test_up_prints_the_url_docs_and_token_and_serves_the_api_with_embedded_redis
     token = up.wait_for_token()
     assert f"skillfleet is running on {up.url}" in up.lines
     assert f"  API docs:    {up.url}/api/docs" in up.lines
+    mcp_line = f"  MCP:         {up.url}/mcp (the agent token; or `skillfleet mcp` on stdio)"
+    assert mcp_line in up.lines
     assert f"  console:     {up.url}/" in up.lines
     assert token.startswith("sf_")
 
     health = httpx.get(f"{up.url}/api/health", timeout=10)
     assert health.status_code == 200
+    # The MCP line's URL answers there, and asks for a token.
+    mcp = httpx.post(f"{up.url}/mcp", json={}, timeout=10)
+    assert mcp.status_code == 401 and mcp.headers["www-authenticate"].startswith("Bearer")
     assert health.json() == {"status": "ok", "database": "sqlite", "redis": "ok"}
     assert httpx.get(f"{up.url}/api/docs", timeout=10).status_code == 200
     console = httpx.get(f"{up.url}/", timeout=10)
