@@ -1,4 +1,5 @@
-"""Real MCP clients against a served API: the official SDK's, over streamable HTTP."""
+"""Real MCP clients against a served API over streamable HTTP: the official SDK's, and
+fastmcp's with the Skills extension."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import fastmcp
 import httpx2
+from fastmcp.skills import SkillsClientExtension
 from fleet import Fleet
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -31,7 +34,18 @@ def mcp_client(
     return Client(transport, client_info=info, mode=mode, **options)  # type: ignore[arg-type]
 
 
-def using(client: Client, scenario: Callable[[Client], Awaitable[T]]) -> T:
+def skills_client(running: Fleet, token: str, mode: str = "auto") -> fastmcp.Client[Any]:
+    """fastmcp's client of the fleet's /mcp with `token`, opted into the Skills extension."""
+    return fastmcp.Client(
+        f"{running.url}/mcp",
+        auth=token,
+        mode=mode,  # type: ignore[arg-type]
+        extensions=[SkillsClientExtension()],
+        client_info=Implementation(name="skills-host", version="1.0"),
+    )
+
+
+def using(client: Any, scenario: Callable[[Any], Awaitable[T]]) -> T:
     """Run `scenario` with `client` connected, on an event loop of its own."""
 
     async def connected() -> T:

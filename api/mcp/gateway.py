@@ -13,6 +13,8 @@ is POST /api/tools/<tool> with the caller's token; what follows depends on the e
   with the denial's message; unanswered: a result naming the approval and the tool that
   collects the outcome later.
 - anything else: the envelope's result or error, as it is.
+
+The skills are resources too, and the Skills extension's manifests (api/mcp/skills.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
 from api.mcp.rest import Rest, RestError, RunEvent
+from api.mcp.skills import EXTENSION as SKILLS_EXTENSION
+from api.mcp.skills import LIST_POLL, GetSkillParams, SkillResources
 from broker.tiers import Tier
 from broker.toolset import build_registry
 from store.settings import DEFAULT_MCP_APPROVAL_WAIT
@@ -105,20 +109,36 @@ CallerOf = Callable[[ServerRequestContext[Any, Any]], Caller]
 
 
 class Gateway:
-    """The MCP server; `caller_of` gives each request's caller."""
+    """The MCP server; `caller_of` gives each request's caller. `skills_poll`: seconds between
+    two looks at a listening client's skills."""
 
-    def __init__(self, caller_of: CallerOf, approval_wait: float = APPROVAL_WAIT) -> None:
+    def __init__(
+        self,
+        caller_of: CallerOf,
+        approval_wait: float = APPROVAL_WAIT,
+        skills_poll: float = LIST_POLL,
+    ) -> None:
         self.caller_of = caller_of
         self.approval_wait = approval_wait
         self.schemas: dict[str, dict[str, Any]] = {OUTCOME_TOOL: OUTCOME_SCHEMA}
+        self.skills = SkillResources(lambda ctx: caller_of(ctx).rest, skills_poll)
         self.server: Server[Any] = Server(
             "skillfleet",
             version=_version(),
             instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
+            on_list_resources=self.skills.list_resources,
+            on_list_resource_templates=self.skills.list_templates,
+            on_read_resource=self.skills.read_resource,
+            on_subscriptions_listen=self.skills.listen,
             get_tool_input_schema=self.schemas.get,
         )
+        self.server.extensions[SKILLS_EXTENSION] = {}
+        self.server.add_request_handler(
+            "skills/list", types.PaginatedRequestParams, self.skills.list_skills
+        )
+        self.server.add_request_handler("skills/get", GetSkillParams, self.skills.get_skill)
         # Calls being served, by caller, chat and request id: a stateless HTTP client's
         # `notifications/cancelled` arrives in a request of its own, which finds its call here.
         self.serving: dict[tuple[str, str, Any], anyio.CancelScope] = {}

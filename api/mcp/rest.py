@@ -83,6 +83,26 @@ class Rest:
         )
         return found
 
+    async def skills(self) -> list[dict[str, Any]]:
+        """The enabled skills the caller may use, owned and shared (GET /api/skills)."""
+        params = {"enabled": "true", "page_size": MAX_PAGE_SIZE}
+        found = await self._json("GET", "/api/skills", params=params)
+        return list(found)
+
+    async def skill(self, name: str) -> dict[str, Any]:
+        """One skill with its files and sizes (GET /api/skills/<name>)."""
+        found: dict[str, Any] = await self._json("GET", f"/api/skills/{quote(name, safe='')}")
+        return found
+
+    async def skill_file(self, name: str, path: str) -> bytes:
+        """The bytes of one file of a skill (GET /api/skills/<name>/files/<path>), confined to
+        the skill's folder by the API as a `read_skill_resource` call is."""
+        url = f"/api/skills/{quote(name, safe='')}/files/{quote(path, safe='/')}"
+        response = await self._send(self._request("GET", url))
+        if response.status_code >= 400:
+            raise _error(response)
+        return response.content
+
     async def cancel_run(self, run_id: str) -> dict[str, Any]:
         found: dict[str, Any] = await self._json(
             "POST", f"/api/runs/{quote(run_id, safe='')}/cancel"

@@ -1,0 +1,248 @@
+"""The skills over /mcp: the Skills extension (SEP-2640) with fastmcp's client, the same files
+as resources for hosts without it, confinement of `skill://` paths, owners kept apart, and
+`notifications/resources/list_changed` on a listen stream."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import fastmcp
+import httpx
+import pytest
+from factories import skill_md, zip_bytes
+from fastmcp.client.transports import StdioTransport
+from fastmcp.skills import SkillsClientExtension
+from fleet import Fleet, fleet, sqlite_settings
+from mcp.shared.exceptions import MCPError
+from mcpclients import mcp_client, skills_client, using
+
+from store.db import transaction
+from store.tokens import Role, create_token
+
+pytestmark = pytest.mark.fleet
+
+SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
+LOGO = bytes(range(256))  # not UTF-8: served as a blob
+
+
+@dataclass
+class Owner:
+    running: Fleet
+    token: str
+    agent: str
+
+    def rest(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.Client(base_url=self.running.url, headers=headers, timeout=60)
+
+    def import_skill(self, declared: str, name: str | None = None) -> str:
+        """Import the notes skill `declared` (under `name` if given); its installed name."""
+        params = {"name": name} if name else {}
+        upload = {"file": ("s.zip", io.BytesIO(zip_bytes(notes_files(declared), top=declared)))}
+        with self.rest() as rest:
+            answer = rest.post("/api/skills", params=params, files=upload)
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["name"])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Fleet]:
+    with fleet(sqlite_settings(tmp_path_factory.mktemp("mcp"), sqlite_template)) as running:
+        yield running
+
+
+def new_owner(running: Fleet) -> Owner:
+    name = f"owner-{uuid.uuid4().hex[:6]}"
+    with transaction(running.services.sessions) as session:
+        token = create_token(session, name, Role.OWNER)
+        agent = create_token(session, name, Role.AGENT)
+    return Owner(running, token, agent)
+
+
+def notes_files(name: str) -> dict[str, bytes]:
+    metadata = {"skillfleet.tier": "read", "parameters_schema": {"type": "object"}}
+    return {
+        "SKILL.md": skill_md(name, license="MIT", metadata=metadata).encode(),
+        "scripts/show.py": b"print('notes')\r\n",
+        "references/guide.md": "# Guide\n\nCaf\u00e9 au lait.\n".encode(),
+        "assets/logo.bin": LOGO,
+    }
+
+
+def served_bytes(contents: Any) -> bytes:
+    """The bytes a `resources/read` content stands for."""
+    if hasattr(contents, "blob"):
+        return base64.b64decode(contents.blob)
+    return bytes(contents.text.encode())
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def test_skills_list_gives_each_usable_skill_with_digests_equal_to_resources_read(served):
+    owner = new_owner(served)
+    name = unique("notes")
+    files = notes_files(name)
+    owner.import_skill(name)
+    switched_off = owner.import_skill(unique("off"))
+    with owner.rest() as rest:
+        assert rest.put(f"/api/skills/{switched_off}/enabled", json={"enabled": False}).is_success
+
+    async def listed(client: Any) -> Any:
+        skills = await client.list_skills()
+        ours = next(s for s in skills if s.frontmatter.name == name)
+        read = {r.uri: served_bytes((await client.read_resource(r.uri))[0]) for r in ours.resources}
+        got = await client.get_skill(ours.uri)
+        return client.server_capabilities, skills, ours, read, got
+
+    capabilities, skills, ours, read, got = using(skills_client(served, owner.agent), listed)
+    assert SKILLS_EXTENSION in (capabilities.extensions or {})
+    names = {s.frontmatter.name for s in skills}
+    assert "skill-authoring" in names and switched_off not in names
+    assert ours.uri == f"skill://{name}/SKILL.md"
+    assert ours.frontmatter.root == {
+        "name": name,
+        "description": f"Does {name}.",
+        "license": "MIT",
+        "metadata": {"skillfleet.tier": "read", "parameters_schema": '{"type": "object"}'},
+    }
+    by_path = {r.uri.removeprefix(f"skill://{name}/"): r for r in ours.resources}
+    assert sorted(by_path) == sorted(files)
+    for path, resource in by_path.items():
+        assert resource.digest == f"sha256:{hashlib.sha256(files[path]).hexdigest()}", path
+        assert resource.size == len(files[path])
+        assert read[resource.uri] == files[path], path
+    assert got == ours
+
+
+def test_a_skill_installed_under_another_name_is_listed_by_that_name(served):
+    owner = new_owner(served)
+    declared, installed = unique("declared"), unique("installed")
+    owner.import_skill(declared, name=installed)
+
+    async def listed(client: Any) -> Any:
+        return [s for s in await client.list_skills() if s.uri.startswith("skill://installed-")]
+
+    (entry,) = using(skills_client(served, owner.agent), listed)
+    assert entry.uri == f"skill://{installed}/SKILL.md"
+    assert entry.frontmatter.name == installed
+
+
+def test_a_traversing_skill_uri_is_refused_as_read_skill_resource_refuses_its_path(served):
+    owner = new_owner(served)
+    name = owner.import_skill(unique("notes"))
+    other = owner.import_skill(unique("other"))
+
+    async def tried(client: Any) -> Any:
+        refused = {}
+        for uri in (
+            f"skill://{name}/../{other}/SKILL.md",
+            f"skill://{name}/%2E%2E/{other}/SKILL.md",
+            f"skill://{name}/scripts/../../{other}/SKILL.md",
+            f"skill://{name}/%252E%252E/{other}/SKILL.md",
+            f"skill://{name}//etc/passwd",
+        ):
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource(uri)
+            refused[uri] = caught.value.error.message
+        tool = await client.call_tool(
+            "read_skill_resource", {"skill_name": name, "path": f"../{other}/SKILL.md"}
+        )
+        return refused, tool
+
+    # The SDK's client sends a URI as given (fastmcp's resolves its dot segments first).
+    refused, tool = using(mcp_client(served, owner.agent), tried)
+    climbing = "The path may not climb out of the skill folder with '..'."
+    assert tool.is_error and tool.structured_content["error"]["message"] == climbing
+    messages = list(refused.values())
+    assert messages[:4] == [climbing] * 4
+    assert messages[4] == "The path must be relative to the skill folder, not absolute."
+
+
+def test_two_owners_see_and_read_only_their_own_skills(served):
+    alice, bob = new_owner(served), new_owner(served)
+    hers = alice.import_skill(unique("hers"))
+    his = bob.import_skill(unique("his"))
+
+    async def seen_by_bob(client: Any) -> Any:
+        names = {s.frontmatter.name for s in await client.list_skills()}
+        errors = []
+        for attempt in (
+            client.get_skill(f"skill://{hers}/SKILL.md"),
+            client.read_resource(f"skill://{hers}/SKILL.md"),
+        ):
+            with pytest.raises(MCPError) as caught:
+                await attempt
+            errors.append(caught.value.error.message)
+        own = await client.read_resource(f"skill://{his}/SKILL.md")
+        return names, errors, own
+
+    names, errors, own = using(skills_client(served, bob.agent), seen_by_bob)
+    assert his in names and hers not in names
+    assert errors[0] == f"Unknown skill URI: skill://{hers}/SKILL.md"
+    assert hers in errors[1] and "skill_not_found" in errors[1]
+    assert own[0].text.startswith(f"---\nname: {his}\n")
+
+
+def test_a_host_without_the_extension_lists_and_reads_the_files_as_resources(served):
+    owner = new_owner(served)
+    name = unique("notes")
+    files = notes_files(name)
+    owner.import_skill(name)
+
+    async def browsed(client: Any) -> Any:
+        resources = (await client.list_resources()).resources
+        ours = [r for r in resources if r.uri.startswith(f"skill://{name}/")]
+        read = {r.uri: (await client.read_resource(r.uri)).contents[0] for r in ours}
+        templates = (await client.list_resource_templates()).resource_templates
+        return ours, read, templates
+
+    ours, read, templates = using(mcp_client(served, owner.agent, mode="legacy"), browsed)
+    assert {r.uri for r in ours} == {f"skill://{name}/{path}" for path in files}
+    for resource in ours:
+        path = resource.uri.removeprefix(f"skill://{name}/")
+        assert resource.size == len(files[path])
+        assert served_bytes(read[resource.uri]) == files[path]
+    assert read[f"skill://{name}/assets/logo.bin"].blob
+    assert [t.uri_template for t in templates] == ["skill://{name}/{path}"]
+
+
+def test_a_listening_client_hears_resources_list_changed_when_its_owner_adds_a_skill(served):
+    owner = new_owner(served)
+
+    async def heard(client: Any) -> Any:
+        async with client.listen(resources_list_changed=True) as subscription:
+            await anyio.to_thread.run_sync(owner.import_skill, unique("mine"))
+            with anyio.fail_after(120):
+                event = await subscription.__anext__()
+            return subscription.honored, event
+
+    honored, event = using(mcp_client(served, owner.agent), heard)
+    assert honored.resources_list_changed is True
+    assert type(event).__name__ == "ResourcesListChanged"
+
+
+def test_the_stdio_server_gives_the_same_manifests_as_mcp(served):
+    owner = new_owner(served)
+    name = owner.import_skill(unique("notes"))
+    # Only the API's address and a token: the stdio server is a client of the API.
+    env = {k: v for k, v in served.env.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.pop("SKILLFLEET_DATA_DIR", None)
+    env["SKILLFLEET_TOKEN"] = owner.agent
+    stdio = StdioTransport(sys.executable, ["-m", "skillfleet", "mcp"], env=env)
+    over_stdio = fastmcp.Client(stdio, extensions=[SkillsClientExtension()])
+
+    async def ours(client: Any) -> Any:
+        return await client.get_skill(f"skill://{name}/SKILL.md")
+
+    assert using(over_stdio, ours) == using(skills_client(served, owner.agent), ours)
