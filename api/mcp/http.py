@@ -9,8 +9,8 @@ which names the session's chat. Each request, before the MCP SDK's session manag
    `SKILLFLEET_CORS_ORIGINS` is refused (403 `origin_not_allowed`): a page can't reach a local
    API through DNS rebinding.
 2. **Token.** `Authorization: Bearer <owner or agent token>`, checked by the API itself (its
-   GET /api/tools, with the caller's address); without one, or with a bad one, 401 with
-   `WWW-Authenticate: Bearer`.
+   GET /api/tools for one definition, with the caller's address); without one, or with a bad
+   one, 401 with `WWW-Authenticate: Bearer`.
 3. **The caller.** The gateway's handlers reach the API in this process with the same token
    (api/mcp/inprocess.py), so every call is decided and recorded as over REST.
 """
@@ -98,7 +98,7 @@ class McpEndpoint:
             return
         rest = self._rest(scope, headers, token)
         try:
-            await rest.tools()  # the API checks the token, as for any route
+            await rest.check_token()
         except RestError as e:
             await _error(send, e.status if e.status in (401, 429) else 503, e.code, e.message)
             return

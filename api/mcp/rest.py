@@ -62,6 +62,11 @@ class Rest:
         found = await self._json("GET", "/api/tools", params={"page_size": MAX_PAGE_SIZE})
         return list(found)
 
+    async def check_token(self) -> None:
+        """Raise RestError unless the API accepts the token: the cheapest route that checks it
+        as every route does (one tool definition, not all of them)."""
+        await self._json("GET", "/api/tools", params={"page_size": 1})
+
     async def call(self, tool: str, body: dict[str, Any], wait: float = 0) -> dict[str, Any]:
         """The envelope of one call of `tool` (ToolCallSchema's `body`)."""
         path = f"/api/tools/{quote(tool, safe='')}"
