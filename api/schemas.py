@@ -254,6 +254,11 @@ class CallSchema(ma.Schema):
     mode = ma.fields.String()
     status = status_field(CALL_STATES)
     rule = ma.fields.String(allow_none=True)
+    chat_id = ma.fields.String(
+        attribute="chat_name",
+        allow_none=True,
+        metadata={"description": "The chat's id as the agent sent it (over MCP: mcp-<client>-…)"},
+    )
     turn_id = ma.fields.String(allow_none=True)
     job_run_id = ma.fields.String(allow_none=True)
     error_code = ma.fields.String(allow_none=True)

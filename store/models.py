@@ -16,8 +16,9 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    select,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
 from store.states import (
@@ -193,6 +194,10 @@ class ToolCall(Base):
     run_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
+    # The chat's id as its agent sent it (over MCP it names the client), read with the row.
+    chat_name: Mapped[str | None] = column_property(
+        select(Chat.external_id).where(Chat.id == chat_id).scalar_subquery()
+    )
 
 
 class TurnCount(Base):

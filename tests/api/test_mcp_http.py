@@ -124,3 +124,5 @@ def test_a_call_is_one_broker_call_recorded_in_the_chat_of_the_session(served, m
     assert [c["status"] for c in recorded] == ["done", "done"]
     names = [chat["chat_id"] for chat in chats]
     assert len(names) == 1 and names[0].startswith("mcp-claude-code-")
+    # Each call names its chat, so the client's name shows with every call it made.
+    assert {c["chat_id"] for c in recorded} == {names[0]}

@@ -134,6 +134,7 @@ def test_an_answered_approval_leads_to_its_call_and_run_and_the_run_back_to_them
     page.click(f"{row} a.call-link")
     page.wait_for_selector(f"main[data-ready=calls] #call-facts a[href='#/runs/{run_id}']")
     assert "run_skill_script" in page.inner_text("#call-facts")
+    assert "Chat\nsupport-7" in page.inner_text("#call-facts")
     approval = page.inner_text("#call-approval")
     assert "chat support-7, turn t-1" in approval and "approved" in approval
 

@@ -40,6 +40,7 @@ export async function callPage({ main, onFeed }, callId) {
       ["Skill", skill],
       ["Node", call.node],
       ["Run", call.run_id ? h("a", { href: `#/runs/${call.run_id}`, class: "run-link" }, call.run_id) : null],
+      ["Chat", call.chat_id],
       ["Turn", call.turn_id],
       ["Job run", call.job_run_id],
       ["Rule", call.rule],
