@@ -185,6 +185,25 @@ def test_a_denied_call_is_an_error_result_with_the_owners_no(owner):
         assert rest.get("/api/runs").json() == []
 
 
+def test_an_edit_waits_for_the_owner_and_returns_the_new_hash_once_approved(owner):
+    owner.import_skill("lister", READ_NODE, THREE_LINES)
+    noted, answered = answer_when_asked(owner, "approve")
+    body = "# Lister\n\nRun scripts/s.py; it prints three lines.\n"
+    edit = {"skill_name": "lister", "changes": {"body": body}, "rationale": "Say what it prints."}
+
+    async def scenario(client: Client) -> Any:
+        return await client.call_tool("edit_skill", edit, progress_callback=noted)
+
+    result = using(mcp_client(owner.running, owner.agent), scenario)
+    assert answered, "no progress notification named the approval"
+    assert not result.is_error, result.content
+    with owner.rest() as rest:
+        skill = rest.get("/api/skills/lister").json()
+        header = rest.get("/api/skills/lister/files/SKILL.md").text
+    assert result.structured_content["hash"] == skill["hash"]
+    assert "it prints three lines" in header
+
+
 def test_an_unanswered_call_names_its_approval_and_its_outcome_is_collected_later(owner):
     owner.import_skill("wiper", WIPE_NODE, WIPER)
     gateway = owner.running.server.tier.mcp.gateway
