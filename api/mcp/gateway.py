@@ -9,9 +9,10 @@ is POST /api/tools/<tool> with the caller's token; what follows depends on the e
   client that cancels (or leaves) cancels the run (POST /api/runs/<id>/cancel).
 - `pending_approval`: the call waits for the owner's answer (GET /api/calls/<id>?wait=) up to
   `approval_wait` seconds, saying so in a progress notification at each round; nothing an MCP
-  client sends can answer it. Approved: the run is followed as above; denied: an error result
-  with the denial's message; unanswered: a result naming the approval and the tool that
-  collects the outcome later.
+  client sends can answer it. A client that takes URL elicitations is first given the
+  console's approvals page to open, and waits once it comes back (api/mcp/elicitation.py).
+  Approved: the run is followed as above; denied: an error result with the denial's message;
+  unanswered: a result naming the approval and the tool that collects the outcome later.
 - anything else: the envelope's result or error, as it is.
 
 The skills are resources too, and the Skills extension's manifests (api/mcp/skills.py).
@@ -33,6 +34,7 @@ import structlog
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
+from api.mcp.elicitation import StateError, can_open_urls, console_url, open_console, resumed
 from api.mcp.rest import Rest, RestError, RunEvent
 from api.mcp.skills import EXTENSION as SKILLS_EXTENSION
 from api.mcp.skills import LIST_POLL, GetSkillParams, SkillResources
@@ -162,7 +164,7 @@ class Gateway:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         caller = self.caller_of(ctx)
         key = (caller.token_id, caller.chat, ctx.request_id)
         with anyio.CancelScope() as scope:
@@ -187,17 +189,49 @@ class Gateway:
         ctx: ServerRequestContext[Any, Any],
         caller: Caller,
         params: types.CallToolRequestParams,
-    ) -> types.CallToolResult:
-        arguments = dict(params.arguments or {})
+    ) -> types.CallToolResult | types.InputRequiredResult:
         try:
-            if params.name == OUTCOME_TOOL:
-                envelope = await self._outcome(caller, arguments)
+            again = resumed(params)
+            if again is not None:  # back from the console's link: the same call, no new one
+                envelope = envelope_of(await caller.rest.get_call(again.call_id))
+                if again.declined and envelope.get("status") == "pending_approval":
+                    return result_of(envelope)
             else:
-                envelope = await caller.rest.call(params.name, self._body(ctx, caller, arguments))
+                envelope = await self._first(ctx, caller, params)
+                if envelope.get("status") == "pending_approval" and can_open_urls(ctx):
+                    return await self._open_console(ctx, caller.rest, envelope)
             envelope = await self._follow(ctx, caller.rest, envelope)
+        except StateError as e:
+            return error_result(e.code, str(e))
         except RestError as e:
             return error_result(e.code, e.message)
         return result_of(envelope)
+
+    async def _first(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        caller: Caller,
+        params: types.CallToolRequestParams,
+    ) -> dict[str, Any]:
+        """The envelope of a call's first round: the REST call it makes, or the one it
+        collects."""
+        arguments = dict(params.arguments or {})
+        if params.name == OUTCOME_TOOL:
+            return await self._outcome(caller, arguments)
+        return await caller.rest.call(params.name, self._body(ctx, caller, arguments))
+
+    async def _open_console(
+        self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
+    ) -> types.InputRequiredResult:
+        """Ask the client to show the console's approvals page, naming what waits there."""
+        approval_id = envelope.get("approval_id")
+        message = (
+            f"skillfleet's approval {approval_id} ({await _asked(rest, approval_id)}) waits "
+            "for the owner. Open the console to approve or deny it there (or answer it with "
+            "skillfleet approvals); nothing sent from here answers it."
+        )
+        url = console_url(ctx, str(rest.http.base_url))
+        return open_console(url, message, envelope["call_id"])
 
     def _body(
         self, ctx: ServerRequestContext[Any, Any], caller: Caller, arguments: dict[str, Any]
@@ -274,15 +308,20 @@ async def _waiting_for(rest: Rest, approval_id: str | None) -> str:
     text = "Waiting for the owner to answer"
     if approval_id is None:
         return text + "."
-    try:
-        approval = await rest.approval(approval_id)
-    except RestError:
-        approval = {}
-    what = approval.get("warning") or approval.get("tool") or "this call"
+    what = await _asked(rest, approval_id)
     return (
         f"{text} approval {approval_id} ({what}) in the console, the CLI "
         f"(skillfleet approvals) or a push notification."
     )
+
+
+async def _asked(rest: Rest, approval_id: str | None) -> str:
+    """What an approval asks, in a few words: its warning, else its tool."""
+    try:
+        approval = await rest.approval(approval_id) if approval_id else {}
+    except RestError:
+        approval = {}
+    return str(approval.get("warning") or approval.get("tool") or "this call")
 
 
 class _Lines:
