@@ -32,6 +32,8 @@ from factories import skill_files, zip_bytes
 from fleet import Fleet, wait_until
 from toolcalls import draft_arguments
 
+from relay.streams import read_events
+
 pytestmark = pytest.mark.timeout(240)
 
 WIPE_NODE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
@@ -155,6 +157,13 @@ def test_cancel_asks_first_and_saying_no_leaves_the_run_running(page: Any, conso
     run_id = started["run_id"]
     cancels: list[str] = []
     page.on("request", lambda r: cancels.append(r.url) if r.url.endswith("/cancel") else None)
+    # The run's first line, in its stream first: a busy machine may start the script late,
+    # which is not the page's doing; then the page must show it.
+    wait_until(
+        lambda: any(e.kind == "stdout" for e in read_events(owner.redis, run_id)),
+        90,
+        "the run's first line",
+    )
     open_route(page, owner, f"runs/{run_id}")
     page.locator("#output", has_text="line 0").wait_for()
 
