@@ -8,9 +8,12 @@ which names the session's chat. Each request, before the MCP SDK's session manag
 1. **Origin.** A browser's request from an origin other than this host's loopback names or
    `SKILLFLEET_CORS_ORIGINS` is refused (403 `origin_not_allowed`): a page can't reach a local
    API through DNS rebinding.
-2. **Token.** `Authorization: Bearer <owner or agent token>`, checked by the API itself (its
-   GET /api/tools for one definition, with the caller's address); without one, or with a bad
-   one, 401 with `WWW-Authenticate: Bearer`.
+2. **Token.** `Authorization: Bearer <owner or agent token>`, checked by the API itself, with
+   the caller's address; without one, or with a bad one, 401 with `WWW-Authenticate: Bearer`.
+   A `tools/call` or `tools/list` is checked by the API calls it makes anyway: its answer's
+   headers wait until one of them succeeded, or else for a check of its own (GET /api/tools
+   for one definition), and a refused token gets the 401 instead of the SDK's answer. Any
+   other request is checked that way before the SDK sees it.
 3. **The caller.** The gateway's handlers reach the API in this process with the same token
    (api/mcp/inprocess.py), so every call is decided and recorded as over REST.
 """
@@ -46,6 +49,11 @@ PATH = "/mcp"
 IN_PROCESS_URL = "http://skillfleet.internal"
 LOOPBACK_ORIGINS = ("http://127.0.0.1", "http://localhost", "http://[::1]")
 FORWARDED = ("x-forwarded-for", "user-agent")
+
+# Methods whose handlers call the API with the caller's token before anything else, so that
+# call checks the token: the request needs no check of its own unless its calls fail, and its
+# answer waits for the verdict either way (see McpEndpoint._serve).
+CHECKED_BY_THEIR_CALLS = frozenset({"tools/call", "tools/list"})
 
 # The caller of the request being served; the gateway's handlers run in a copy of its context.
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("mcp_caller", default=None)
@@ -96,13 +104,14 @@ class McpEndpoint:
         if body is None:
             await _error(send, 413, "body_too_large", "The MCP message is too large.")
             return
+        opened = _Opened(headers, body, token)
         rest = self._rest(scope, headers, token)
-        try:
-            await rest.check_token()
-        except RestError as e:
-            await _error(send, e.status if e.status in (401, 429) else 503, e.code, e.message)
-            return
-        await self._serve(scope, _Opened(headers, body, token), rest, receive, send)
+        if opened.method not in CHECKED_BY_THEIR_CALLS:
+            refused = await _refusal(rest)
+            if refused is not None:
+                await _refuse(send, refused)
+                return
+        await self._serve(scope, opened, rest, receive, send)
 
     async def _serve(
         self, scope: Message, opened: _Opened, rest: Rest, receive: Receive, send: Send
@@ -112,18 +121,29 @@ class McpEndpoint:
         reset = CALLER.set(Caller(rest, chat, opened.token_id))
 
         unread = [{"type": "http.request", "body": opened.body, "more_body": False}]
+        refused = False
 
         async def replay() -> Message:
             return unread.pop() if unread else await receive()
 
-        async def with_session(message: Message) -> None:
-            if message["type"] == "http.response.start" and session and not opened.session:
-                name = MCP_SESSION_ID_HEADER.encode()
-                message["headers"] = [*message.get("headers", []), (name, session.encode())]
+        async def checked(message: Message) -> None:
+            """The SDK's answer, once the token is known good; the API's refusal instead."""
+            nonlocal refused
+            if refused:
+                return  # the client has its 401; the rest of the SDK's answer is dropped
+            if message["type"] == "http.response.start":
+                error = await _refusal(rest)
+                if error is not None:
+                    refused = True
+                    await _refuse(send, error)
+                    return
+                if session and not opened.session:
+                    name = MCP_SESSION_ID_HEADER.encode()
+                    message["headers"] = [*message.get("headers", []), (name, session.encode())]
             await send(message)
 
         try:
-            await self.manager.handle_request(scope, replay, with_session)
+            await self.manager.handle_request(scope, replay, checked)
         finally:
             CALLER.reset(reset)
 
@@ -167,7 +187,9 @@ class _Opened:
             message = None  # the SDK answers it as a parse error
         params = message.get("params") if isinstance(message, dict) else None
         params = params if isinstance(params, dict) else {}
-        self.initializing = isinstance(message, dict) and message.get("method") == "initialize"
+        method = message.get("method") if isinstance(message, dict) else None
+        self.method = method if isinstance(method, str) else None
+        self.initializing = self.method == "initialize"
         info = params.get("clientInfo") or (params.get("_meta") or {}).get(
             types.CLIENT_INFO_META_KEY
         )
@@ -184,6 +206,25 @@ class _Opened:
 
     def new_session(self) -> str:
         return f"{self.client}-{secrets.token_hex(8)}"
+
+
+async def _refusal(rest: Rest) -> RestError | None:
+    """Why the API refuses the caller's token, or None when it accepts it: what the request's
+    own calls to the API heard, else one cheap request that checks it."""
+    if rest.verdict.refused is not None:
+        return rest.verdict.refused
+    if rest.verdict.accepted:
+        return None
+    try:
+        await rest.check_token()
+    except RestError as e:
+        return e
+    return None
+
+
+async def _refuse(send: Send, error: RestError) -> None:
+    status = error.status if error.status in (401, 429) else 503
+    await _error(send, status, error.code, error.message)
 
 
 def _bearer(headers: Headers) -> str | None:

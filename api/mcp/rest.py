@@ -20,6 +20,7 @@ from store.limits import MAX_PAGE_SIZE
 # takes longer than this means the API is gone.
 READ_SECONDS = 90.0
 LONGEST_WAIT = 60.0  # the most `?wait=` a route accepts
+CLIENT_TIMEOUT = httpx.Timeout(READ_SECONDS, connect=10.0)
 
 
 class RestError(Exception):
@@ -45,17 +46,35 @@ def make_client(
     base_url: str, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
     """The gateway's HTTP client: to `base_url` over the network, or through `transport`."""
-    timeout = httpx.Timeout(READ_SECONDS, connect=10.0)
-    return httpx.AsyncClient(base_url=base_url, transport=transport, timeout=timeout)
+    return httpx.AsyncClient(base_url=base_url, transport=transport, timeout=CLIENT_TIMEOUT)
+
+
+@dataclass
+class TokenVerdict:
+    """What the API's answers so far said of the caller's token.
+
+    `accepted` once a request succeeded (it passed the API's authentication); `refused`, the
+    API's error, once one was refused for its token. Any other error says nothing of the token:
+    a route may refuse a request before authenticating it (a body too large, a locked-out
+    address)."""
+
+    accepted: bool = False
+    refused: RestError | None = None
+
+    def hear(self, response: httpx.Response) -> None:
+        if response.status_code < 400:
+            self.accepted = True
 
 
 @dataclass
 class Rest:
-    """The API's routes as one caller sees them (its token in `headers`)."""
+    """The API's routes as one caller sees them (its token in `headers`); `verdict` gathers
+    what its answers said of the token."""
 
     http: httpx.AsyncClient
     headers: Mapping[str, str] = field(default_factory=dict)
     extensions: Mapping[str, Any] = field(default_factory=dict)
+    verdict: TokenVerdict = field(default_factory=TokenVerdict)
 
     async def tools(self) -> list[dict[str, Any]]:
         """Every tool as GET /api/tools lists it (one page holds them all)."""
@@ -105,7 +124,7 @@ class Rest:
         url = f"/api/skills/{quote(name, safe='')}/files/{quote(path, safe='/')}"
         response = await self._send(self._request("GET", url))
         if response.status_code >= 400:
-            raise _error(response)
+            raise self._error(response)
         return response.content
 
     async def cancel_run(self, run_id: str) -> dict[str, Any]:
@@ -122,7 +141,7 @@ class Rest:
         try:
             if response.status_code >= 400:
                 await response.aread()
-                raise _error(response)
+                raise self._error(response)
             async for event in _events(response.aiter_lines()):
                 yield event
                 if event.kind == "exit":
@@ -133,7 +152,7 @@ class Rest:
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = await self._send(self._request(method, path, **kwargs))
         if response.status_code >= 400:
-            raise _error(response)
+            raise self._error(response)
         return response.json()
 
     def _request(
@@ -147,11 +166,19 @@ class Rest:
 
     async def _send(self, request: httpx.Request, stream: bool = False) -> httpx.Response:
         try:
-            return await self.http.send(request, stream=stream)
+            response = await self.http.send(request, stream=stream)
         except httpx.HTTPError as e:
             raise RestError(
                 503, "api_unreachable", f"The skillfleet API can't be reached: {e}."
             ) from e
+        self.verdict.hear(response)
+        return response
+
+    def _error(self, response: httpx.Response) -> RestError:
+        error = _error(response)
+        if error.status == 401:  # the API's authentication refused the token
+            self.verdict.refused = error
+        return error
 
 
 def _error(response: httpx.Response) -> RestError:
