@@ -36,8 +36,8 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from starlette.datastructures import Headers
 
 from api.mcp.gateway import APPROVAL_WAIT, Caller, Gateway, client_slug
-from api.mcp.inprocess import CLIENT_EXTENSION, App, InProcessTransport
-from api.mcp.rest import Rest, RestError, make_client
+from api.mcp.inprocess import CLIENT_EXTENSION, App, InProcessClient
+from api.mcp.rest import CLIENT_TIMEOUT, Rest, RestError
 from store.tokens import token_digest
 
 Message = MutableMapping[str, Any]
@@ -68,7 +68,7 @@ class McpEndpoint:
         origins: tuple[str, ...] = (),
         approval_wait: float = APPROVAL_WAIT,
     ) -> None:
-        self.http = make_client(IN_PROCESS_URL, InProcessTransport(app))
+        self.http = InProcessClient(app, IN_PROCESS_URL, CLIENT_TIMEOUT)
         self.gateway = Gateway(_caller, approval_wait)
         self.manager = StreamableHTTPSessionManager(self.gateway.server, stateless=True)
         self.origins = origins

@@ -53,6 +53,39 @@ class InProcessTransport(httpx.AsyncBaseTransport):
         return httpx.Response(status, headers=headers, stream=_Body(exchange, task))
 
 
+class InProcessClient(httpx.AsyncClient):
+    """An httpx client of `app` in this process, whose `send` hands each request straight to
+    the in-process transport.
+
+    One client serves every MCP caller of the process, each request carrying its caller's token,
+    so it must keep nothing between them: no cookie jar (one caller's cookie would ride on the
+    next caller's request), and no redirects, auth flows or per-request log line either, which a
+    request to this same app never needs. Requests are built as by any client (`build_request`).
+    """
+
+    def __init__(self, app: App, base_url: str, timeout: httpx.Timeout) -> None:
+        self.in_process = InProcessTransport(app)
+        super().__init__(base_url=base_url, transport=self.in_process, timeout=timeout)
+
+    async def send(
+        self,
+        request: httpx.Request,
+        *,
+        stream: bool = False,
+        auth: Any = httpx.USE_CLIENT_DEFAULT,  # no auth flow: the request carries its token
+        follow_redirects: Any = httpx.USE_CLIENT_DEFAULT,  # the API answers, never redirects
+    ) -> httpx.Response:
+        response = await self.in_process.handle_async_request(request)
+        response.request = request
+        if not stream:
+            try:
+                await response.aread()
+            except BaseException:
+                await response.aclose()
+                raise
+        return response
+
+
 def _scope(request: httpx.Request) -> Message:
     client = request.extensions.get(CLIENT_EXTENSION, ("127.0.0.1", 0))
     return {

@@ -1,8 +1,10 @@
 """/mcp's short path: a `tools/call` or `tools/list` is checked by the API call it makes, with
-no request of its own to check the token, and a refused token still gets the HTTP 401."""
+no request of its own to check the token, and a refused token still gets the HTTP 401; the
+in-process client keeps nothing between callers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -19,6 +21,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcpclients import mcp_client, using
 
+from api.mcp.inprocess import InProcessClient
+from api.mcp.rest import CLIENT_TIMEOUT
 from store.db import transaction
 from store.tokens import Role, create_token
 
@@ -152,3 +156,23 @@ def test_a_call_the_api_refuses_with_a_good_token_is_a_tool_error(served):
     result = using(mcp_client(served, agent), call)
     assert result.is_error
     assert result.structured_content["error"]["code"] != "unauthorized"
+
+
+def test_the_in_process_client_carries_nothing_from_one_caller_to_the_next():
+    """One client serves every MCP caller of a process: a cookie one answer sets must not ride
+    on the next caller's request."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        sent = dict(scope["headers"]).get(b"cookie", b"")
+        headers = [(b"content-type", b"text/plain"), (b"set-cookie", b"caller=first; Path=/")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": sent})
+
+    async def two_callers() -> list[bytes]:
+        async with InProcessClient(app, "http://skillfleet.internal", CLIENT_TIMEOUT) as http:
+            first = await http.get("/", headers={"Authorization": "Bearer first"})
+            second = await http.get("/", headers={"Authorization": "Bearer second"})
+            return [first.content, second.content]
+
+    assert asyncio.run(two_callers()) == [b"", b""]
