@@ -223,7 +223,7 @@ async def _refusal(rest: Rest) -> RestError | None:
 
 
 async def _refuse(send: Send, error: RestError) -> None:
-    status = error.status if error.status in (401, 429) else 503
+    status = error.http_status if error.http_status in (401, 429) else 503
     await _error(send, status, error.code, error.message)
 
 

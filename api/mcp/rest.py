@@ -28,7 +28,7 @@ class RestError(Exception):
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
-        self.status = status
+        self.http_status = status
         self.code = code
         self.message = message
 
@@ -176,7 +176,7 @@ class Rest:
 
     def _error(self, response: httpx.Response) -> RestError:
         error = _error(response)
-        if error.status == 401:  # the API's authentication refused the token
+        if error.http_status == 401:  # the API's authentication refused the token
             self.verdict.refused = error
         return error
 

@@ -180,7 +180,7 @@ class Catalog:
         try:
             summary = await rest.skill(name)
         except RestError as e:
-            if e.status == 404:
+            if e.http_status == 404:
                 return None
             raise
         return await self.of(rest, summary) if summary.get("enabled") else None
@@ -303,7 +303,7 @@ class SkillResources:
             try:
                 now = await _state(rest)
             except RestError as e:
-                if e.status in (401, 403):  # the token is gone: end the stream
+                if e.http_status in (401, 403):  # the token is gone: end the stream
                     handler.close()
                     return
                 log.info("mcp listen: skills not read", code=e.code)
