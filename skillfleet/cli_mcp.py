@@ -8,16 +8,8 @@ one chat: `mcp-<client>-<random>`.
 
 from __future__ import annotations
 
-import secrets
-from typing import Any
-
-import anyio
 import click
-from mcp.server.context import ServerRequestContext
-from mcp.server.stdio import stdio_server
 
-from api.mcp.gateway import Caller, Gateway, client_name
-from api.mcp.rest import Rest, RestError, make_client
 from skillfleet.client import TOKEN_HINT
 from store.settings import ClientSettings
 
@@ -29,23 +21,14 @@ def mcp() -> None:
     settings = ClientSettings.from_env()
     if not settings.token:
         raise click.ClickException(f"No token: {TOKEN_HINT}, then start it again.")
+    # Imported here: the MCP SDK and the gateway take a second to import, which no other
+    # command should pay.
+    import anyio
+
+    from api.mcp.rest import RestError
+    from skillfleet.mcpstdio import serve
+
     try:
         anyio.run(serve, settings)
     except RestError as e:
         raise click.ClickException(f"{e.message} ({settings.url})") from None
-
-
-async def serve(settings: ClientSettings) -> None:
-    """Check the URL and token once, then serve MCP on stdin and stdout until the host leaves."""
-    headers = {"Authorization": f"Bearer {settings.token}", "User-Agent": "skillfleet-mcp"}
-    session = secrets.token_hex(8)
-    async with make_client(settings.url) as http:
-        rest = Rest(http, headers)
-        await rest.tools()  # a wrong URL or token fails here, with the API's words
-
-        def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
-            return Caller(rest, f"mcp-{client_name(ctx)}-{session}")
-
-        server = Gateway(caller_of, settings.mcp_approval_wait).server
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())

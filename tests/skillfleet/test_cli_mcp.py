@@ -82,3 +82,13 @@ def test_without_a_valid_token_it_exits_saying_why(served, token, message):
     )
     assert finished.returncode == 1
     assert message in finished.stderr
+
+
+def test_other_commands_do_not_import_the_mcp_sdk_or_the_api():
+    """Every `skillfleet` command starts by importing the CLI: the gateway's second of imports
+    is paid only by `skillfleet mcp`."""
+    probe = "import sys, skillfleet.cli; print(sorted({'mcp', 'api', 'flask'} & set(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == "[]"

@@ -1,0 +1,30 @@
+"""The stdio MCP server behind `skillfleet mcp` (skillfleet/cli_mcp.py): the gateway of the
+API's `/mcp`, reaching the API over HTTP as a client of its REST routes."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from api.mcp.gateway import Caller, Gateway, client_name
+from api.mcp.rest import Rest, make_client
+from store.settings import ClientSettings
+
+
+async def serve(settings: ClientSettings) -> None:
+    """Check the URL and token once, then serve MCP on stdin and stdout until the host leaves."""
+    headers = {"Authorization": f"Bearer {settings.token}", "User-Agent": "skillfleet-mcp"}
+    session = secrets.token_hex(8)
+    async with make_client(settings.url) as http:
+        rest = Rest(http, headers)
+        await rest.tools()  # a wrong URL or token fails here, with the API's words
+
+        def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
+            return Caller(rest, f"mcp-{client_name(ctx)}-{session}")
+
+        server = Gateway(caller_of, settings.mcp_approval_wait).server
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
