@@ -4,10 +4,13 @@ fastmcp's with the Skills extension."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Self, TypeVar
 
 import fastmcp
+import httpx
 import httpx2
 from fastmcp.skills import SkillsClientExtension
 from fleet import Fleet
@@ -15,7 +18,37 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import Implementation
 
+from store.db import transaction
+from store.tokens import Role, create_token
+
 T = TypeVar("T")
+
+
+def new_tokens(running: Fleet) -> tuple[str, str]:
+    """A fresh owner's token and one of its agent tokens."""
+    name = f"owner-{uuid.uuid4().hex[:6]}"
+    with transaction(running.services.sessions) as session:
+        owner = create_token(session, name, Role.OWNER)
+        agent = create_token(session, name, Role.AGENT)
+    return owner, agent
+
+
+@dataclass
+class McpOwner:
+    """A fresh owner of a served fleet, with an agent token for its MCP clients."""
+
+    running: Fleet
+    token: str
+    agent: str
+
+    @classmethod
+    def create(cls, running: Fleet) -> Self:
+        return cls(running, *new_tokens(running))
+
+    def rest(self) -> httpx.Client:
+        """The owner's REST client of the fleet's API."""
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.Client(base_url=self.running.url, headers=headers, timeout=60)
 
 
 def http_client(token: str | None, headers: dict[str, str] | None = None) -> httpx2.AsyncClient:

@@ -4,22 +4,16 @@ at the console's approvals page, and what the client answers approves nothing.""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import mcp_types as types
 import pytest
 from fleet import Fleet, fleet, sqlite_settings
 from mcp import Client
 from mcp.client.session import ClientRequestContext
-from mcpclients import mcp_client, using
-
-from store.db import transaction
-from store.tokens import Role, create_token
+from mcpclients import McpOwner, mcp_client, using
 
 pytestmark = pytest.mark.fleet
 
@@ -28,16 +22,7 @@ WIPER = "print('wiped', flush=True)\n"
 RUN = {"skill_name": "wiper", "script": "scripts/s.py", "arguments": {}, "node": "elicit-node"}
 
 
-@dataclass
-class Owner:
-    running: Fleet
-    token: str
-    agent: str
-
-    def rest(self) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        return httpx.Client(base_url=self.running.url, headers=headers, timeout=60)
-
+class Owner(McpOwner):
     def pending(self) -> list[dict[str, Any]]:
         with self.rest() as rest:
             return list(rest.get("/api/approvals", params={"status": "pending"}).json())
@@ -57,13 +42,10 @@ def served(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> I
 
 @pytest.fixture
 def owner(served: Fleet) -> Owner:
-    name = f"owner-{uuid.uuid4().hex[:6]}"
-    with transaction(served.services.sessions) as session:
-        token = create_token(session, name, Role.OWNER)
-        agent = create_token(session, name, Role.AGENT)
-    owned = Fleet(**{**served.__dict__, "owner_token": token})
+    found = Owner.create(served)
+    owned = Fleet(**{**served.__dict__, "owner_token": found.token})
     owned.import_skill("wiper", WIPE_NODE, {"scripts/s.py": WIPER})
-    return Owner(served, token, agent)
+    return found
 
 
 class Link:

@@ -3,7 +3,6 @@ and calls decided and recorded as over REST."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,10 +11,7 @@ import httpx
 import pytest
 from fleet import Fleet, fleet, sqlite_settings
 from mcp import Client
-from mcpclients import mcp_client, using
-
-from store.db import transaction
-from store.tokens import Role, create_token
+from mcpclients import mcp_client, new_tokens, using
 
 pytestmark = pytest.mark.fleet
 
@@ -38,15 +34,6 @@ def served(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> I
         yield running
 
 
-def new_owner(running: Fleet) -> tuple[str, str]:
-    """A fresh owner's token and one of its agent tokens."""
-    name = f"owner-{uuid.uuid4().hex[:6]}"
-    with transaction(running.services.sessions) as session:
-        owner = create_token(session, name, Role.OWNER)
-        agent = create_token(session, name, Role.AGENT)
-    return owner, agent
-
-
 def post_mcp(running: Fleet, headers: dict[str, str], body: Any = INITIALIZE) -> httpx.Response:
     with httpx.Client(base_url=running.url, timeout=30) as client:
         return client.post("/mcp", json=body, headers={**MCP_HEADERS, **headers})
@@ -67,7 +54,7 @@ def test_a_wrong_token_gets_401_from_the_api_itself(served):
 
 
 def test_a_page_from_another_origin_is_refused_even_with_a_token(served):
-    _owner, agent = new_owner(served)
+    _owner, agent = new_tokens(served)
     for origin in ("http://evil.example", "http://127.0.0.1.evil.example:8750"):
         answer = post_mcp(served, {"Authorization": f"Bearer {agent}", "Origin": origin})
         assert answer.status_code == 403, origin
@@ -79,14 +66,14 @@ def test_a_page_from_another_origin_is_refused_even_with_a_token(served):
 
 
 def test_initialize_over_the_handshake_gives_a_session_named_by_the_client(served):
-    _owner, agent = new_owner(served)
+    _owner, agent = new_tokens(served)
     answer = post_mcp(served, {"Authorization": f"Bearer {agent}"})
     assert answer.status_code == 200, answer.text
     assert answer.headers["mcp-session-id"].startswith("curl-")
 
 
 def test_tools_list_is_the_api_tool_list_with_tier_hints(served):
-    _owner, agent = new_owner(served)
+    _owner, agent = new_tokens(served)
     with served.http() as rest:
         definitions = [d["function"] for d in rest.get("/api/tools?page_size=100").json()]
 
@@ -108,7 +95,7 @@ def test_tools_list_is_the_api_tool_list_with_tier_hints(served):
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_a_call_is_one_broker_call_recorded_in_the_chat_of_the_session(served, mode):
-    owner, agent = new_owner(served)
+    owner, agent = new_tokens(served)
 
     async def calls(client: Client) -> Any:
         first = await client.call_tool("list_skills", {})

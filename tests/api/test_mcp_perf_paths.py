@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,10 @@ import pytest
 from fleet import Fleet, fleet, sqlite_settings
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcpclients import mcp_client, using
+from mcpclients import mcp_client, new_tokens, using
 
 from api.mcp.inprocess import InProcessClient
 from api.mcp.rest import CLIENT_TIMEOUT
-from store.db import transaction
-from store.tokens import Role, create_token
 
 pytestmark = pytest.mark.fleet
 
@@ -53,14 +50,6 @@ class Requests:
 
     def __exit__(self, *exc: object) -> None:
         flask.request_started.disconnect(self.heard, self.app)
-
-
-def new_owner(running: Fleet) -> tuple[str, str]:
-    name = f"owner-{uuid.uuid4().hex[:6]}"
-    with transaction(running.services.sessions) as session:
-        owner = create_token(session, name, Role.OWNER)
-        agent = create_token(session, name, Role.AGENT)
-    return owner, agent
 
 
 def sent_call(running: Fleet, token: str) -> tuple[dict[str, str], dict[str, Any]]:
@@ -103,7 +92,7 @@ def test_a_tool_call_reaches_the_api_once(served):
     """On the 2026-07-28 protocol the SDK holds the answer's headers until the handler's
     result (or its first notification), so the call's own API request checks the token. (A
     handshake-era stream sends its headers first: its requests are checked before the call.)"""
-    _owner, agent = new_owner(served)
+    _owner, agent = new_tokens(served)
 
     async def calls(client: Client) -> list[str]:
         await client.call_tool("list_skills", {})  # the client lists the tools once, first
@@ -117,7 +106,7 @@ def test_a_tool_call_reaches_the_api_once(served):
 
 
 def test_a_wrong_token_on_a_tool_call_gets_the_api_401_not_a_tool_error(served):
-    _owner, agent = new_owner(served)
+    _owner, agent = new_tokens(served)
     headers, body = sent_call(served, agent)
     answer = post_raw(served, headers, body, "sf_not-a-token")
     assert answer.status_code == 401, answer.text
@@ -126,7 +115,7 @@ def test_a_wrong_token_on_a_tool_call_gets_the_api_401_not_a_tool_error(served):
 
 
 def test_a_wrong_token_gets_401_even_when_the_sdk_refuses_the_call_before_the_api(served):
-    _owner, agent = new_owner(served)
+    _owner, agent = new_tokens(served)
     headers, body = sent_call(served, agent)
     broken = {**body, "params": {**body["params"], "name": 7}}  # refused before any handler
     assert post_raw(served, headers, broken, agent).status_code != 401
@@ -136,7 +125,7 @@ def test_a_wrong_token_gets_401_even_when_the_sdk_refuses_the_call_before_the_ap
 
 
 def test_a_deleted_token_gets_401_on_its_next_call(served):
-    owner, _agent = new_owner(served)
+    owner, _agent = new_tokens(served)
     with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {owner}"}) as rest:
         made = rest.post("/api/tokens", json={"role": "agent", "label": "host"}).json()
         headers, body = sent_call(served, made["token"])
@@ -148,7 +137,7 @@ def test_a_deleted_token_gets_401_on_its_next_call(served):
 
 
 def test_a_call_the_api_refuses_with_a_good_token_is_a_tool_error(served):
-    _owner, agent = new_owner(served)
+    _owner, agent = new_tokens(served)
 
     async def call(client: Client) -> Any:
         return await client.call_tool("no_such_tool", {})

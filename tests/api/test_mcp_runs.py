@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fleet import Fleet, fleet, sqlite_settings, wait_until
 from mcp import Client
-from mcpclients import mcp_client, using
+from mcpclients import McpOwner, mcp_client, new_tokens, using
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
@@ -26,9 +24,6 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-
-from store.db import transaction
-from store.tokens import Role, create_token
 
 pytestmark = pytest.mark.fleet
 
@@ -44,16 +39,7 @@ SLEEPER = "import time\nprint('started', flush=True)\ntime.sleep(300)\n"
 WIPER = "print('wiped', flush=True)\n"
 
 
-@dataclass
-class Owner:
-    running: Fleet
-    token: str
-    agent: str
-
-    def rest(self) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        return httpx.Client(base_url=self.running.url, headers=headers, timeout=60)
-
+class Owner(McpOwner):
     def import_skill(self, name: str, metadata: dict[str, str], script: str) -> None:
         owned = Fleet(**{**self.running.__dict__, "owner_token": self.token})
         owned.import_skill(name, metadata, {"scripts/s.py": script})
@@ -68,11 +54,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> I
 
 @pytest.fixture
 def owner(served: Fleet) -> Owner:
-    name = f"owner-{uuid.uuid4().hex[:6]}"
-    with transaction(served.services.sessions) as session:
-        token = create_token(session, name, Role.OWNER)
-        agent = create_token(session, name, Role.AGENT)
-    return Owner(served, token, agent)
+    return Owner.create(served)
 
 
 def run_arguments(skill: str) -> dict[str, Any]:
@@ -252,9 +234,7 @@ def test_the_51st_call_of_a_turn_is_refused_as_over_rest(owner):
 
 def test_another_owners_agent_sees_neither_the_skills_nor_the_calls(owner, served):
     owner.import_skill("lines", READ_NODE, THREE_LINES)
-    name = f"owner-{uuid.uuid4().hex[:6]}"
-    with transaction(served.services.sessions) as session:
-        stranger = create_token(session, name, Role.AGENT)
+    _, stranger = new_tokens(served)
 
     async def mine(client: Client) -> Any:
         return await client.call_tool("run_skill_script", run_arguments("lines"))

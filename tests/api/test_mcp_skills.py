@@ -10,23 +10,18 @@ import io
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import fastmcp
-import httpx
 import pytest
 from factories import skill_md, zip_bytes
 from fastmcp.client.transports import StdioTransport
 from fastmcp.skills import SkillsClientExtension
 from fleet import Fleet, fleet, sqlite_settings
 from mcp.shared.exceptions import MCPError
-from mcpclients import mcp_client, skills_client, using
-
-from store.db import transaction
-from store.tokens import Role, create_token
+from mcpclients import McpOwner, mcp_client, skills_client, using
 
 pytestmark = pytest.mark.fleet
 
@@ -34,16 +29,7 @@ SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
 LOGO = bytes(range(256))  # not UTF-8: served as a blob
 
 
-@dataclass
-class Owner:
-    running: Fleet
-    token: str
-    agent: str
-
-    def rest(self) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        return httpx.Client(base_url=self.running.url, headers=headers, timeout=60)
-
+class Owner(McpOwner):
     def import_skill(self, declared: str, name: str | None = None) -> str:
         """Import the notes skill `declared` (under `name` if given); its installed name."""
         params = {"name": name} if name else {}
@@ -58,14 +44,6 @@ class Owner:
 def served(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Fleet]:
     with fleet(sqlite_settings(tmp_path_factory.mktemp("mcp"), sqlite_template)) as running:
         yield running
-
-
-def new_owner(running: Fleet) -> Owner:
-    name = f"owner-{uuid.uuid4().hex[:6]}"
-    with transaction(running.services.sessions) as session:
-        token = create_token(session, name, Role.OWNER)
-        agent = create_token(session, name, Role.AGENT)
-    return Owner(running, token, agent)
 
 
 def notes_files(name: str) -> dict[str, bytes]:
@@ -90,7 +68,7 @@ def unique(prefix: str) -> str:
 
 
 def test_skills_list_gives_each_usable_skill_with_digests_equal_to_resources_read(served):
-    owner = new_owner(served)
+    owner = Owner.create(served)
     name = unique("notes")
     files = notes_files(name)
     owner.import_skill(name)
@@ -126,7 +104,7 @@ def test_skills_list_gives_each_usable_skill_with_digests_equal_to_resources_rea
 
 
 def test_a_skill_installed_under_another_name_is_listed_by_that_name(served):
-    owner = new_owner(served)
+    owner = Owner.create(served)
     declared, installed = unique("declared"), unique("installed")
     owner.import_skill(declared, name=installed)
 
@@ -139,7 +117,7 @@ def test_a_skill_installed_under_another_name_is_listed_by_that_name(served):
 
 
 def test_a_traversing_skill_uri_is_refused_as_read_skill_resource_refuses_its_path(served):
-    owner = new_owner(served)
+    owner = Owner.create(served)
     name = owner.import_skill(unique("notes"))
     other = owner.import_skill(unique("other"))
 
@@ -170,7 +148,7 @@ def test_a_traversing_skill_uri_is_refused_as_read_skill_resource_refuses_its_pa
 
 
 def test_two_owners_see_and_read_only_their_own_skills(served):
-    alice, bob = new_owner(served), new_owner(served)
+    alice, bob = Owner.create(served), Owner.create(served)
     hers = alice.import_skill(unique("hers"))
     his = bob.import_skill(unique("his"))
 
@@ -195,7 +173,7 @@ def test_two_owners_see_and_read_only_their_own_skills(served):
 
 
 def test_a_host_without_the_extension_lists_and_reads_the_files_as_resources(served):
-    owner = new_owner(served)
+    owner = Owner.create(served)
     name = unique("notes")
     files = notes_files(name)
     owner.import_skill(name)
@@ -218,7 +196,7 @@ def test_a_host_without_the_extension_lists_and_reads_the_files_as_resources(ser
 
 
 def test_a_listening_client_hears_resources_list_changed_when_its_owner_adds_a_skill(served):
-    owner = new_owner(served)
+    owner = Owner.create(served)
 
     async def heard(client: Any) -> Any:
         async with client.listen(resources_list_changed=True) as subscription:
@@ -233,7 +211,7 @@ def test_a_listening_client_hears_resources_list_changed_when_its_owner_adds_a_s
 
 
 def test_the_stdio_server_gives_the_same_manifests_as_mcp(served):
-    owner = new_owner(served)
+    owner = Owner.create(served)
     name = owner.import_skill(unique("notes"))
     # Only the API's address and a token: the stdio server is a client of the API.
     env = {k: v for k, v in served.env.items() if k not in ("DATABASE_URL", "REDIS_URL")}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,7 @@ import pytest
 from fleet import Fleet, fleet, sqlite_settings
 from mcp import Client, StdioServerParameters
 from mcp_types import Implementation
-from mcpclients import using
-
-from store.db import transaction
-from store.tokens import Role, create_token
+from mcpclients import new_tokens, using
 
 pytestmark = pytest.mark.fleet
 
@@ -45,10 +41,7 @@ def stdio_client(running: Fleet, token: str, name: str = "Claude Desktop") -> Cl
 
 
 def test_the_stdio_server_lists_the_api_tools_and_records_calls_in_its_chat(served):
-    name = f"owner-{uuid.uuid4().hex[:6]}"
-    with transaction(served.services.sessions) as session:
-        owner = create_token(session, name, Role.OWNER)
-        agent = create_token(session, name, Role.AGENT)
+    owner, agent = new_tokens(served)
 
     async def scenario(client: Client) -> Any:
         tools = await client.list_tools()
