@@ -3,6 +3,7 @@ and calls decided and recorded as over REST."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,37 @@ def test_a_call_is_one_broker_call_recorded_in_the_chat_of_the_session(served, m
     assert len(names) == 1 and names[0].startswith("mcp-claude-code-")
     # Each call names its chat, so the client's name shows with every call it made.
     assert {c["chat_id"] for c in recorded} == {names[0]}
+
+
+def test_an_oversized_or_malformed_message_is_refused_and_records_nothing(served):
+    owner, agent = new_tokens(served)
+    auth = {"Authorization": f"Bearer {agent}"}
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        huge = client.post(
+            "/mcp", content=b"{" + b" " * (5 * 1024 * 1024) + b"}", headers={**MCP_HEADERS, **auth}
+        )
+        json_type = {**MCP_HEADERS, **auth, "Content-Type": "application/json"}
+        garbled = client.post("/mcp", content=b"{not json", headers=json_type)
+        wrong_shape = client.post("/mcp", json=[1, "two"], headers={**MCP_HEADERS, **auth})
+    assert huge.status_code == 413 and huge.json()["code"] == "body_too_large"
+    assert garbled.status_code == 400, garbled.text
+    assert wrong_shape.status_code == 400, wrong_shape.text
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {owner}"}) as rest:
+        assert rest.get("/api/calls").json() == []
+
+
+def test_fifty_calls_at_once_are_fifty_recorded_calls_and_no_error(served):
+    owner, agent = new_tokens(served)
+
+    async def fifty(client: Client) -> list[Any]:
+        calls = [
+            client.call_tool("list_skills", {}, meta={"skillfleet/turn_id": f"t{i}"})
+            for i in range(50)
+        ]
+        return list(await asyncio.gather(*calls))
+
+    results = using(mcp_client(served, agent), fifty)
+    assert [r.is_error for r in results] == [False] * 50
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {owner}"}) as rest:
+        recorded = rest.get("/api/calls", params={"tool": "list_skills", "page_size": 100}).json()
+    assert len(recorded) == 50 and {c["status"] for c in recorded} == {"done"}
