@@ -26,6 +26,7 @@ from store.states import (
     CallStatus,
     EditPlanStatus,
     JobRunStatus,
+    QuestionStatus,
     RunStatus,
     TurnStatus,
     check,
@@ -257,6 +258,47 @@ class Approval(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     answered_at: Mapped[datetime | None]
+
+
+class Question(Base):
+    """Something a call asks the owner (ask_owner), or a secret it asks them to type
+    (request_secret: `kind` secret; the value goes to `owner_secrets`, never here)."""
+
+    __tablename__ = "questions"
+    __table_args__ = (CheckConstraint(check(QuestionStatus), name="status"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    call_id: Mapped[str] = mapped_column(ForeignKey("tool_calls.id", ondelete="CASCADE"))
+    chat_id: Mapped[int | None] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    job_run_id: Mapped[str | None] = mapped_column(String(64))
+    turn_id: Mapped[str | None] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))  # question | secret
+    text: Mapped[str] = mapped_column(Text)  # the question, or why the secret is needed
+    choices: Mapped[list[str] | None] = mapped_column(JSON)
+    secret_name: Mapped[str | None] = mapped_column(String(64))
+    skill_name: Mapped[str | None] = mapped_column(String(64))
+    answer: Mapped[str | None] = mapped_column(Text)  # never set for a secret
+    status: Mapped[str] = mapped_column(String(24), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    answered_at: Mapped[datetime | None]
+
+
+class OwnerSecret(Base):
+    """A secret the owner gave, encrypted at rest; `skill_name` "" when it is the owner's
+    alone, else the skill it belongs to."""
+
+    __tablename__ = "owner_secrets"
+    __table_args__ = (UniqueConstraint("owner_id", "skill_name", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    skill_name: Mapped[str] = mapped_column(String(64), default="")
+    value: Mapped[str] = mapped_column(Text)  # Fernet token (store/secrets.py)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class EditPlan(Base):

@@ -29,6 +29,7 @@ class IllegalTransition(StoreError):
 class CallStatus(StrEnum):
     DECIDING = "deciding"
     PENDING_APPROVAL = "pending_approval"
+    PENDING_QUESTION = "pending_question"  # ask_owner / request_secret: waits for an answer
     RUNNING = "running"
     DONE = "done"
     DENIED = "denied"
@@ -75,6 +76,14 @@ class ApprovalStatus(StrEnum):
     DENIED = "denied"
     EXPIRED = "expired"
     STALE = "stale"
+
+
+class QuestionStatus(StrEnum):
+    PENDING = "pending"
+    ANSWERING = "answering"  # claimed by one answer; the others find it taken
+    ANSWERED = "answered"
+    UNANSWERED = "unanswered"  # nobody answered in time
+    CANCELLED = "cancelled"  # the turn or job run that asked was stopped
 
 
 class EditPlanStatus(StrEnum):
@@ -146,8 +155,19 @@ CALLS = Machine(
     initial=(_C.DECIDING,),
     moves=_moves(
         [
-            (_C.DECIDING, [_C.PENDING_APPROVAL, _C.RUNNING, _C.DONE, _C.DENIED, _C.FAILED]),
+            (
+                _C.DECIDING,
+                [
+                    _C.PENDING_APPROVAL,
+                    _C.PENDING_QUESTION,
+                    _C.RUNNING,
+                    _C.DONE,
+                    _C.DENIED,
+                    _C.FAILED,
+                ],
+            ),
             (_C.PENDING_APPROVAL, [_C.RUNNING, _C.DONE, _C.DENIED, _C.FAILED, _C.EXPIRED]),
+            (_C.PENDING_QUESTION, [_C.DONE, _C.FAILED, _C.EXPIRED]),
             (_C.RUNNING, [_C.DONE, _C.FAILED]),
         ]
     ),
@@ -213,6 +233,20 @@ APPROVALS = Machine(
     ),
 )
 
+_Q = QuestionStatus
+QUESTIONS = Machine(
+    "question",
+    "questions",
+    QuestionStatus,
+    initial=(_Q.PENDING,),
+    moves=_moves(
+        [
+            (_Q.PENDING, [_Q.ANSWERING, _Q.UNANSWERED, _Q.CANCELLED]),
+            (_Q.ANSWERING, [_Q.ANSWERED, _Q.PENDING]),  # back to pending when the answer fails
+        ]
+    ),
+)
+
 _E = EditPlanStatus
 EDIT_PLANS = Machine(
     "edit plan",
@@ -222,7 +256,9 @@ EDIT_PLANS = Machine(
     moves=_moves([(_E.PENDING, [_E.APPLIED, _E.DENIED, _E.STALE, _E.FAILED, _E.EXPIRED])]),
 )
 
-MACHINES: tuple[Machine[Any], ...] = (CALLS, RUNS, JOB_RUNS, TURNS, APPROVALS, EDIT_PLANS)
+MACHINES: tuple[Machine[Any], ...] = (
+    CALLS, RUNS, JOB_RUNS, TURNS, APPROVALS, QUESTIONS, EDIT_PLANS,
+)  # fmt: skip
 
 
 def check(states: type[StrEnum]) -> str:
