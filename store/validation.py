@@ -25,6 +25,7 @@ from store.limits import (
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_NAME_CHARS,
+    MAX_SECRETS,
     MAX_SKILL_BYTES,
     MIB,
 )
@@ -40,10 +41,12 @@ TIERS = ("read", "change", "destructive")
 NETWORKS = ("none", "bridge")
 PREFIX = "skillfleet."
 ALIAS_PREFIX = "lucia."  # the seed's keys, accepted as aliases
-SETTINGS = ("execution", "tier", "allowed-domains", "network")
+SETTINGS = ("execution", "tier", "allowed-domains", "network", "secrets")
 DEFAULTS = {"execution": "node", "tier": "change", "network": "none"}
 
 _NAME = re.compile(r"[a-z0-9-]+", re.ASCII)
+# A secret reaches a script as an environment variable of this name (docs/secrets.md).
+SECRET_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}", re.ASCII)
 _HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)", re.ASCII)
 _MAX_QUOTED_CHARS = 80
 
@@ -69,6 +72,7 @@ class SkillInfo:
     warnings: tuple[str, ...] = ()
     unknown_keys: dict[str, Any] = field(default_factory=dict)
     declared_name: str | None = None  # the header's name, when the skill is installed under another
+    secrets: tuple[str, ...] = ()  # skillfleet.secrets: env vars its scripts get from the owner
 
 
 HeaderReader = Callable[[bytes, list[str]], "SkillInfo | None"]
@@ -250,6 +254,7 @@ def check_header(
         parameters_schema=schema,
         script_schemas=script_schemas,
         body=body,
+        secrets=_check_secrets(metadata, problems),
     )
 
 
@@ -405,15 +410,8 @@ def _choice(
 
 
 def _check_domains(metadata: Mapping[str, Any], problems: list[str]) -> tuple[str, ...]:
-    found = _setting(metadata, "allowed-domains", problems)
-    if found is None:
-        return ()
-    key, value = _quote(found[0]), found[1]
-    hosts = tuple(dict.fromkeys(host.lower() for host in re.split(r"[\s,]+", value) if host))
-    if len(hosts) > MAX_DOMAINS:
-        problems.append(
-            f"The metadata key {key} lists {len(hosts)} hosts; the limit is {MAX_DOMAINS} hosts."
-        )
+    key, hosts = _words(metadata, "allowed-domains", problems, str.lower)
+    _check_count(key, hosts, MAX_DOMAINS, "hosts", problems)
     for host in hosts:
         if not is_host_name(host):
             problems.append(
@@ -421,6 +419,47 @@ def _check_domains(metadata: Mapping[str, Any], problems: list[str]) -> tuple[st
                 "list bare host names such as api.github.com, without scheme, path or port."
             )
     return hosts
+
+
+def is_secret_name(name: object) -> bool:
+    """Whether `name` may name a secret: an environment variable's name, A-Z, 0-9 and _."""
+    return isinstance(name, str) and SECRET_NAME.fullmatch(name) is not None
+
+
+def _check_secrets(metadata: Mapping[str, Any], problems: list[str]) -> tuple[str, ...]:
+    key, names = _words(metadata, "secrets", problems)
+    _check_count(key, names, MAX_SECRETS, "secrets", problems)
+    for name in names:
+        if not is_secret_name(name):
+            problems.append(
+                f"The metadata key {key} holds {_quote(name)}, which can't name a secret; "
+                "use environment variable names of A-Z, 0-9 and _ that start with a letter, "
+                "such as API_TOKEN."
+            )
+    return names
+
+
+def _words(
+    metadata: Mapping[str, Any],
+    setting: str,
+    problems: list[str],
+    fold: Callable[[str], str] = str,
+) -> tuple[str, tuple[str, ...]]:
+    """The quoted key of a space- or comma-separated setting and its words, each once."""
+    found = _setting(metadata, setting, problems)
+    if found is None:
+        return "", ()
+    words = (fold(word) for word in re.split(r"[\s,]+", found[1]) if word)
+    return _quote(found[0]), tuple(dict.fromkeys(words))
+
+
+def _check_count(
+    key: str, words: tuple[str, ...], limit: int, noun: str, problems: list[str]
+) -> None:
+    if len(words) > limit:
+        problems.append(
+            f"The metadata key {key} lists {len(words)} {noun}; the limit is {limit} {noun}."
+        )
 
 
 # -- small helpers -----------------------------------------------------------------------

@@ -269,7 +269,7 @@ def test_a_skillfleet_setting_outside_its_values_is_refused(
 def test_a_misspelt_skillfleet_key_is_refused() -> None:
     assert header_problems(with_metadata(**{"skillfleet.teir": "read"})) == [
         'Unknown metadata key "skillfleet.teir"; skillfleet reads skillfleet.execution, '
-        "skillfleet.tier, skillfleet.allowed-domains, skillfleet.network."
+        "skillfleet.tier, skillfleet.allowed-domains, skillfleet.network, skillfleet.secrets."
     ]
 
 
