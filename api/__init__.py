@@ -84,6 +84,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         push,
         review,
         runs,
+        secrets,
         settings,
         skills,
         tokens,
@@ -110,6 +111,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         turns,
         push,
         webhooks,
+        secrets,
         metrics,
     )
     for module in modules:

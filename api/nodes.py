@@ -10,12 +10,14 @@ import structlog
 from flask import Response
 from sqlalchemy import select
 
+from api import secrets
 from api.auth import node_or_owner, owner_only
 from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.paging import paginate
 from api.roles import owner_route
 from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema, file_response
+from api.secrets import RunSecretsSchema
 from api.services import services
 from relay import heartbeat, naming
 from store.errors import PackageNotFound
@@ -104,6 +106,14 @@ def package(node: str, package: str) -> Response:
     response = Response(data, mimetype="application/gzip")
     response.headers["Content-Disposition"] = f'attachment; filename="{ref}.tar.gz"'
     return response
+
+
+@blp.route("/<node>/runs/<run_id>/secrets")
+@blp.response(200, RunSecretsSchema)
+def run_secrets(node: str, run_id: str) -> Response:
+    """The secrets of a run this node's agent is running (its node token only)"""
+    _check_node(node)
+    return secrets.run_secrets(node, run_id)
 
 
 @blp.route("/<node>/sync", methods=["POST"])

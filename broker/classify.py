@@ -22,6 +22,7 @@ from broker.errors import (
 from broker.grants import tool_key
 from broker.registry import Tool
 from broker.tiers import Tier
+from store import ownersecrets
 from store.commandline import CommandLineError, command_line
 from store.errors import SkillNotFound
 from store.hashing import grant_key
@@ -85,7 +86,7 @@ def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore, owner_id
     skill = _named_skill(tool, arguments, store, owner_id)
     if tool.name == RUN:
         assert skill is not None
-        return _plan_run(tool, arguments, store, skill)
+        return _plan_run(tool, arguments, store, skill, owner_id)
     edit = None
     if tool.name == EDIT:
         assert skill is not None
@@ -134,7 +135,9 @@ def _named_skill(
     return skill
 
 
-def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: Skill) -> CallPlan:
+def _plan_run(
+    tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: Skill, owner_id: int
+) -> CallPlan:
     script = arguments.get("script")
     if not isinstance(script, str) or not script:
         raise InvalidCall(
@@ -167,6 +170,7 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: S
         command_line(argv_of(info, script), script_arguments)
     except CommandLineError as e:
         raise SchemaMismatch(e.message) from e
+    check_secrets(store, owner_id, skill, info.secrets)
     node = normalised.arguments.get("node")
     return CallPlan(
         tool=tool,
@@ -181,6 +185,15 @@ def _plan_run(tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: S
         node=node if isinstance(node, str) else None,
         network=_network(info.execution, info.network, info.allowed_domains),
     )
+
+
+def check_secrets(store: SkillStore, owner_id: int, skill: Skill, names: tuple[str, ...]) -> None:
+    """Fail a run whose skill declares a secret that is not set, or whose version the owner
+    has not allowed to have its secrets: a call that cannot run is never put to the owner."""
+    if not names:
+        return
+    with store.sessions() as session:
+        ownersecrets.check(session, owner_id, skill.name, skill.hash, names)
 
 
 # Compiled validators of scripts' schemas, by content hash and script: the schema is read from
