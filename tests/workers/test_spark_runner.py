@@ -367,15 +367,15 @@ def test_a_run_without_network_has_only_loopback_and_no_route(tmp_path, runner, 
     assert outcome.stdout.splitlines() == ["['lo']", "ENETUNREACH"]  # nothing was sent
 
 
-def test_only_a_bridge_run_gets_the_bridge_network(tmp_path, runner):
+def test_no_run_container_gets_a_network_of_its_own_even_when_it_asks(tmp_path, runner):
     bridge = runner.container_options(job(None, "scripts/a.py", network="bridge"), tmp_path)
     closed = runner.container_options(job(None, "scripts/a.py"), tmp_path)
 
-    assert (bridge["network_mode"], closed["network_mode"]) == ("bridge", "none")
-    assert (bridge["network_disabled"], closed["network_disabled"]) == (False, True)
+    # Its skill's allowed-domains are reached through an egress gate (test_container_egress.py).
+    assert (bridge["network_mode"], closed["network_mode"]) == ("none", "none")
+    assert (bridge["network_disabled"], closed["network_disabled"]) == (True, True)
     different = {k for k in bridge if bridge[k] != closed[k]}
-    # labels and the environment carry the run id
-    assert different == {"network_mode", "network_disabled", "labels", "environment"}
+    assert different == {"labels", "environment"}  # they carry the run id
 
 
 def test_the_skill_reaches_the_container_without_a_copy_on_disk_and_the_cache_is_untouched(

@@ -30,7 +30,6 @@ from broker.runs import Outcome
 from relay.errors import RunnerUnavailable
 from relay.streams import RunStream
 from store.errors import StoreError
-from store.leniency import read_skill_dir
 from store.limits import COALESCE_SECONDS
 from store.settings import Settings
 from store.states import RunStatus
@@ -41,6 +40,7 @@ from workers.runners.base import (
     Runner,
     outcome_of,
 )
+from workers.runners.egress import allowed_domains
 from workers.runners.guests import GUESTS, JAVASCRIPT_GUEST, PYTHON_GUEST, WARM_UP, guest_program
 from workers.runners.node import LAUNCHER, launch_command
 from workers.runners.spark import SparkRunner, copy_skill
@@ -68,12 +68,10 @@ def refusal(script: str) -> Outcome | None:
 
 
 class ContainerSandboxRunner(SparkRunner):
-    """The operator's opt-in for hosts without KVM: the Spark's container, never a network."""
+    """The operator's opt-in for hosts without KVM: the Spark's container, and as in a micro-VM
+    the skill's allowed-domains only (through the Spark's egress gate)."""
 
     isolation = "container"
-
-    def network_for(self, job: Job) -> str:
-        return "none"
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
         return refusal(job.script) or super().run(job, folder, stream, cancelled)
@@ -209,14 +207,6 @@ def host_problem() -> str | None:
     if not os.access(KVM_DEVICE, os.R_OK | os.W_OK):
         return f"Hyperlight needs KVM, and this user can't open {KVM_DEVICE} (join the kvm group)."
     return None
-
-
-def allowed_domains(job: Job, folder: Path) -> tuple[str, ...]:
-    """The hosts the skill lists, when the run may use the network (HTTPS only); else none."""
-    if job.network != "bridge":
-        return ()
-    # Read as the import read it: an imported skill may bend the spec (store/leniency.py).
-    return read_skill_dir(folder, None, job.skill_name).allowed_domains
 
 
 class _MicroVM:

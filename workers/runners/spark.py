@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import shutil
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 from broker.runs import Outcome
 from relay.errors import PackageUnverified, RunnerUnavailable
 from relay.streams import RunStream
+from store.errors import StoreError
 from store.limits import COALESCE_SECONDS
 from store.states import RunStatus
 from workers.runners.base import (
@@ -28,6 +30,14 @@ from workers.runners.base import (
     command_for,
     outcome_of,
     script_environment,
+)
+from workers.runners.egress import (
+    DEFAULT_NETWORK,
+    Egress,
+    Gate,
+    allowed_domains,
+    relayed,
+    run_options,
 )
 from workers.runners.skill_volumes import KEEP_VOLUMES, SkillVolume, SkillVolumes
 
@@ -89,12 +99,16 @@ class SparkRunner:
         client: docker.DockerClient | None = None,
         keep_volumes: int = KEEP_VOLUMES,
         coalesce_seconds: float = COALESCE_SECONDS,
+        egress_network: str = DEFAULT_NETWORK,
+        egress_private: bool = False,
     ) -> None:
         self.image = image
         self.coalesce_seconds = coalesce_seconds  # the output window of one stream entry
         self._client = client
         self.volumes = SkillVolumes(lambda: self.client, image, SKILL_MOUNT, LABEL, keep_volumes)
-        self._removals: queue.Queue[str] = queue.Queue()
+        self.egress = Egress(lambda: self.client, image, LABEL, egress_network, egress_private)
+        # Finished containers' ids, and cleanups that must follow them (a run's egress gate).
+        self._removals: queue.Queue[str | Callable[[], None]] = queue.Queue()
         self._remover: threading.Thread | None = None
         self._remover_lock = threading.Lock()
 
@@ -104,27 +118,29 @@ class SparkRunner:
             self._client = docker.from_env(max_pool_size=ENGINE_CONNECTIONS)
         return self._client
 
-    def network_for(self, job: Job) -> str:
-        """`bridge` only when the run asks for it; everything else has no network."""
-        return "bridge" if job.network == "bridge" else "none"
+    def hosts_for(self, job: Job, folder: Path) -> tuple[str, ...]:
+        """The hosts a run may reach through its egress gate: its skill's allowed-domains."""
+        return allowed_domains(job, folder)
 
     def command(self, job: Job) -> list[str]:
         """The container's command: the interpreter, the script and its argv, in exec form (the
         engine runs the list itself; no shell reads it)."""
         return command_for(job.script, job.argv)
 
-    def container_options(self, job: Job, volume: str | Path) -> dict[str, Any]:
+    def container_options(
+        self, job: Job, volume: str | Path, gate: Gate | None = None
+    ) -> dict[str, Any]:
         """The docker SDK arguments of a run's container (the runner image's hardening).
 
-        `volume` holds the skill and is mounted read-only at /skill.
+        `volume` holds the skill and is mounted read-only at /skill. No run has a network: one
+        with a `gate` reaches its skill's hosts through the gate (workers/runners/egress.py).
         """
-        network = self.network_for(job)
-        return {
-            "network_mode": network,
-            # Without a network the engine needn't set one up (`none` still makes a sandbox with
-            # loopback): the container gets a new, empty network namespace, and starts in less
-            # than half the time.
-            "network_disabled": network == "none",
+        options: dict[str, Any] = {
+            "network_mode": "none",
+            # The engine needn't set a network up (`none` still makes a sandbox with loopback):
+            # the container gets a new network namespace holding only loopback, and starts in
+            # less than half the time.
+            "network_disabled": True,
             "read_only": True,
             "tmpfs": {"/tmp": TMPFS_OPTIONS},
             "cap_drop": ["ALL"],
@@ -140,6 +156,11 @@ class SparkRunner:
             "stdin_open": False,
             "tty": False,
         }
+        if gate is not None:
+            extra = run_options(gate)
+            options["volumes"].update(extra["volumes"])
+            options["environment"].update(extra["environment"])
+        return options
 
     def start(self) -> None:
         """Check the engine and the image; remove what a crashed worker left behind.
@@ -183,14 +204,16 @@ class SparkRunner:
         collector = OutputCollector(stream, coalesce_seconds=self.coalesce_seconds)
         try:
             command = self.command(job)
-        except ValueError as e:
+            hosts = self.hosts_for(job, folder)
+        except (ValueError, StoreError) as e:
             return _not_started(e)
         for _attempt in range(2):
             with contextlib.ExitStack() as held:
                 try:
                     volume = held.enter_context(self.volumes.use(job.skill_hash, folder))
-                    container = self._create(job, command, volume)
-                except (OSError, ValueError, *_ENGINE_ERRORS) as e:
+                    gate = self._open_gate(job, hosts, held)
+                    container = self._create(job, command, volume, gate)
+                except (OSError, ValueError, RunnerUnavailable, *_ENGINE_ERRORS) as e:
                     return _not_started(e)
                 try:
                     proven = self.volumes.mounted(volume)
@@ -213,26 +236,45 @@ class SparkRunner:
         """Wait until every finished container handed to the remover is gone."""
         self._removals.join()
 
-    def _create(self, job: Job, command: list[str], volume: SkillVolume) -> Any:
+    def _create(self, job: Job, command: list[str], volume: SkillVolume, gate: Gate | None) -> Any:
         """The run's container, created (and inspected) by the SDK."""
-        options = self.container_options(job, volume.name)
+        options = self.container_options(job, volume.name, gate)
+        if gate is not None:
+            command = relayed(command)
         return self.client.containers.create(self.image, command, **options)
+
+    def _open_gate(
+        self, job: Job, hosts: tuple[str, ...], held: contextlib.ExitStack
+    ) -> Gate | None:
+        """The run's egress gate when its skill lists hosts; it closes after the container goes."""
+        if not hosts:
+            return None
+        gate = self.egress.open(job.run_id, hosts)
+        self._start_remover()
+        held.callback(self._removals.put, functools.partial(self.egress.close, gate))
+        return gate
 
     def _discard(self, container: Any) -> None:
         """Remove `container` in the background: the run's outcome needn't wait for it."""
+        self._start_remover()
+        self._removals.put(container.id)
+
+    def _start_remover(self) -> None:
         with self._remover_lock:
             if self._remover is None or not self._remover.is_alive():
                 self._remover = threading.Thread(
                     target=self._remove_finished, name="spark-remover", daemon=True
                 )
                 self._remover.start()
-        self._removals.put(container.id)
 
     def _remove_finished(self) -> None:
         while True:
-            container = self._removals.get()
+            removal = self._removals.get()
             try:
-                self.client.api.remove_container(container, force=True)
+                if callable(removal):
+                    removal()
+                else:
+                    self.client.api.remove_container(removal, force=True)
             except _ENGINE_ERRORS:
                 pass  # gone already, or the engine is away: the next start removes it
             try:
