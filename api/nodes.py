@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import redis
 import structlog
 from flask import Response
-from sqlalchemy import select
 
 from api import secrets
 from api.auth import node_or_owner, owner_only
@@ -19,9 +17,9 @@ from api.roles import owner_route
 from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema, file_response
 from api.secrets import RunSecretsSchema
 from api.services import services
-from relay import heartbeat, naming
+from broker import fleet
+from relay import naming
 from store.errors import PackageNotFound
-from store.models import Node
 from store.signing import sign_manifest
 
 log = structlog.get_logger(__name__)
@@ -36,49 +34,7 @@ blp = Blueprint("nodes", __name__, url_prefix="/api/nodes", description="Managed
 def list_nodes() -> list[dict[str, Any]]:
     """List registered nodes and live workers: features, hashes held, last heartbeat"""
     owner_only()
-    with services().sessions() as session:
-        registered = list(session.scalars(select(Node.name).order_by(Node.name)))
-    by_node: dict[str, list[dict[str, Any]]] = {name: [] for name in registered}
-    for worker in heartbeat.workers(services().redis):
-        if worker.get("name"):
-            by_node.setdefault(worker["name"], []).append(worker)
-    return [_node_view(name, name in registered, by_node[name]) for name in sorted(by_node)]
-
-
-def _node_view(name: str, registered: bool, workers: list[dict[str, Any]]) -> dict[str, Any]:
-    features = sorted({feature for worker in workers for feature in worker["features"]})
-    hashes: dict[str, set[str]] = {}
-    for worker in workers:
-        for skill, held in worker["hashes"].items():
-            hashes.setdefault(skill, set()).update(held)
-    beats = [float(worker["beat"]) for worker in workers]
-    return {
-        "name": name,
-        "registered": registered,
-        "alive": any(worker["alive"] for worker in workers),
-        "workers": [_worker_view(worker) for worker in workers],
-        "features": features,
-        "hashes": {skill: sorted(held) for skill, held in sorted(hashes.items())},
-        "last_heartbeat": _iso(max(beats)) if beats else None,
-    }
-
-
-def _worker_view(worker: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": worker["id"],
-        "role": worker["role"],
-        "queue": worker["queue"],
-        "host": worker["host"],
-        "serving": worker["serving"] == "1",
-        "alive": worker["alive"],
-        "last_heartbeat": _iso(float(worker["beat"])),
-        "features": worker["features"],
-        "reason": worker["reason"] or None,
-    }
-
-
-def _iso(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).isoformat()
+    return fleet.node_views(services().sessions, services().redis)
 
 
 @blp.route("/<node>/manifest")

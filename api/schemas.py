@@ -366,6 +366,13 @@ class SettingsSchema(ma.Schema):
         required=True,
         metadata={"description": "Change tools (or skill grant keys) that run without asking"},
     )
+    run_command_shell = ma.fields.Boolean(
+        load_default=None,
+        metadata={
+            "description": "run_command runs its command through /bin/sh -c (pipes, $VARS) "
+            "instead of as a plain argv; left out of a PUT, it stays as it is"
+        },
+    )
 
 
 class RunSchema(ma.Schema):
@@ -375,6 +382,11 @@ class RunSchema(ma.Schema):
     skill_name = ma.fields.String()
     skill_hash = ma.fields.String()
     script = ma.fields.String()
+    command = ma.fields.List(
+        ma.fields.String(),
+        allow_none=True,
+        metadata={"description": "run_command's argv, run without a shell (null: a script)"},
+    )
     execution = ma.fields.String()
     queue = ma.fields.String()
     node = ma.fields.String(allow_none=True)
@@ -413,6 +425,10 @@ class NodeSchema(ma.Schema):
     name = ma.fields.String()
     registered = ma.fields.Boolean(metadata={"description": "Added with `skillfleet nodes add`"})
     alive = ma.fields.Boolean(metadata={"description": "A worker of it beat recently"})
+    health = ma.fields.String(
+        metadata={"description": "alive, stale (its beats ran past their window) or down"}
+    )
+    queues = ma.fields.List(ma.fields.String(), metadata={"description": "Queues it serves"})
     workers = ma.fields.List(ma.fields.Nested(NodeWorkerSchema))
     features = ma.fields.List(ma.fields.String(), metadata={"description": "skills, docker, kvm"})
     hashes = ma.fields.Dict(

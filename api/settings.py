@@ -12,8 +12,9 @@ from api.roles import owner_route
 from api.schemas import SettingsSchema
 from api.services import services
 from broker.errors import UnknownTool
-from broker.grants import owner_keys, set_owner_keys, tool_key
+from broker.grants import HOST, host_key, is_host_key, owner_keys, set_owner_keys, tool_key
 from broker.tiers import Tier
+from broker.webtools import bare_host
 from store.db import transaction
 from store.errors import SkillNotFound
 from store.hashing import grant_key, shown_key
@@ -48,6 +49,11 @@ def put_settings(body: dict[str, Any]) -> dict[str, Any]:
 
 def _key(caller: int, entry: str) -> str:
     """The stored key of a setting; a skill key is bound to the full hash it names now."""
+    if is_host_key(entry):  # a host read_web_page reads without asking
+        host = bare_host(entry.removeprefix(HOST))
+        if host is None:
+            raise ApiError(422, "invalid_setting", f"'{entry[:300]}' is not a host:<host> key.")
+        return host_key(host)
     if entry.startswith("skill:"):
         match = SKILL_KEY.fullmatch(entry)
         if match is None or not is_valid_name(match.group(1)):

@@ -95,7 +95,7 @@ class Broker:
         try:
             if request.repeated and tool.name in READ_EXACTLY:
                 raise InvalidCall(repeated_message(request.repeated))
-            plan = plan_call(tool, request.arguments, self.store, owner_id)
+            plan = plan_call(tool, request.arguments, self.store, owner_id, self.redis)
         except SkillfleetError as e:  # a call that can only fail fails before any policy
             return self._fail(call, None, e)
         if job is not None and plan.skill is not None and not skill_allowed(job, plan.skill):
@@ -230,6 +230,7 @@ class Broker:
             turn_id=call.turn_id,
             mode=call.mode,
             riders=(count.add_to,) if count is not None and self.redis is not None else (),
+            redis=self.redis,
         )
         ids = {"call_id": call.id}
         if call.job_run_id:
@@ -447,7 +448,9 @@ class Broker:
         assert call is not None
         tool = self.registry.get(approval.tool)
         try:
-            plan = plan_call(tool, _replayable(approval), self.store, approval.owner_id)
+            plan = plan_call(
+                tool, _replayable(approval), self.store, approval.owner_id, self.redis
+            )
         except SkillfleetError as e:
             return self._fail(call, None, e, new=False)
         if plan.skill is not None and plan.skill.hash != approval.skill_hash:

@@ -22,6 +22,7 @@ from broker.errors import (
 from broker.grants import tool_key
 from broker.registry import Tool
 from broker.tiers import Tier
+from broker.webtools import PageReader
 from store import ownersecrets
 from store.commandline import CommandLineError, command_line
 from store.errors import SkillNotFound
@@ -83,6 +84,9 @@ def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore, owner_id
     """
     if not tool.implemented:
         raise ToolNotImplemented(f"HOST: {tool.name} is not available in this release yet.")
+    if isinstance(tool.handler, PageReader):  # read_web_page: the URL's host is the grant
+        target = tool.handler.target(arguments)
+        return CallPlan(tool, str(tool.tier), {"url": target.url}, target.grant_key)
     skill = _named_skill(tool, arguments, store, owner_id)
     if tool.name == RUN:
         assert skill is not None
@@ -183,7 +187,7 @@ def _plan_run(
         # The node says where to run; the rest of the arguments go to the script (seed 000).
         script_arguments=script_arguments,
         node=node if isinstance(node, str) else None,
-        network=_network(info.execution, info.network, info.allowed_domains),
+        network=run_network(info.execution, info.allowed_domains),
     )
 
 
@@ -213,10 +217,9 @@ def _validator(info: SkillInfo, skill_hash: str, script: str) -> jsonschema.Draf
     return found
 
 
-def _network(execution: str, network: str, domains: tuple[str, ...]) -> str:
-    """Spark scripts get the network they ask for; sandbox scripts only with allowed domains."""
-    if execution == "spark":
-        return network
-    if execution == "sandbox" and domains:
+def run_network(execution: str, domains: tuple[str, ...]) -> str:
+    """A Spark or sandbox script reaches a network only when its skill lists allowed-domains,
+    and then only those hosts (the runner's egress gate); `skillfleet.network` opens nothing."""
+    if execution in ("spark", "sandbox") and domains:
         return "bridge"
     return "none"

@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import redis
+
 from store.db import SessionFactory
 from store.models import Chat, ToolCall
 from store.skills import SkillStore
@@ -42,6 +44,8 @@ class ToolContext:
     mode: str = "execute"
     # Commands (a decision's count) for the Redis round trip that announces a started run.
     riders: Sequence[Callable[[Any], object]] = ()
+    # The fleet's heartbeats (list_nodes); None where the broker has no Redis.
+    redis: redis.Redis | None = None
 
 
 class RecordingDispatcher:
@@ -52,6 +56,12 @@ class RecordingDispatcher:
 
     def dispatch(self, context: ToolContext) -> dict[str, Any]:
         plan = context.plan
+        if plan.command is not None:
+            return {
+                "dispatched": False,
+                "note": "Dry-run mode: the command was not run; this is what would run.",
+                "would_dispatch": {"node": plan.node, "command": list(plan.command.argv)},
+            }
         assert plan.skill is not None
         return {
             "dispatched": False,

@@ -11,6 +11,7 @@ import redis
 from celery import Celery
 
 from broker.classify import CallPlan
+from broker.commands import EXECUTION, Command
 from broker.context import RunStarted, ToolContext
 from broker.runs import abandon
 from relay import dispatch, feed, heartbeat, naming
@@ -73,12 +74,13 @@ class CeleryDispatcher:
 
     def dispatch(self, context: ToolContext) -> RunStarted:
         plan = context.plan
-        assert plan.skill is not None
-        queue = naming.queue_for(plan.skill.execution, plan.node)
+        execution = plan.skill.execution if plan.skill is not None else EXECUTION
+        queue = naming.queue_for(execution, plan.node)
         if not self._served(queue):
-            raise NoRunner(_no_runner_message(self.client, plan.skill.execution, plan.node))
-        # Built now, while this hash is current: the runner may fetch it after an edit.
-        self.packages.ensure_built(plan.skill)
+            raise NoRunner(_no_runner_message(self.client, execution, plan.node))
+        if plan.skill is not None:
+            # Built now, while this hash is current: the runner may fetch it after an edit.
+            self.packages.ensure_built(plan.skill)
         run = new_run(plan, context.call_id, context.owner_id, self.timeout)
         context.call.run_id = run.id
         # The message goes out first and the rows are saved while it travels: the worker claims
@@ -125,6 +127,8 @@ class CeleryDispatcher:
 
 def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
     """A queued Run for an allowed call's plan (not saved yet)."""
+    if plan.command is not None:
+        return _command_run(plan.command, call_id, owner_id, timeout)
     assert plan.skill is not None and plan.script is not None
     execution = plan.skill.execution
     return runstates.new(
@@ -141,6 +145,25 @@ def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
             "node": plan.node if execution == "node" else None,
             "network": plan.network,
             "timeout_seconds": timeout,
+            "created_at": utcnow(),
+        },
+    )
+
+
+def _command_run(command: Command, call_id: str, owner_id: int, timeout: int) -> Run:
+    """A queued run of run_command's argv on its node; it never outlasts the run timeout."""
+    return runstates.new(
+        {
+            "id": str(uuid.uuid4()),
+            "call_id": call_id,
+            "owner_id": owner_id,
+            "command": list(command.argv),
+            "arguments": {},
+            "execution": EXECUTION,
+            "network": "none",
+            "queue": naming.node_queue(command.node),
+            "node": command.node,
+            "timeout_seconds": min(command.timeout or timeout, timeout),
             "created_at": utcnow(),
         },
     )

@@ -137,3 +137,17 @@ class ScriptNotSupported(BrokerError):
 
     code = "script_not_supported"
     status = 422
+
+
+class NodeNotFound(BrokerError):
+    """Raised when a call names a node that is neither registered nor heard from."""
+
+    code = "node_not_found"
+    status = 404
+
+
+class NodeOffline(BrokerError):
+    """Raised when a call names a registered node no live worker serves: nothing could run."""
+
+    code = "node_offline"
+    status = 409

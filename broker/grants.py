@@ -15,6 +15,7 @@ JOB = "job"
 OWNER = "owner"
 SCOPES = (CHAT, JOB, OWNER)
 OWNER_SUBJECT = "settings"
+HOST = "host:"
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,15 @@ class GrantSet:
 
 def tool_key(tool: str) -> str:
     return f"tool:{tool}"
+
+
+def host_key(host: str) -> str:
+    """The key of a host read_web_page may read (broker/webtools.py says how a host is written)."""
+    return f"{HOST}{host}"
+
+
+def is_host_key(key: str) -> bool:
+    return key.startswith(HOST)
 
 
 def grants_for(

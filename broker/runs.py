@@ -4,6 +4,7 @@ the tool call a run answers, cancelling, reaping and announcing ends to the owne
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -245,7 +246,8 @@ def announce(sessions: SessionFactory, client: redis.Redis, run_id: str) -> None
     run = get_run(sessions, run_id)
     if run.status not in ANNOUNCED or run.owner_id is None:
         return
-    message = run.error or f"{run.skill_name} {run.script} ended {run.status.replace('_', ' ')}."
+    what = shlex.join(run.command) if run.command else f"{run.skill_name} {run.script}"
+    message = run.error or f"{what} ended {run.status.replace('_', ' ')}."
     events.publish(
         client, run.owner_id, f"run.{run.status}",
         run_id=run.id, call_id=run.call_id, skill_name=run.skill_name, script=run.script,

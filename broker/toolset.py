@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from broker import chatreview, skilltools
+from broker import chatreview, skilltools, webtools
 from broker.registry import Registry
+from store.egress import Egress
 
 
-def build_registry() -> Registry:
-    """The tools of DESIGN.md section 4."""
+def build_registry(egress: Egress | None = None) -> Registry:
+    """The tools of DESIGN.md section 4; the web tools reach public hosts and those `egress`
+    allows (SKILLFLEET_EGRESS_ALLOW)."""
     registry = Registry()
-    for tool in (*skilltools.TOOLS, *chatreview.TOOLS):
+    for tool in (*skilltools.TOOLS, *chatreview.TOOLS, *webtools.tools(egress)):
         registry.add(tool)
     return registry

@@ -9,6 +9,12 @@ def warning_for(plan: CallPlan) -> str:
     """A sentence naming what this exact call can change."""
     if plan.tool.name == "run_skill_script":
         return _script_warning(plan)
+    if plan.tier == "web":
+        host = (plan.grant_key or "").removeprefix("host:")
+        return (
+            f"This reads {plan.arguments.get('url')} from {host}; its text goes to the agent. "
+            f"Approving for the whole chat (or job) lets it read any page of {host}."
+        )
     if plan.tool.name == "edit_skill":
         return "This changes a skill's files; its scripts then run with the new content."
     if plan.tier == "destructive":

@@ -24,6 +24,7 @@ from relay.streams import wait_for_end
 from store import indexcache
 from store.db import SessionFactory, make_engine, make_sessions
 from store.discovery import read_only_skills
+from store.egress import Egress
 from store.packagestore import PackageStore
 from store.settings import Settings
 from store.skills import BUILTIN_DIR, SkillStore
@@ -67,7 +68,7 @@ def wire(settings: Settings, engine: Engine | None = None) -> Wiring:
     if settings.dry_run:
         dispatcher = RecordingDispatcher()  # records what would run; runs nothing
     broker = Broker(
-        build_registry(),
+        build_registry(Egress(settings.egress_allow)),
         policy,
         store,
         sessions,

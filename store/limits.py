@@ -118,6 +118,13 @@ MAX_ID_CHARS = 200  # chat, turn and job run ids a caller sends
 MAX_ARGUMENT_TEXT = 32 * KIB  # text arguments are parsed only up to this many bytes of UTF-8
 # Deeper nesting is cut rather than walked: results come from scripts and may be cyclic.
 MAX_RESULT_DEPTH = 64
+# read_web_page: a URL's length, the redirects followed, the body read (past it the page is
+# refused), the time one call may take in all, and the room its text may take in the result.
+MAX_WEB_URL_CHARS = 2048
+MAX_WEB_REDIRECTS = 5
+MAX_WEB_PAGE_BYTES = 2 * MIB
+WEB_PAGE_SECONDS = 15.0
+WEB_CONTENT_BYTES = RESULT_CAP - 4 * KIB
 MAX_PATH_CHARS = 1024  # a resource path read_skill_resource accepts
 MAX_LINT_WARNINGS = 50  # review warnings kept per skill
 MAX_CRON_CHARS = 100  # the column's width

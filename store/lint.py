@@ -77,6 +77,8 @@ def lint(files: Mapping[str, bytes], info: SkillInfo) -> list[str]:
                 f"{path} line {line} holds text that looks like a secret (a key, token or "
                 "password); secrets don't belong in a skill."
             )
+    if info.network == "bridge":
+        warnings.append(_deprecated_network(info))
     lines = info.body.count("\n") + 1
     if lines > LINT_MAX_BODY_LINES:
         warnings.append(
@@ -89,6 +91,16 @@ def lint(files: Mapping[str, bytes], info: SkillInfo) -> list[str]:
             "skill does and when to use it, so the agent picks it at the right time."
         )
     return warnings[:MAX_LINT_WARNINGS]
+
+
+def _deprecated_network(info: SkillInfo) -> str:
+    """`skillfleet.network: bridge` opens no network: allowed-domains say what is reached."""
+    reached = (
+        "its scripts reach only the hosts in skillfleet.allowed-domains"
+        if info.allowed_domains
+        else "list the hosts its scripts need in skillfleet.allowed-domains, or they get no network"
+    )
+    return f"skillfleet.network is deprecated and opens nothing; {reached}."
 
 
 def _is_script(path: str) -> bool:

@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     select,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column, relationship
@@ -70,6 +71,8 @@ class Owner(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # run_command's command runs through /bin/sh -c instead of as a plain argv (owner setting).
+    run_command_shell: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class ApiToken(Base):
@@ -337,18 +340,32 @@ class ChatReview(Base):
     reviewed_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+# A run names a skill's script (every skill column set, no command) or a command (the reverse).
+RUN_SUBJECT = (
+    "(command IS NULL AND skill_name IS NOT NULL AND skill_hash IS NOT NULL "
+    "AND script IS NOT NULL) OR (command IS NOT NULL AND skill_name IS NULL "
+    "AND skill_hash IS NULL AND script IS NULL)"
+)
+
+
 class Run(Base):
-    """One dispatched script: where it ran, how it ended and its capped output."""
+    """One dispatched script, or one command on a node (run_command): where it ran, how it
+    ended and its capped output."""
 
     __tablename__ = "runs"
-    __table_args__ = (CheckConstraint(check(RunStatus), name="status"),)
+    __table_args__ = (
+        CheckConstraint(check(RunStatus), name="status"),
+        CheckConstraint(RUN_SUBJECT, name="subject"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     call_id: Mapped[str | None] = mapped_column(String(36), index=True)
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("owners.id", ondelete="SET NULL"))
-    skill_name: Mapped[str] = mapped_column(String(64))
-    skill_hash: Mapped[str] = mapped_column(String(64))
-    script: Mapped[str] = mapped_column(String(1024))
+    skill_name: Mapped[str | None] = mapped_column(String(64))
+    skill_hash: Mapped[str | None] = mapped_column(String(64))
+    script: Mapped[str | None] = mapped_column(String(1024))
+    # run_command's argv, executed without a shell (None: a skill's script).
+    command: Mapped[list[str] | None] = mapped_column(JSON)
     arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
     execution: Mapped[str] = mapped_column(String(16))
     queue: Mapped[str] = mapped_column(String(80))
@@ -373,9 +390,10 @@ class RunFacts(Protocol):
     id: str
     call_id: str | None
     owner_id: int | None
-    skill_name: str
-    skill_hash: str
-    script: str
+    skill_name: str | None
+    skill_hash: str | None
+    script: str | None
+    command: list[str] | None
     arguments: dict[str, Any]
     execution: str
     node: str | None

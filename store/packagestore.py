@@ -157,7 +157,11 @@ class PackageStore:
         in_flight = select(Run.skill_name, Run.skill_hash).where(_active_on(node)).distinct()
         with sessions() as session:
             skills = list(session.scalars(query.order_by(Skill.name)))
-            used = [(name, skill_hash) for name, skill_hash in session.execute(in_flight)]
+            used = [
+                (name, skill_hash)
+                for name, skill_hash in session.execute(in_flight)
+                if name is not None and skill_hash is not None  # a command's run holds none
+            ]
         entries: dict[tuple[str, str], dict[str, Any]] = {}
         for skill in skills:
             try:
@@ -176,7 +180,11 @@ class PackageStore:
         with sessions() as session:
             keep = {(s.name, s.hash) for s in session.scalars(select(Skill))}
             active = select(Run.skill_name, Run.skill_hash).where(Run.status.in_(ACTIVE_STATES))
-            keep |= {(name, skill_hash) for name, skill_hash in session.execute(active)}
+            keep |= {
+                (name, skill_hash)
+                for name, skill_hash in session.execute(active)
+                if name is not None and skill_hash is not None  # a command's run holds none
+            }
         removed = []
         for path in self.packages_dir.glob(f"*@*{_SUFFIX}"):
             name, _, skill_hash = path.name.removesuffix(_SUFFIX).partition("@")

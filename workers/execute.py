@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from workers.runners.base import Job, Runner, script_argv
 
 log = structlog.get_logger(__name__)
 
+PROCESS = "process"  # the node runner's isolation: the only one that runs commands
 REDIS_LOST = "Redis went away while the script ran; it was stopped and will not run again."
 
 
@@ -60,15 +62,36 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
     # The owner hears "running" with the run's first stream entries: the script starts sooner.
     stream.also(lambda pipe: feed.add_to(pipe, events))
     try:
-        # `using` keeps a sync from removing this hash while the script runs.
-        with context.packages.using(run.skill_name, run.skill_hash) as folder:
-            outcome = _run(context, run, folder, stream)
+        if run.command is not None:
+            outcome = _run_command(context, run, run.command, stream)
+        else:
+            assert run.skill_name is not None and run.skill_hash is not None
+            # `using` keeps a sync from removing this hash while the script runs.
+            with context.packages.using(run.skill_name, run.skill_hash) as folder:
+                outcome = _run(context, run, folder, stream)
     except RunError as e:
         outcome = Outcome(RunStatus.FAILED, None, "", e.message, e.message, e.code)
     return _end(context, stream, run_id, outcome)
 
 
+def _run_command(
+    context: WorkerContext, run: RunFacts, command: list[str], stream: RunStream
+) -> Outcome:
+    """run_command's argv as it was approved, in a working directory of its own that goes
+    with the run; only a node runner runs commands (they are sent to node queues only)."""
+    if context.runner.isolation != PROCESS:
+        message = "Commands run on node workers only; this worker runs skill scripts."
+        return Outcome(RunStatus.FAILED, None, "", message, message)
+    job = Job(
+        run_id=run.id, skill_name="", skill_hash="", script="", arguments={},
+        timeout=run.timeout_seconds, command=tuple(command),
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="skillfleet-command-") as folder:
+        return _start(context, job, Path(folder), stream)
+
+
 def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream) -> Outcome:
+    assert run.skill_name is not None and run.skill_hash is not None and run.script is not None
     try:
         argv = script_argv(folder, run.skill_name, run.skill_hash, run.script, run.arguments)
     except CommandLineError as e:  # the call was checked against the same rules: a safety net
@@ -87,7 +110,12 @@ def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream)
         execution=run.execution,
         argv=argv,
     )
-    cancel_key = naming.run_cancel(run.id)
+    return _start(context, job, folder, stream)
+
+
+def _start(context: WorkerContext, job: Job, folder: Path, stream: RunStream) -> Outcome:
+    """The runner runs the job; whatever goes wrong, the run gets an end."""
+    cancel_key = naming.run_cancel(job.run_id)
     try:
         return context.runner.run(
             job, folder, stream, lambda: bool(context.redis.exists(cancel_key))
@@ -97,10 +125,10 @@ def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream)
     except (redis.ConnectionError, redis.TimeoutError) as e:
         # Output and cancel requests travel through Redis; without it the run can't be watched
         # or stopped, so it is stopped here and answered like a lost worker's run.
-        log.warning("redis lost during the run; script stopped", run_id=run.id, error=str(e))
+        log.warning("redis lost during the run; script stopped", run_id=job.run_id, error=str(e))
         return Outcome(RunStatus.INTERRUPTED, None, "", REDIS_LOST, REDIS_LOST)
     except Exception as e:  # a runner bug must still end the run, never leave it running
-        log.exception("runner failed", run_id=run.id, error_type=type(e).__name__)
+        log.exception("runner failed", run_id=job.run_id, error_type=type(e).__name__)
         message = "The runner failed before the script ended."
         return Outcome(RunStatus.FAILED, None, "", message, message)
 

@@ -211,6 +211,8 @@ def test_a_registered_node_without_a_worker_is_listed_as_not_alive(
         "name": name,
         "registered": True,
         "alive": False,
+        "health": "down",
+        "queues": [],
         "workers": [],
         "features": [],
         "hashes": {},

@@ -62,3 +62,12 @@ def test_a_long_body_and_a_short_description_are_flagged():
     assert not any("lines, over" in w for w in lint({}, info(body="\n".join(["x"] * 500))))
     header = {"name": "tidy", "description": "Tidies."}
     assert any("under 20 characters" in w for w in lint({}, validate_header(header, "b", "tidy")))
+
+
+def test_the_bridge_network_is_flagged_as_deprecated_and_says_what_the_scripts_reach():
+    bridge = {"skillfleet.execution": "spark", "skillfleet.network": "bridge"}
+    alone = warnings_for("echo hi\n", **bridge)
+    assert "skillfleet.network is deprecated and opens nothing; list the hosts" in alone
+    listed = {**bridge, "skillfleet.allowed-domains": "example.com"}
+    assert "reach only the hosts in skillfleet.allowed-domains." in warnings_for("", **listed)
+    assert "deprecated" not in warnings_for("echo hi\n")

@@ -51,6 +51,7 @@ class Job:
     network: str = "none"
     execution: str = "node"
     argv: tuple[str, ...] = ()  # after the script's path, as its schema declares (script_argv)
+    command: tuple[str, ...] = ()  # run_command: the whole argv, run instead of a script
 
 
 class Runner(Protocol):
@@ -78,6 +79,11 @@ def command_for(script: str, argv: Sequence[str] = ()) -> list[str]:
         end = [DOTNET_END, *argv] if argv else []
         return [*INTERPRETERS[suffix], script, *DOTNET_FLAGS, *end]
     return [*INTERPRETERS[suffix], script, *argv]
+
+
+def job_command(job: Job) -> list[str]:
+    """What a job executes: run_command's argv as given, or the script's interpreter line."""
+    return list(job.command) if job.command else command_for(job.script, job.argv)
 
 
 def script_argv(

@@ -22,7 +22,7 @@ from workers.runners.base import (
     CancelCheck,
     Job,
     OutputCollector,
-    command_for,
+    job_command,
     outcome_of,
     script_environment,
 )
@@ -93,7 +93,7 @@ class NodeRunner:
         collector = OutputCollector(stream, coalesce_seconds=self.coalesce_seconds)
         env = script_environment(job, {"HOME": SCRIPT_HOME})
         try:
-            command, preexec = launch_command(command_for(job.script, job.argv), env, self.launcher)
+            command, preexec = launch_command(job_command(job), env, self.launcher)
             process = subprocess.Popen(
                 command,
                 cwd=folder,
