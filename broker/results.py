@@ -51,10 +51,11 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bsf_[A-Za-z0-9_-]{16,}"), REDACTED),
     (re.compile(r"(://[^/\s:@]{1,200}:)[^/\s@]{1,200}@"), rf"\1{REDACTED}@"),
     # key=value and key: value, the key ending in a secret word (GITHUB_TOKEN=..., "password": ...).
+    # A run's own mark of a secret it hid, [secret:NAME] (workers/secrets.py), stays readable.
     (
         re.compile(
             rf"(?i)\b([\w-]{{0,40}}(?:{_KEY_WORDS})[\"']?\s*[=:]\s*[\"']?)"
-            rf"(?!\[redacted\])[^\s\"'&,;}}]+"
+            rf"(?!\[redacted\])(?<!\[secret:)[^\s\"'&,;}}]+"
         ),
         rf"\1{REDACTED}",
     ),

@@ -25,6 +25,7 @@ from store.models import RunFacts
 from store.ownerevents import OwnerEvent
 from store.states import RunStatus
 from workers.runners.base import Job, Runner, script_argv
+from workers.secrets import run_secrets
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +37,8 @@ class Packages(Protocol):
     """Where a worker gets the verified files of exactly one skill hash."""
 
     def using(self, name: str, skill_hash: str) -> AbstractContextManager[Path]: ...
+
+    def secrets(self, run_id: str) -> dict[str, str]: ...
 
 
 @dataclass
@@ -99,6 +102,8 @@ def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream)
     except (StoreError, OSError) as e:  # the verified copy's SKILL.md can't be read
         message = f"The skill's SKILL.md could not be read for the script's command line: {e}"
         return Outcome(RunStatus.FAILED, None, "", message, message)
+    # Only for a skill that declares some; RunError (secret_missing) ends the run unstarted.
+    secrets = run_secrets(context.packages, folder, run.skill_name, run.skill_hash, run.id)
     job = Job(
         run_id=run.id,
         skill_name=run.skill_name,
@@ -109,6 +114,7 @@ def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream)
         network=run.network,
         execution=run.execution,
         argv=argv,
+        secrets=secrets,
     )
     return _start(context, job, folder, stream)
 

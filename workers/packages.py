@@ -25,6 +25,7 @@ from store.limits import MAX_PACKAGE_BYTES
 from store.packages import extract_package
 from store.packagestore import valid_key
 from store.signing import verify_manifest
+from workers.secrets import SecretMissing
 from workers.verification import FolderVerifier
 
 log = structlog.get_logger(__name__)
@@ -267,6 +268,26 @@ class PackageCache:
         except ValueError as e:
             raise self._refuse("manifest", "The manifest is not JSON.") from e
 
+    # -- a run's secrets ---------------------------------------------------------------
+
+    def secrets(self, run_id: str) -> dict[str, str]:
+        """The secrets of a run this node is running, from the API with the node's token.
+
+        Raises RunError (code `secret_missing` when the API refused to give them).
+        """
+        url = f"{self._base}/api/nodes/{self.node}/runs/{run_id}/secrets"
+        try:
+            response = self.client.get(url, headers=self._headers)
+        except httpx.HTTPError as e:
+            raise RunError(f"The run's secrets could not be fetched from the API: {e}") from e
+        if response.status_code == 409:
+            raise SecretMissing(_error_message(response))
+        _check_status(response, "the run's secrets")
+        values = response.json().get("secrets")
+        if not isinstance(values, dict):
+            raise RunError("The API answered the run's secrets with no mapping of them.")
+        return {str(name): str(value) for name, value in values.items()}
+
     # -- syncing ---------------------------------------------------------------------
 
     def sync(self) -> SyncReport:
@@ -368,6 +389,13 @@ def _check_status(response: httpx.Response, what: str) -> None:
         response.read()
         detail = response.text[:300]
         raise RunError(f"The API answered {response.status_code} for {what}: {detail}")
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["message"])
+    except (ValueError, KeyError, TypeError):
+        return f"The API refused the run's secrets ({response.status_code})."
 
 
 def _entries(raw: object) -> dict[str, Entry]:

@@ -7,7 +7,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,6 +19,7 @@ from store.leniency import read_header
 from store.limits import COALESCE_BYTES, KEPT_OUTPUT_CHARS, STATUS_DELAY_SECONDS
 from store.schemas import argv_of
 from store.states import RunStatus
+from workers.secrets import Redactor
 
 CancelCheck = Callable[[], bool]
 
@@ -51,6 +52,8 @@ class Job:
     network: str = "none"
     execution: str = "node"
     argv: tuple[str, ...] = ()  # after the script's path, as its schema declares (script_argv)
+    # The owner's secrets the skill declares, as environment variables; never shown in a repr.
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     command: tuple[str, ...] = ()  # run_command: the whole argv, run instead of a script
 
 
@@ -110,6 +113,7 @@ def script_environment(job: Job, base: dict[str, str] | None = None) -> dict[str
     """Arguments as JSON in SKILLFLEET_ARGS and, for seed skills, LUCIA_SKILL_ARGS."""
     encoded = json.dumps(job.arguments)
     env = {
+        **job.secrets,  # first: the runner's own variables below win over a secret's name
         "PATH": SCRIPT_PATH,
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
@@ -138,9 +142,15 @@ class OutputCollector:
     """
 
     def __init__(
-        self, stream: RunStream, keep: int = KEPT_OUTPUT_CHARS, coalesce_seconds: float = 0
+        self,
+        stream: RunStream,
+        keep: int = KEPT_OUTPUT_CHARS,
+        coalesce_seconds: float = 0,
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         self.stream = stream
+        # Each secret's value is replaced before output is kept or published.
+        self.redactors = {name: Redactor(secrets or {}) for name in ("stdout", "stderr")}
         self.keep = keep
         self.coalesce_seconds = coalesce_seconds
         self.parts: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
@@ -155,6 +165,11 @@ class OutputCollector:
             self.flush_at = time.monotonic() + STATUS_DELAY_SECONDS
 
     def add(self, name: str, data: bytes) -> None:
+        redactor = self.redactors[name]
+        if redactor:
+            data = redactor.feed(data)
+            if not data:
+                return
         buffer = self.parts[name]
         buffer.extend(data)
         if len(buffer) > self.keep * 2:
@@ -215,12 +230,21 @@ class OutputCollector:
         if not any(self.pending.values()):
             self.flush_at = None  # the next byte opens a new burst
 
+    def release(self) -> None:
+        """At the end: output held back as a possible start of a secret goes out after all."""
+        for name, redactor in self.redactors.items():
+            held = redactor.release()
+            if held:
+                self.parts[name].extend(held)
+                self.stream.output(name, held, later=True)
+
     def text(self, name: str) -> str:
         return bytes(self.parts[name][-self.keep :]).decode("utf-8", "replace")
 
 
 def outcome_of(state: str | None, code: int, collector: OutputCollector, timeout: int) -> Outcome:
     """The Outcome of a script that stopped for `state` (None: it exited) with `code`."""
+    collector.release()
     stdout, stderr = collector.text("stdout"), collector.text("stderr")
     if state == RunStatus.TIMED_OUT:
         return Outcome(

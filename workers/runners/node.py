@@ -90,7 +90,9 @@ class NodeRunner:
         self.launcher = launcher  # skillfleet-launch; None: setpriv, or a preexec_fn
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
-        collector = OutputCollector(stream, coalesce_seconds=self.coalesce_seconds)
+        collector = OutputCollector(
+            stream, coalesce_seconds=self.coalesce_seconds, secrets=job.secrets
+        )
         env = script_environment(job, {"HOME": SCRIPT_HOME})
         try:
             command, preexec = launch_command(job_command(job), env, self.launcher)

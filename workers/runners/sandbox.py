@@ -121,7 +121,7 @@ class SandboxRunner:
             text = e.message if isinstance(e, (RunnerUnavailable, StoreError)) else str(e)
             message = f"The sandbox could not start: {text}"
             return Outcome(RunStatus.FAILED, None, "", message, message)
-        collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS)
+        collector = OutputCollector(stream, coalesce_seconds=COALESCE_SECONDS, secrets=job.secrets)
         reusable = False
         try:
             vm.stage(folder)

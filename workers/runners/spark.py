@@ -201,7 +201,9 @@ class SparkRunner:
         Raises PackageUnverified when `folder` does not hash to the job's hash, or when the
         volume is replaced behind this worker's back twice in a row: no script starts then.
         """
-        collector = OutputCollector(stream, coalesce_seconds=self.coalesce_seconds)
+        collector = OutputCollector(
+            stream, coalesce_seconds=self.coalesce_seconds, secrets=job.secrets
+        )
         try:
             command = self.command(job)
             hosts = self.hosts_for(job, folder)
