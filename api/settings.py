@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from api.auth import owner_only
 from api.blueprint import Blueprint
 from api.errors import ApiError
@@ -18,6 +20,7 @@ from broker.webtools import bare_host
 from store.db import transaction
 from store.errors import SkillNotFound
 from store.hashing import grant_key, shown_key
+from store.models import Owner
 from store.names import is_valid_name
 
 blp = Blueprint("settings", __name__, url_prefix="/api/settings", description="Owner settings")
@@ -29,9 +32,14 @@ SKILL_KEY = re.compile(r"skill:(.{1,64})@([0-9a-f]{8}|[0-9a-f]{64})")
 @blp.response(200, SettingsSchema)
 def get_settings() -> dict[str, Any]:
     """Show the change tools and skill versions that run without asking"""
+    caller = owner_only()
     with services().sessions() as session:
-        keys = owner_keys(session, owner_only())
-    return {"auto_tools": [shown_key(key).removeprefix("tool:") for key in keys]}
+        keys = owner_keys(session, caller)
+        shell = _shell(session, caller)
+    return {
+        "auto_tools": [shown_key(key).removeprefix("tool:") for key in keys],
+        "run_command_shell": shell,
+    }
 
 
 @blp.route("", methods=["PUT"])
@@ -44,7 +52,24 @@ def put_settings(body: dict[str, Any]) -> dict[str, Any]:
     keys = [_key(caller, entry) for entry in body["auto_tools"]]
     with transaction(services().sessions) as session:
         set_owner_keys(session, caller, keys)
-    return {"auto_tools": sorted(shown_key(key).removeprefix("tool:") for key in set(keys))}
+        if body["run_command_shell"] is not None:
+            _owner(session, caller).run_command_shell = body["run_command_shell"]
+        shell = _shell(session, caller)
+    return {
+        "auto_tools": sorted(shown_key(key).removeprefix("tool:") for key in set(keys)),
+        "run_command_shell": shell,
+    }
+
+
+def _owner(session: Session, owner_id: int) -> Owner:
+    owner = session.get(Owner, owner_id)
+    assert owner is not None  # the caller's token was just checked
+    return owner
+
+
+def _shell(session: Session, owner_id: int) -> bool:
+    """Whether run_command runs through /bin/sh for this owner (broker/commands.py)."""
+    return _owner(session, owner_id).run_command_shell
 
 
 def _key(caller: int, entry: str) -> str:

@@ -7,8 +7,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 import jsonschema
+import redis
 
 from broker.arguments import MISSING, normalize
+from broker.commands import Command, read_command
 from broker.editargs import read_edit
 from broker.editplans import EditDraft, plan_edit
 from broker.errors import (
@@ -42,6 +44,7 @@ NEEDS_SKILL = SKILL_TOOLS - {"draft_skill"}
 # Tools that only work on an enabled skill.
 NEEDS_ENABLED = frozenset({"load_skill", "read_skill_resource", "run_skill_script"})
 RUN = "run_skill_script"
+COMMAND = "run_command"
 EDIT = "edit_skill"
 NEVER_GRANTED = frozenset({EDIT})
 # Tools whose arguments are read exactly: a field given twice in the JSON body is refused.
@@ -68,6 +71,7 @@ class CallPlan:
     node: str | None = None
     network: str = "none"
     edit: EditDraft | None = None  # edit_skill: the checked plan the owner is shown
+    command: Command | None = None  # run_command: the argv, node and timeout it runs with
 
     def offers_grant(self, in_job: bool) -> bool:
         """Whether "approve always" may be offered: in a chat, never for destructive calls.
@@ -77,13 +81,22 @@ class CallPlan:
         return self.grant_key is not None and (in_job or self.tier != Tier.DESTRUCTIVE)
 
 
-def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore, owner_id: int) -> CallPlan:
+def plan_call(
+    tool: Tool,
+    arguments: dict[str, Any],
+    store: SkillStore,
+    owner_id: int,
+    client: redis.Redis | None = None,
+) -> CallPlan:
     """Classify a call; a call that could only fail fails here, before any policy or owner.
 
-    For run_skill_script the script and its arguments are read and checked once.
+    For run_skill_script the script and its arguments are read and checked once; for
+    run_command the command and its node (live, when `client` can tell).
     """
     if not tool.implemented:
         raise ToolNotImplemented(f"HOST: {tool.name} is not available in this release yet.")
+    if tool.name == COMMAND:
+        return plan_command(tool, arguments, store, owner_id, client)
     if isinstance(tool.handler, PageReader):  # read_web_page: the URL's host is the grant
         target = tool.handler.target(arguments)
         return CallPlan(tool, str(tool.tier), {"url": target.url}, target.grant_key)
@@ -108,6 +121,25 @@ def plan_call(tool: Tool, arguments: dict[str, Any], store: SkillStore, owner_id
         skill_locked=skill is not None and is_locked(skill),
         target_is_draft=skill is not None and skill.author == "assistant" and not skill.locked,
         edit=edit,
+    )
+
+
+def plan_command(
+    tool: Tool,
+    arguments: dict[str, Any],
+    store: SkillStore,
+    owner_id: int,
+    client: redis.Redis | None,
+) -> CallPlan:
+    """run_command: the exact node and argv the owner approves, and the approved call runs."""
+    command = read_command(arguments, store.sessions, owner_id, client)
+    return CallPlan(
+        tool=tool,
+        tier=str(tool.tier),
+        arguments=command.as_json(),
+        grant_key=tool_key(tool.name),
+        node=command.node,
+        command=command,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker import chatreview, skilltools, webtools
+from broker import chatreview, fleettools, skilltools, webtools
 from broker.registry import Registry
 from store.egress import Egress
 
@@ -11,6 +11,6 @@ def build_registry(egress: Egress | None = None) -> Registry:
     """The tools of DESIGN.md section 4; the web tools reach public hosts and those `egress`
     allows (SKILLFLEET_EGRESS_ALLOW)."""
     registry = Registry()
-    for tool in (*skilltools.TOOLS, *chatreview.TOOLS, *webtools.tools(egress)):
+    for tool in (*skilltools.TOOLS, *chatreview.TOOLS, *webtools.tools(egress), *fleettools.TOOLS):
         registry.add(tool)
     return registry

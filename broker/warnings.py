@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import shlex
+
 from broker.classify import CallPlan
+from broker.commands import Command
 
 
 def warning_for(plan: CallPlan) -> str:
     """A sentence naming what this exact call can change."""
     if plan.tool.name == "run_skill_script":
         return _script_warning(plan)
+    if plan.command is not None:
+        return _command_warning(plan.command)
     if plan.tier == "web":
         host = (plan.grant_key or "").removeprefix("host:")
         return (
@@ -40,3 +45,12 @@ def _script_warning(plan: CallPlan) -> str:
         f"This runs {plan.script} of the skill {plan.skill.name} "
         f"(hash {plan.skill.hash[:8]}) {where}. {impact}"
     ).strip()
+
+
+def _command_warning(command: Command) -> str:
+    """What runs where: the exact argv (quoted as a shell would read it) on the named node."""
+    how = "through /bin/sh" if command.shell else "without a shell"
+    return (
+        f"This runs the command below as the node worker's user on {command.node}. It can change "
+        f"anything that user can change there. It runs {how}: {shlex.join(command.argv)}"
+    )

@@ -139,3 +139,8 @@ RUN_STREAM_TTL_SECONDS = 3600
 RUN_STREAMS_KEPT = 1000
 # Flower keeps this many tasks in memory, dropping the oldest (its own default is 100,000).
 FLOWER_MAX_TASKS = 10_000
+
+# run_command: the command text an agent sends, and the most seconds it may ask for (a run never
+# outlasts the operator's SKILLFLEET_RUN_TIMEOUT, the default when it asks for none).
+MAX_COMMAND_BYTES = 8 * KIB
+MAX_COMMAND_TIMEOUT_SECONDS = 3600
