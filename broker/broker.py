@@ -13,7 +13,7 @@ import structlog
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from broker import approvals, editplans
+from broker import approvals, editplans, loaded
 from broker.calls import CallOutcome, CallRequest
 from broker.classify import READ_EXACTLY, CallPlan, plan_call
 from broker.context import Dispatcher, RecordingDispatcher, RunStarted, ToolContext
@@ -25,7 +25,7 @@ from broker.errors import (
     InvalidCall,
     SkillNotInJob,
 )
-from broker.grants import CHAT, JOB, add_grant, grants_for
+from broker.grants import CHAT, JOB, add_grant, grants_for, is_host_key
 from broker.jobs import skill_allowed
 from broker.policy import CallFacts, Decision, Policy
 from broker.registry import Registry
@@ -149,6 +149,9 @@ class Broker:
             grants = grants_for(
                 session, owner_id, chat.id if chat else None, job.id if job else None
             )
+            if chat is not None and is_host_key(key):  # the loaded skills' allowed domains
+                hosts = loaded.host_grants(self.store, session, owner_id, chat.id)
+                grants = grants.with_chat(hosts)
         # Keys hold the full content hash, so a grant matches exactly one version of a skill.
         return self.policy.decide(
             replace(

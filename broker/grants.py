@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
@@ -25,6 +25,10 @@ class GrantSet:
     chat: frozenset[str] = frozenset()
     job: frozenset[str] = frozenset()
     owner: frozenset[str] = frozenset()
+
+    def with_chat(self, keys: frozenset[str]) -> GrantSet:
+        """These grants with `keys` added to the chat's."""
+        return replace(self, chat=self.chat | keys) if keys else self
 
 
 def tool_key(tool: str) -> str:

@@ -32,6 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from broker.context import ToolContext
+from broker.grants import host_key
 from broker.results import shape_result
 from store.db import SessionFactory
 from store.errors import SkillfleetError
@@ -149,6 +150,26 @@ def _carried_into_turn(session: Session, context: ToolContext, since: datetime) 
         )
     )
     return started is not None and since <= started
+
+
+# -- hosts its skills allow ---------------------------------------------------------
+
+
+def host_grants(store: SkillStore, session: Session, owner_id: int, chat_id: int) -> frozenset[str]:
+    """`host:<d>` for every allowed domain (`skillfleet.allowed-domains`) of the skills the chat
+    has loaded, while each is enabled and has the hash it was loaded at: a skill changed since
+    grants nothing until the chat loads it again. Hosts match exactly, as listed."""
+    loaded = session.execute(
+        select(ChatActivation.skill_name, ChatActivation.skill_hash).where(
+            ChatActivation.chat_id == chat_id
+        )
+    ).all()
+    keys: set[str] = set()
+    for name, skill_hash in loaded:
+        skill = _still(store, owner_id, name, skill_hash)
+        if skill is not None:
+            keys.update(host_key(domain) for domain in store.info(skill).allowed_domains)
+    return frozenset(keys)
 
 
 # -- what a turn carries -----------------------------------------------------------

@@ -7,6 +7,7 @@ lists a test host in SKILLFLEET_EGRESS_ALLOW. Only loopback is ever connected to
 
 from __future__ import annotations
 
+import io
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REDIS_URL
+from factories import skill_files, zip_bytes
 from netguard import watched_connections
 from sqlalchemy import select
 
@@ -249,6 +251,37 @@ def test_redirects_are_checked_hop_by_hop_and_errors_have_their_codes(
     reached = {address for address, p in connections if p not in (5432, 6379)}
     assert reached == {"127.0.0.1"}  # the test host only, never a redirect's target
     assert (("127.0.0.1", port) in connections) and pending(client, auth) == []
+
+
+def test_a_loaded_skills_allowed_domains_are_granted_in_its_chat_until_it_changes(
+    client, auth, agent_auth, site
+):
+    def install(body: str) -> None:
+        files = skill_files("docs-reader", metadata={"skillfleet.allowed-domains": "127.0.0.1"})
+        files["references/extra.md"] = body.encode()
+        response = client.post(
+            "/api/skills?replace=true", headers=auth,
+            data={"file": (io.BytesIO(zip_bytes(files, top="docs-reader")), "s.zip")},
+            content_type="multipart/form-data",
+        )  # fmt: skip
+        assert response.status_code == 201, response.json
+
+    install("First version.")
+    assert read(client, agent_auth, f"{site}/page")["status"] == "pending_approval"
+    loaded = client.post(
+        "/api/tools/load_skill", headers=agent_auth,
+        json={"arguments": {"skill_name": "docs-reader"}, "chat_id": "chat-1"},
+    )  # fmt: skip
+    assert loaded.json["status"] == "done", loaded.json
+
+    in_chat = read(client, agent_auth, f"{site}/page")
+    elsewhere = read(client, agent_auth, f"{site}/page", chat="chat-2")
+    install("Second version.")  # the chat loaded the first: the new one grants nothing yet
+    after_change = read(client, agent_auth, f"{site}/page")
+
+    assert in_chat["status"] == "done" and in_chat["result"]["title"] == "Release notes"
+    assert elsewhere["status"] == "pending_approval"
+    assert after_change["status"] == "pending_approval"
 
 
 def test_fifty_reads_at_once_each_ask_and_fifty_answers_for_the_chat_make_one_grant(
