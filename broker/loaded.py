@@ -64,7 +64,19 @@ def skill_content(store: SkillStore, skill: Skill) -> dict[str, Any]:
         "scripts": scripts,
         "execution": skill.execution,
         "tier": skill.tier,
+        **_secrets(info.secrets),
     }
+
+
+def _secrets(names: tuple[str, ...]) -> dict[str, Any]:
+    """The owner's secrets the scripts get as environment variables: names only, never values."""
+    if not names:
+        return {}
+    note = (
+        f"The scripts read {', '.join(names)} from their environment; the owner gives each "
+        "value. A run lacking one fails with secret_missing: ask for it with request_secret."
+    )
+    return {"secrets": list(names), "secrets_note": note}
 
 
 def resource_content(name: str, path: str, text: str) -> str:

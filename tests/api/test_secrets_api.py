@@ -243,3 +243,15 @@ def test_withdrawing_the_leave_fails_the_next_call(client, auth, agent_auth, ser
     with services.sessions() as session:
         errors = list(session.scalars(select(ToolCall.error_code)))
     assert errors == ["secret_missing"]
+
+
+def test_load_skill_names_the_secrets_its_scripts_read_and_never_a_value(client, auth, agent_auth):
+    import_skill(client, auth)
+    client.put("/api/secrets/API_TOKEN", headers=auth, json={"value": VALUE, "skill": "caller"})
+    body = {"arguments": {"skill_name": "caller"}, "chat_id": "load"}
+
+    loaded = client.post("/api/tools/load_skill", headers=agent_auth, json=body)
+
+    assert loaded.json["result"]["secrets"] == ["API_TOKEN"]
+    assert "request_secret" in loaded.json["result"]["secrets_note"]
+    assert VALUE not in loaded.text
