@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from api import create_app
 from api.live import PICKUP, Handoff, Pickup
 from api.livejobs import WaitCall, kind_of
 from api.livestreams import CallNews, LiveContext, body_of
+from api.mcp.gateway import CallKey
 from api.mcp.http import PATH as MCP_PATH
 from api.mcp.http import McpEndpoint
 from api.metrics import SSE_STREAMS_OPEN
@@ -83,6 +85,10 @@ class LiveTier:
         self._chores: list[asyncio.Task[None]] = []
         # /mcp: the MCP gateway, a client of this very app (api/mcp/).
         self.mcp = McpEndpoint(self, settings.cors_origins, settings.mcp_approval_wait)
+        self.mcp.gateway.relay_cancel = self._relay_mcp_cancel
+        db = database_number(self.services.redis)
+        self._revocations = naming.generations_channel(db)
+        self._mcp_cancels = naming.mcp_cancels_channel(db)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -241,7 +247,7 @@ class LiveTier:
         await self.hub.start()
         self._chores = [
             asyncio.create_task(self._renew_leases(), name="renew-leases"),
-            asyncio.create_task(self._hear_revocations(), name="hear-revocations"),
+            asyncio.create_task(self._listen(), name="listen"),
             asyncio.create_task(self._recheck_tokens(), name="recheck-tokens"),
         ]
         await self.mcp.start()
@@ -269,23 +275,34 @@ class LiveTier:
                 except Exception as e:  # an outage, a refusal (maxmemory): the next round tries
                     log.warning("stream leases not renewed", error=repr(e))
 
-    async def _hear_revocations(self) -> None:
-        """Check the open streams' tokens whenever a token is deleted (the tokens generation's
-        bump, published by relay/generations.py)."""
-        channel = naming.generations_channel(database_number(self.services.redis))
+    async def _listen(self) -> None:
+        """Hear what other processes publish: a deleted token (the tokens generation's bump,
+        relay/generations.py) checks the open streams' tokens; an MCP client's cancellation
+        that reached another process cancels the call if this one serves it."""
         wanted = naming.tokens_generation()
         while True:
             try:
                 async with self.client.pubsub() as pubsub:
-                    await pubsub.subscribe(channel)
+                    await pubsub.subscribe(self._revocations, self._mcp_cancels)
                     await self.check_tokens()  # a deletion may have come before we listened
                     async for message in pubsub.listen():
-                        data = message.get("data")
-                        if isinstance(data, bytes) and data.decode().startswith(wanted + " "):
+                        channel, data = message.get("channel"), message.get("data")
+                        if not isinstance(data, bytes):
+                            continue
+                        if channel == self._mcp_cancels.encode():
+                            self.mcp.gateway.cancel_served(tuple(json.loads(data)))
+                        elif data.decode().startswith(wanted + " "):
                             await self.check_tokens()
             except Exception as e:  # an outage or a refusal: listen again shortly
-                log.warning("token revocations not heard", error=repr(e))
+                log.warning("other processes not heard", error=repr(e))
                 await asyncio.sleep(1)
+
+    async def _relay_mcp_cancel(self, key: CallKey) -> None:
+        """An MCP client cancels a call this process doesn't serve: tell every process."""
+        try:
+            await self.client.publish(self._mcp_cancels, json.dumps(list(key)))
+        except Exception as e:  # an outage: the call goes on until it ends or its client leaves
+            log.warning("mcp cancellation not relayed", error=repr(e))
 
     async def _recheck_tokens(self) -> None:
         while True:

@@ -109,6 +109,13 @@ def generations_channel(db: int) -> str:
     return f"{PREFIX}:generations:{db}"
 
 
+def mcp_cancels_channel(db: int) -> str:
+    """Pub/sub channel carrying MCP clients' cancellations to the API process serving the call
+    (api/asgi.py): a handshake-era client sends one in a request of its own, which may reach
+    another process."""
+    return f"{PREFIX}:mcp-cancels:{db}"
+
+
 def owner_events(owner_id: int) -> str:
     """The Redis Stream of one owner's changes (approvals, calls, runs, job runs) for frontends."""
     return f"{PREFIX}:owner:{owner_id}:events"

@@ -4,6 +4,7 @@ fastmcp's with the Skills extension."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -51,18 +52,53 @@ class McpOwner:
         return httpx.Client(base_url=self.running.url, headers=headers, timeout=60)
 
 
-def http_client(token: str | None, headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
+def http_client(
+    token: str | None,
+    headers: dict[str, str] | None = None,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> httpx2.AsyncClient:
     sent = dict(headers or {})
     if token is not None:
         sent["Authorization"] = f"Bearer {token}"
-    return httpx2.AsyncClient(headers=sent, timeout=httpx2.Timeout(120.0))
+    return httpx2.AsyncClient(headers=sent, timeout=httpx2.Timeout(120.0), transport=transport)
+
+
+class Recorded(httpx2.AsyncBaseTransport):
+    """A client's requests as sent, kept: their headers and JSON-RPC messages."""
+
+    def __init__(self) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.sent: list[tuple[httpx2.Headers, Any]] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = await request.aread()
+        self.sent.append((request.headers, json.loads(body) if body else None))
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def request(self, method: str) -> tuple[httpx2.Headers, dict[str, Any]]:
+        """The last request of `method` sent, with its headers."""
+        return next(
+            (headers, message)
+            for headers, message in reversed(self.sent)
+            if isinstance(message, dict) and message.get("method") == method
+        )
 
 
 def mcp_client(
-    running: Fleet, token: str, name: str = "test-host", mode: str = "auto", **options: Any
+    running: Fleet,
+    token: str,
+    name: str = "test-host",
+    mode: str = "auto",
+    via: httpx2.AsyncBaseTransport | None = None,
+    **options: Any,
 ) -> Client:
-    """The SDK's client of the fleet's /mcp with `token`, introducing itself as `name`."""
-    transport = streamable_http_client(f"{running.url}/mcp", http_client=http_client(token))
+    """The SDK's client of the fleet's /mcp with `token`, introducing itself as `name`
+    (through the transport `via`, when given)."""
+    client = http_client(token, transport=via)
+    transport = streamable_http_client(f"{running.url}/mcp", http_client=client)
     info = Implementation(name=name, version="1.0")
     return Client(transport, client_info=info, mode=mode, **options)  # type: ignore[arg-type]
 

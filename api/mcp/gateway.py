@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -108,6 +108,8 @@ class Caller:
 
 
 CallerOf = Callable[[ServerRequestContext[Any, Any]], Caller]
+# A call being served: its caller's token id, its chat and its request id.
+CallKey = tuple[str, str, Any]
 
 
 class Gateway:
@@ -143,7 +145,10 @@ class Gateway:
         self.server.add_request_handler("skills/get", GetSkillParams, self.skills.get_skill)
         # Calls being served, by caller, chat and request id: a stateless HTTP client's
         # `notifications/cancelled` arrives in a request of its own, which finds its call here.
-        self.serving: dict[tuple[str, str, Any], anyio.CancelScope] = {}
+        self.serving: dict[CallKey, anyio.CancelScope] = {}
+        # Where a cancellation of a call served elsewhere goes: with several API processes,
+        # every process hears it (api/asgi.py relays it through Redis). None: nowhere.
+        self.relay_cancel: Callable[[CallKey], Awaitable[None]] | None = None
         self.server.add_notification_handler(
             "notifications/cancelled", types.CancelledNotificationParams, self.cancelled
         )
@@ -180,9 +185,19 @@ class Gateway:
     ) -> None:
         """A client cancels one of its calls (its run is cancelled as the call unwinds)."""
         caller = self.caller_of(ctx)
-        scope = self.serving.get((caller.token_id, caller.chat, params.request_id))
-        if scope is not None:
-            scope.cancel()
+        key = (caller.token_id, caller.chat, params.request_id)
+        if not self.cancel_served(key) and self.relay_cancel is not None:
+            # Shielded: a stateless request's handlers end with its answer, which may come first.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_SECONDS):
+                await self.relay_cancel(key)
+
+    def cancel_served(self, key: CallKey) -> bool:
+        """Cancel the call `key` if this process serves it; False when it doesn't."""
+        scope = self.serving.get(key)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
 
     async def _call(
         self,

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
-from fleet import Fleet, fleet, sqlite_settings, wait_until
+from fleet import Fleet, LiveServer, fleet, sqlite_settings, wait_until
 from mcp import Client
-from mcpclients import McpOwner, mcp_client, new_tokens, using
+from mcpclients import McpOwner, Recorded, http_client, mcp_client, new_tokens, using
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
@@ -24,6 +25,9 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from api import create_app
+from api.services import Services
 
 pytestmark = pytest.mark.fleet
 
@@ -115,6 +119,51 @@ def test_a_client_that_cancels_its_call_cancels_the_run_while_still_connected(ow
         return await asyncio.to_thread(cancelled_run)  # the client has not left
 
     call = using(mcp_client(owner.running, owner.agent, mode=mode), scenario)
+    assert call["status"] == "failed" and call["error_code"] == "cancelled"
+
+
+def test_a_cancellation_that_reaches_another_api_process_still_cancels_the_run(owner, served):
+    # A handshake-era client sends its cancellation in a request of its own, keeping the call's
+    # stream open; behind a load balancer that request may reach another process, which relays
+    # it through Redis to the one serving the call.
+    owner.import_skill("sleeper", READ_NODE, SLEEPER)
+    second = LiveServer(create_app(services=Services.build(served.settings)))
+    recorded = Recorded()
+    started = asyncio.Event()
+
+    async def noted(done: float, total: float | None, message: str | None) -> None:
+        if message == "started":
+            started.set()
+
+    async def cancel_at(url: str) -> None:
+        headers, call = recorded.request("tools/call")
+        cancel = types.CancelledNotification(
+            params=types.CancelledNotificationParams(request_id=call["id"])
+        )
+        message = {"jsonrpc": "2.0", **cancel.model_dump(by_alias=True, mode="json")}
+        kept = ("authorization", "mcp-session-id", "mcp-protocol-version", "accept")
+        async with http_client(None, {k: headers[k] for k in kept if k in headers}) as client:
+            sent = await client.post(f"{url}/mcp", json=message)
+        assert sent.status_code == 202, sent.text
+
+    async def scenario(client: Client) -> types.CallToolResult:
+        call = asyncio.create_task(
+            client.call_tool("run_skill_script", run_arguments("sleeper"), progress_callback=noted)
+        )
+        await started.wait()
+        await cancel_at(second.url)
+        return await asyncio.wait_for(call, 60)  # its stream stayed open: it hears the end
+
+    try:
+        via = mcp_client(owner.running, owner.agent, mode="legacy", via=recorded)
+        result = using(via, scenario)
+    finally:
+        second.stop()
+    with owner.rest() as rest:
+        runs = [r for r in rest.get("/api/runs").json() if r["skill_name"] == "sleeper"]
+        call = rest.get(f"/api/calls/{runs[0]['call_id']}").json()
+    assert result.is_error and result.structured_content["error"]["code"] == "cancelled"
+    assert runs[0]["status"] == "cancelled"
     assert call["status"] == "failed" and call["error_code"] == "cancelled"
 
 
