@@ -15,6 +15,7 @@ from skillfleet.cli_nodes import keys, nodes
 from skillfleet.cli_policy import policy
 from skillfleet.cli_run import run
 from skillfleet.cli_runs import runs
+from skillfleet.cli_secrets import secrets
 from skillfleet.cli_settings import load_settings
 from skillfleet.cli_skills import skills
 from skillfleet.cli_workers import beat_command, worker
@@ -189,6 +190,7 @@ cli.add_command(worker)
 cli.add_command(run)
 cli.add_command(runs)
 cli.add_command(nodes)
+cli.add_command(secrets)
 cli.add_command(keys)
 cli.add_command(mcp)
 cli.add_command(beat_command())
