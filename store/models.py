@@ -365,7 +365,7 @@ class Run(Base):
     skill_hash: Mapped[str | None] = mapped_column(String(64))
     script: Mapped[str | None] = mapped_column(String(1024))
     # run_command's argv, executed without a shell (None: a skill's script).
-    command: Mapped[list[str] | None] = mapped_column(JSON)
+    command: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True))
     arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
     execution: Mapped[str] = mapped_column(String(16))
     queue: Mapped[str] = mapped_column(String(80))
