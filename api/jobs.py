@@ -36,6 +36,7 @@ def _spec(body: dict[str, Any]) -> JobSpec:
         steps=body["steps"],
         grant_tools=body["grants"]["tools"],
         grant_skills=body["grants"]["skills"],
+        grant_hosts=body["grants"].get("hosts", []),
         skills=body["skills"],
         enabled=body["enabled"],
     )

@@ -496,6 +496,11 @@ class JobGrantsSchema(ma.Schema):
         load_default=list,
         metadata={"description": "Skills whose scripts run without asking: name or name@hash"},
     )
+    hosts = ma.fields.List(
+        ma.fields.String(),
+        load_default=list,
+        metadata={"description": "Hosts read_web_page reads without asking (shown when any)"},
+    )
 
 
 class JobBodySchema(ma.Schema):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -16,9 +16,10 @@ from sqlalchemy.orm import Session
 
 from broker.classify import RUN, SKILL_TOOLS
 from broker.errors import UnknownTool
-from broker.grants import JOB, add_grant, tool_key
+from broker.grants import HOST, JOB, add_grant, host_key, tool_key
 from broker.registry import Registry
 from broker.tiers import Tier
+from broker.webtools import bare_host
 from store.cron import check_cron, next_time, time_zone
 from store.db import SessionFactory, transaction
 from store.errors import (
@@ -59,6 +60,7 @@ class JobSpec:
     grant_skills: list[str]
     skills: Any
     enabled: bool
+    grant_hosts: list[str] = field(default_factory=list)  # hosts read_web_page reads
 
 
 @dataclass
@@ -148,10 +150,11 @@ class Jobs:
             raise JobInvalid(f"A job has 1 to {MAX_JOB_STEPS} steps, not {len(spec.steps)}.")
         for number, step in enumerate(spec.steps, 1):
             self._check_step(owner_id, number, step, allowed)
-        if len(spec.grant_tools) + len(spec.grant_skills) > MAX_JOB_GRANTS:
+        if len(spec.grant_tools) + len(spec.grant_skills) + len(spec.grant_hosts) > MAX_JOB_GRANTS:
             raise GrantInvalid(f"A job has at most {MAX_JOB_GRANTS} grants.")
         keys = [self._tool_grant(name) for name in spec.grant_tools]
         keys += [self._skill_grant(owner_id, entry) for entry in spec.grant_skills]
+        keys += [_host_grant(entry) for entry in spec.grant_hosts]
         return sorted(set(keys))
 
     def _skills(self, owner_id: int, skills: Any) -> set[str] | None:
@@ -247,6 +250,13 @@ class Jobs:
         return grant_key(name, skill_hash if at else skill.hash)
 
 
+def _host_grant(entry: str) -> str:
+    host = bare_host(entry)
+    if host is None:
+        raise GrantInvalid(f"'grants.hosts' holds {entry[:300]!r}, which is not a bare host name.")
+    return host_key(host)
+
+
 def may_use(allowed: set[str] | None, builtin: bool, name: str) -> bool:
     """Whether a job whose skills are `allowed` (None: all) may use the skill `name`."""
     return allowed is None or builtin or name in allowed
@@ -259,16 +269,17 @@ def skill_allowed(job: Job, skill: Skill) -> bool:
 
 
 def grants_of(session: Session, job: Job) -> dict[str, list[str]]:
-    """The job's grants as the owner writes them: tool names and `name@<full hash>`."""
+    """The job's grants as the owner writes them: tool names, `name@<full hash>`, and `hosts`
+    (read_web_page's, given only when the job has some)."""
     query = select(Grant.key).where(
         Grant.owner_id == job.owner_id, Grant.scope == JOB, Grant.subject == job.id
     )
-    tools: list[str] = []
-    skills: list[str] = []
+    found: dict[str, list[str]] = {"tools": [], "skills": []}
     for key in sorted(session.scalars(query)):
         kind, _, rest = key.partition(":")
-        (tools if kind == "tool" else skills).append(rest)
-    return {"tools": tools, "skills": skills}
+        listed = {"tool": "tools", HOST[:-1]: "hosts"}.get(kind, "skills")
+        found.setdefault(listed, []).append(rest)
+    return found
 
 
 def schedule(job: Job) -> None:

@@ -22,7 +22,9 @@ from sqlalchemy import select
 
 from broker.webpages import AddressRefused, PageLimits, PageTimeout
 from broker.webtools import PageReader
+from store.db import transaction
 from store.egress import Egress
+from store.lifecycle import jobruns
 from store.limits import MAX_WEB_PAGE_BYTES, RESULT_CAP
 from store.models import Grant
 from store.settings import Settings
@@ -323,6 +325,43 @@ def test_hosts_in_the_owners_settings_are_read_in_every_chat_without_asking(
     assert saved.json["auto_tools"] == ["host:127.0.0.1", "host:docs.example"]
     for chat in ("chat-1", "chat-2"):
         assert read(client, agent_auth, f"{site}/page", chat)["status"] == "done"
+
+
+def test_approve_for_job_saves_the_host_to_the_job_whose_next_runs_read_it_without_asking(
+    client, auth, services, site
+):
+    job = {"name": "digest", "cron": "0 6 * * *", "steps": [{"tool": "list_skills"}]}
+    job_id = client.post("/api/jobs", headers=auth, json=job).json["id"]
+
+    def read_in_a_new_run() -> dict:
+        run_id = client.post(f"/api/jobs/{job_id}/run", headers=auth).json["job_run_id"]
+        body = {"arguments": {"url": f"{site}/page"}, "job_run_id": run_id}
+        envelope = client.post("/api/tools/read_web_page", headers=auth, json=body).json
+        with transaction(services.sessions) as session:
+            jobruns.succeed(session, jobruns.claim(session, run_id, "test"), "test")
+        return envelope
+
+    first = read_in_a_new_run()
+    approved = client.post(
+        f"/api/approvals/{first['approval_id']}", headers=auth,
+        json={"decision": "approve_for_job"},
+    )  # fmt: skip
+    shown = client.get(f"/api/jobs/{job_id}", headers=auth).json
+    again = read_in_a_new_run()
+    bad = {**shown, "grants": {**shown["grants"], "hosts": ["127.0.0.1:80"]}}
+    refused = client.put(f"/api/jobs/{job_id}", headers=auth, json=_job_body(bad))
+    kept = client.put(f"/api/jobs/{job_id}", headers=auth, json=_job_body(shown))
+
+    assert first["status"] == "pending_approval" and approved.status_code == 200
+    assert shown["grants"] == {"tools": [], "skills": [], "hosts": ["127.0.0.1"]}
+    assert again["status"] == "done" and again["result"]["title"] == "Release notes"
+    assert refused.status_code == 422 and refused.json["code"] == "grant_invalid"
+    assert kept.status_code == 200 and kept.json["grants"]["hosts"] == ["127.0.0.1"]
+
+
+def _job_body(job: dict) -> dict:
+    fields = ("name", "cron", "time_zone", "steps", "skills", "enabled", "grants")
+    return {name: job[name] for name in fields}
 
 
 def test_reading_is_not_a_change_so_plan_mode_reads_granted_hosts(client, auth, agent_auth, site):
