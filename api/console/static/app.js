@@ -22,6 +22,7 @@ const ROUTES = [
   [/^#\/jobs$/, lazy("./jobs.js", "page"), "jobs"],
   [/^#\/nodes$/, lazy("./nodes.js", "page"), "nodes"],
   [/^#\/tokens$/, lazy("./tokens.js", "page"), "tokens"],
+  [/^#\/secrets$/, lazy("./secrets.js", "page"), "secrets"],
 ];
 
 // Feed listeners of the page on show; dropped when the page changes.
