@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -303,3 +304,32 @@ def test_the_proxy_s_container_is_hardened_like_a_run_s(engine, hosts):
     assert attrs["Config"]["User"] == "65534:65534"
     assert json.loads(attrs["Config"]["Cmd"][5]) == ["allowed.test"]
     assert LABEL in attrs["Config"]["Labels"]
+
+
+def test_a_worker_s_start_removes_the_proxy_and_volume_a_killed_worker_left(engine, hosts):
+    killed = SparkRunner(IMAGE, engine, egress_network=hosts["network"])
+    gate = killed.egress.open(str(uuid.uuid4()), ("allowed.test",))  # then the worker died
+
+    SparkRunner(IMAGE, engine).start()
+
+    assert gate.container not in {c.id for c in engine.containers.list(all=True)}
+    assert gate.volume not in {v.name for v in engine.volumes.list()}
+
+
+def test_runs_that_start_at_once_each_get_their_own_proxy(tmp_path, spark, hosts, redis_client):
+    script = "import urllib.request\nprint(urllib.request.urlopen('http://allowed.test/').status)\n"
+    folders = [skill(tmp_path / str(n), "allowed.test", script) for n in range(4)]
+    outcomes: list[Any] = []
+
+    def run(folder: Path) -> None:
+        the_job = job(folder, "scripts/probe.py")
+        stream = RunStream(redis_client, the_job.run_id)
+        outcomes.append(spark.run(the_job, folder, stream, never))
+
+    threads = [threading.Thread(target=run, args=(folder,)) for folder in folders]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert [(o.status, o.stdout) for o in outcomes] == [("succeeded", "200\n")] * 4
