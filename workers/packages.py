@@ -283,7 +283,10 @@ class PackageCache:
         if response.status_code == 409:
             raise SecretMissing(_error_message(response))
         _check_status(response, "the run's secrets")
-        values = response.json().get("secrets")
+        try:
+            values = response.json().get("secrets")
+        except (ValueError, AttributeError):
+            values = None
         if not isinstance(values, dict):
             raise RunError("The API answered the run's secrets with no mapping of them.")
         return {str(name): str(value) for name, value in values.items()}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from relay.errors import RunError
+from store.errors import StoreError
 from store.frontmatter import read_loose
 from store.leniency import read_header
 
@@ -41,7 +42,10 @@ def run_secrets(
 ) -> dict[str, str]:
     """The values of the secrets the skill in `folder` declares, for this run; {} when it
     declares none (no request is made). Raises SecretMissing when one is missing."""
-    names = declared(str(folder), name, skill_hash)
+    try:
+        names = declared(str(folder), name, skill_hash)
+    except (StoreError, OSError) as e:  # read for the command line already: a safety net
+        raise RunError(f"The skill's SKILL.md could not be read for its secrets: {e}") from e
     if not names:
         return {}
     values = source.secrets(run_id)
