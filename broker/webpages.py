@@ -14,6 +14,7 @@ their own; plain text, Markdown and JSON come back as they are; anything else is
 
 from __future__ import annotations
 
+import codecs
 import re
 import time
 from collections.abc import Callable
@@ -158,7 +159,11 @@ def _follow(
                 return _page(response, limits, deadline)
         finally:
             response.close()
-        url = check(str(response.url.join(location)))
+        try:
+            target = str(response.url.join(location))
+        except httpx.InvalidURL:
+            target = location  # refused by `check` with the URL rules' message
+        url = check(target)
     raise TooManyRedirects(f"HOST: {url} redirected more than {limits.redirects} times.")
 
 
@@ -181,7 +186,7 @@ def _page(response: httpx.Response, limits: PageLimits, deadline: float) -> dict
             f"HOST: {url} is {shown}; read_web_page reads HTML, plain text, Markdown and JSON."
         )
     body = _body(response, limits, deadline)
-    charset = response.charset_encoding
+    charset = _known(response.charset_encoding)
     result: dict[str, Any] = {"url": url, "status": response.status_code}
     if kind in HTML_TYPES:
         title, text = html_text(body, charset)
@@ -194,6 +199,15 @@ def _page(response: httpx.Response, limits: PageLimits, deadline: float) -> dict
     if cut:
         result["truncated"] = True
     return result
+
+
+def _known(charset: str | None) -> str | None:
+    """The page's charset when Python has a codec for it; None reads UTF-8 (or, for HTML,
+    what the page itself declares)."""
+    try:
+        return codecs.lookup(charset).name if charset else None
+    except LookupError:
+        return None
 
 
 def _media_type(response: httpx.Response) -> str:

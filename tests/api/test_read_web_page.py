@@ -51,6 +51,7 @@ class Pages(BaseHTTPRequestHandler):
             "/to/private": "http://10.0.0.1/page",
             "/to/metadata": "http://169.254.169.254/latest/meta-data/",
             "/to/ftp": "ftp://127.0.0.1/file",
+            "/to/userinfo": "https://user@example.com/",
             "/loop": "/loop",
         }
         if self.path in redirects:
@@ -59,6 +60,8 @@ class Pages(BaseHTTPRequestHandler):
             self._send(200, PAGE, "text/html; charset=utf-8")
         elif self.path == "/notes.md":
             self._send(200, b"# Notes\n\n* one\n", "text/markdown")
+        elif self.path == "/odd-charset":
+            self._send(200, "caf\u00e9".encode(), "text/plain; charset=no-such-codec")
         elif self.path == "/data":
             self._send(200, b'{"version": 2}', "application/json")
         elif self.path == "/long":
@@ -154,6 +157,7 @@ def test_a_host_asks_first_and_after_approve_for_chat_its_pages_are_read_without
     }
     assert read(client, agent_auth, f"{site}/notes.md")["result"]["content"] == "# Notes\n\n* one\n"
     assert read(client, agent_auth, f"{site}/data")["result"]["content"] == '{"version": 2}'
+    assert read(client, agent_auth, f"{site}/odd-charset")["result"]["content"] == "caf\u00e9"
     # The grant is the chat's: another chat is asked again.
     assert read(client, agent_auth, f"{site}/page", chat="chat-2")["status"] == "pending_approval"
 
@@ -237,6 +241,7 @@ def test_redirects_are_checked_hop_by_hop_and_errors_have_their_codes(
         "/to/private": ("web_address_refused", "10.0.0.1, a private address"),
         "/to/metadata": ("web_address_refused", "169.254.169.254, a link-local address"),
         "/to/ftp": ("invalid_url", "the redirect target 'ftp://127.0.0.1/file' is not an http"),
+        "/to/userinfo": ("invalid_url", "the redirect target 'https://user@example.com/' holds"),
         "/loop": ("web_too_many_redirects", "redirected more than 5 times"),
         "/big": ("web_page_too_large", "larger than 2048 KiB"),
         "/file.pdf": ("web_content_type", "is application/pdf; read_web_page reads HTML"),
