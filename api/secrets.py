@@ -112,7 +112,7 @@ def list_secrets() -> dict[str, Any]:
     return {"secrets": [_secret_view(row, current, keys) for row in rows], "skills": views}
 
 
-@blp.route("/<name>", methods=["PUT"])
+@blp.route("/<path:name>", methods=["PUT"])
 @owner_route
 @blp.arguments(SecretPutSchema())
 @blp.response(200, SecretSchema)
@@ -132,7 +132,7 @@ def put_secret(body: dict[str, Any], name: str) -> dict[str, Any]:
     return shown
 
 
-@blp.route("/<name>", methods=["DELETE"])
+@blp.route("/<path:name>", methods=["DELETE"])
 @owner_route
 @blp.arguments(SecretQuerySchema(), location="query")
 @blp.response(204)

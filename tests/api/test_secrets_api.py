@@ -104,14 +104,14 @@ def test_another_owner_sees_no_name_and_cannot_reach_the_owners_skill(
 # -- what is refused ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["..%2F..%2Fetc", "api_token", "A%00B", "A" * 300, "1ABC"])
+@pytest.mark.parametrize("name", ["..%2F..%2Fetc", "../x", "api_token", "A%00B", "A" * 300, "1A"])
 def test_a_name_that_is_no_environment_variable_is_refused_and_nothing_stored(
     client, auth, services, name
 ):
     response = client.put(f"/api/secrets/{name}", headers=auth, json={"value": VALUE})
-    assert response.status_code in (404, 422), response.json
-    if response.status_code == 422:
-        assert response.json["code"] == "invalid_secret_name"
+    assert (response.status_code, response.json["code"]) == (422, "invalid_secret_name")
+    gone = client.delete(f"/api/secrets/{name}", headers=auth)
+    assert (gone.status_code, gone.json["code"]) == (422, "invalid_secret_name")
     assert rows(services, OwnerSecret) == 0
 
 
