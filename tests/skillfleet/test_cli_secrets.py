@@ -8,21 +8,26 @@ import pty
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from fleet import Fleet, fleet
+from fleet import Fleet, fleet, sqlite_settings
 from test_up import SKILLFLEET, clean_env
-
-from store.settings import Settings
 
 CLI_LIMIT = 60.0
 VALUE = f"cli-{uuid.uuid4().hex}"
 
 
-@pytest.fixture
-def api(settings: Settings) -> Iterator[Fleet]:
-    with fleet(settings) as running:
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Fleet]:
+    """One API for the module; each test is an owner of its own."""
+    with fleet(sqlite_settings(tmp_path_factory.mktemp("cli"), sqlite_template)) as running:
         yield running
+
+
+@pytest.fixture
+def owner(api: Fleet) -> Fleet:
+    return api.with_new_owner()
 
 
 def secrets(api: Fleet, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -33,30 +38,30 @@ def secrets(api: Fleet, *args: str, stdin: str = "") -> subprocess.CompletedProc
     )  # fmt: skip
 
 
-def test_set_from_a_pipe_then_list_shows_the_name_and_delete_removes_it(api: Fleet):
-    made = secrets(api, "set", "API_TOKEN", stdin=VALUE + "\n")
+def test_set_from_a_pipe_then_list_shows_the_name_and_delete_removes_it(owner: Fleet):
+    made = secrets(owner, "set", "API_TOKEN", stdin=VALUE + "\n")
     assert made.returncode == 0, made.stderr
     assert made.stdout == "API_TOKEN is set.\n"
 
-    listed = secrets(api, "list")
+    listed = secrets(owner, "list")
     assert listed.returncode == 0, listed.stderr
     assert "API_TOKEN" in listed.stdout and VALUE not in listed.stdout + listed.stderr
 
-    assert secrets(api, "delete", "API_TOKEN").returncode == 0
-    with api.http() as client:
+    assert secrets(owner, "delete", "API_TOKEN").returncode == 0
+    with owner.http() as client:
         assert client.get("/api/secrets").json()["secrets"] == []
 
 
-def test_a_bad_name_exits_1_naming_the_rule_and_stores_nothing(api: Fleet):
-    bad = secrets(api, "set", "api_token", stdin=VALUE)
+def test_a_bad_name_exits_1_naming_the_rule_and_stores_nothing(owner: Fleet):
+    bad = secrets(owner, "set", "api_token", stdin=VALUE)
     assert bad.returncode == 1 and "invalid_secret_name" in bad.stderr
     assert VALUE not in bad.stderr
-    with api.http() as client:
+    with owner.http() as client:
         assert client.get("/api/secrets").json()["secrets"] == []
 
 
-def test_set_at_a_terminal_prompts_without_echoing_the_value(api: Fleet):
-    env = clean_env(SKILLFLEET_URL=api.url, SKILLFLEET_TOKEN=api.owner_token)
+def test_set_at_a_terminal_prompts_without_echoing_the_value(owner: Fleet):
+    env = clean_env(SKILLFLEET_URL=owner.url, SKILLFLEET_TOKEN=owner.owner_token)
     leader, follower = pty.openpty()
     process = subprocess.Popen(
         [SKILLFLEET, "secrets", "set", "TYPED"],
