@@ -277,9 +277,10 @@ class LiveTier:
 
     async def _listen(self) -> None:
         """Hear what other processes publish: a deleted token (the tokens generation's bump,
-        relay/generations.py) checks the open streams' tokens; an MCP client's cancellation
-        that reached another process cancels the call if this one serves it."""
-        wanted = naming.tokens_generation()
+        relay/generations.py) checks the open streams' tokens; a changed skill or token sends
+        MCP clients' watches to look at their skills; an MCP client's cancellation that reached
+        another process cancels the call if this one serves it."""
+        tokens, skills = naming.tokens_generation(), naming.skills_generation()
         while True:
             try:
                 async with self.client.pubsub() as pubsub:
@@ -291,7 +292,11 @@ class LiveTier:
                             continue
                         if channel == self._mcp_cancels.encode():
                             self.mcp.gateway.cancel_served(tuple(json.loads(data)))
-                        elif data.decode().startswith(wanted + " "):
+                            continue
+                        generation = data.decode().partition(" ")[0]
+                        if generation in (tokens, skills):
+                            self.mcp.wakeup.wake()  # MCP clients' skills may have changed
+                        if generation == tokens:
                             await self.check_tokens()
             except Exception as e:  # an outage or a refusal: listen again shortly
                 log.warning("other processes not heard", error=repr(e))

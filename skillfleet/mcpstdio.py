@@ -25,6 +25,6 @@ async def serve(settings: ClientSettings) -> None:
         def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
             return Caller(rest, f"mcp-{client_name(ctx)}-{session}")
 
-        server = Gateway(caller_of, settings.mcp_approval_wait).server
+        server = Gateway(caller_of, settings.mcp_approval_wait, connected=True).server
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import httpx
 import httpx2
 from fastmcp.skills import SkillsClientExtension
 from fleet import Fleet
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import Implementation
 
@@ -101,6 +102,26 @@ def mcp_client(
     transport = streamable_http_client(f"{running.url}/mcp", http_client=client)
     info = Implementation(name=name, version="1.0")
     return Client(transport, client_info=info, mode=mode, **options)  # type: ignore[arg-type]
+
+
+def stdio_env(running: Fleet, token: str | None) -> dict[str, str]:
+    """`skillfleet mcp`'s environment: only the API's address and a token (no database, no
+    Redis)."""
+    env = {k: v for k, v in running.env.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.pop("SKILLFLEET_DATA_DIR", None)
+    if token is not None:
+        env["SKILLFLEET_TOKEN"] = token
+    return env
+
+
+def stdio_client(
+    running: Fleet, token: str, name: str = "Claude Desktop", **options: Any
+) -> Client:
+    """The SDK's client of `skillfleet mcp`, started as a host starts it."""
+    command = StdioServerParameters(
+        command=sys.executable, args=["-m", "skillfleet", "mcp"], env=stdio_env(running, token)
+    )
+    return Client(command, client_info=Implementation(name=name, version="1"), **options)
 
 
 def skills_client(running: Fleet, token: str, mode: str = "auto") -> fastmcp.Client[Any]:

@@ -32,12 +32,13 @@ import anyio
 import mcp_types as types
 import structlog
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 
 from api.mcp.elicitation import StateError, can_open_urls, console_url, open_console, resumed
 from api.mcp.rest import Rest, RestError, RunEvent
 from api.mcp.skills import EXTENSION as SKILLS_EXTENSION
-from api.mcp.skills import LIST_POLL, GetSkillParams, SkillResources
+from api.mcp.skills import GetSkillParams, SkillResources, Wakeup
 from broker.tiers import Tier
 from broker.toolset import build_registry
 from store.settings import DEFAULT_MCP_APPROVAL_WAIT
@@ -67,6 +68,23 @@ INSTRUCTIONS = (
     "instructions, then run_skill_script to run one of its scripts. Some calls wait for the "
     "owner's approval; the owner answers them, never you."
 )
+
+
+class _Server(Server[Any]):
+    """The SDK's server, telling handshake-era clients that the resources list changes: they
+    hear it on the session's GET stream (`/mcp`) or the connection (stdio)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(resources_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
 
 
 def _hints(tier: Tier) -> types.ToolAnnotations:
@@ -113,20 +131,23 @@ CallKey = tuple[str, str, Any]
 
 
 class Gateway:
-    """The MCP server; `caller_of` gives each request's caller. `skills_poll`: seconds between
-    two looks at a listening client's skills."""
+    """The MCP server; `caller_of` gives each request's caller. `wakeup` says when a watching
+    client's skills may have changed. With `connected` (stdio: one connection, kept), a
+    handshake-era client hears its skills' changes on the connection once initialized."""
 
     def __init__(
         self,
         caller_of: CallerOf,
         approval_wait: float = APPROVAL_WAIT,
-        skills_poll: float = LIST_POLL,
+        wakeup: Wakeup | None = None,
+        *,
+        connected: bool = False,
     ) -> None:
         self.caller_of = caller_of
         self.approval_wait = approval_wait
         self.schemas: dict[str, dict[str, Any]] = {OUTCOME_TOOL: OUTCOME_SCHEMA}
-        self.skills = SkillResources(lambda ctx: caller_of(ctx).rest, skills_poll)
-        self.server: Server[Any] = Server(
+        self.skills = SkillResources(lambda ctx: caller_of(ctx).rest, wakeup)
+        self.server: Server[Any] = _Server(
             "skillfleet",
             version=_version(),
             instructions=INSTRUCTIONS,
@@ -152,6 +173,10 @@ class Gateway:
         self.server.add_notification_handler(
             "notifications/cancelled", types.CancelledNotificationParams, self.cancelled
         )
+        if connected:
+            self.server.add_notification_handler(
+                "notifications/initialized", types.NotificationParams, self.announce_changes
+            )
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -190,6 +215,13 @@ class Gateway:
             # Shielded: a stateless request's handlers end with its answer, which may come first.
             with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_SECONDS):
                 await self.relay_cancel(key)
+
+    async def announce_changes(
+        self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams | None
+    ) -> None:
+        """For as long as the connection lasts, tell the client when its skills change."""
+        async for _ in self.skills.changes(self.caller_of(ctx).rest):
+            await ctx.session.send_notification(types.ResourceListChangedNotification())
 
     def cancel_served(self, key: CallKey) -> bool:
         """Cancel the call `key` if this process serves it; False when it doesn't."""

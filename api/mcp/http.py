@@ -16,6 +16,12 @@ which names the session's chat. Each request, before the MCP SDK's session manag
    other request is checked that way before the SDK sees it.
 3. **The caller.** The gateway's handlers reach the API in this process with the same token
    (api/mcp/inprocess.py), so every call is decided and recorded as over REST.
+
+A GET with a session's id is that session's stream of unasked messages (handshake-era
+protocols): it carries `notifications/resources/list_changed` when the caller's skills change.
+Any process serves it, as it needs nothing but the token: each stream looks at its caller's
+skills when `wakeup` is woken (api/asgi.py wakes it at every process's change to a skill or a
+token) and every LISTEN_POLL seconds regardless.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ import contextlib
 import contextvars
 import json
 import secrets
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,11 +40,13 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+from sse_starlette import EventSourceResponse
 from starlette.datastructures import Headers
 
 from api.mcp.gateway import APPROVAL_WAIT, Caller, Gateway, client_slug
 from api.mcp.inprocess import CLIENT_EXTENSION, App, InProcessClient
 from api.mcp.rest import CLIENT_TIMEOUT, Rest, RestError
+from api.mcp.skills import Wakeup
 from store.tokens import token_digest
 
 Message = MutableMapping[str, Any]
@@ -54,6 +63,9 @@ FORWARDED = ("x-forwarded-for", "user-agent")
 # call checks the token: the request needs no check of its own unless its calls fail, and its
 # answer waits for the verdict either way (see McpEndpoint._serve).
 CHECKED_BY_THEIR_CALLS = frozenset({"tools/call", "tools/list"})
+LISTEN_POLL = 30.0  # seconds between a GET stream's looks at its skills when nothing woke it
+LISTENERS_PER_TOKEN = 8  # GET streams one token may hold open in one process
+KEEPALIVE_SECONDS = 15
 
 # The caller of the request being served; the gateway's handlers run in a copy of its context.
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("mcp_caller", default=None)
@@ -69,7 +81,9 @@ class McpEndpoint:
         approval_wait: float = APPROVAL_WAIT,
     ) -> None:
         self.http = InProcessClient(app, IN_PROCESS_URL, CLIENT_TIMEOUT)
-        self.gateway = Gateway(_caller, approval_wait)
+        self.wakeup = Wakeup(LISTEN_POLL)
+        self.gateway = Gateway(_caller, approval_wait, self.wakeup)
+        self.listening: Counter[str] = Counter()  # open GET streams by token id
         self.manager = StreamableHTTPSessionManager(self.gateway.server, stateless=True)
         self.origins = origins
         self._stack: contextlib.AsyncExitStack | None = None
@@ -97,8 +111,8 @@ class McpEndpoint:
             message = "Send 'Authorization: Bearer <token>' with an owner or agent token."
             await _error(send, 401, "unauthorized", message)
             return
-        if scope["method"] == "GET":  # no server-initiated stream: every answer rides its POST
-            await _error(send, 405, "method_not_allowed", "POST each MCP message to /mcp.")
+        if scope["method"] == "GET":
+            await self._listen(scope, headers, token, receive, send)
             return
         body = await _body(receive)
         if body is None:
@@ -146,6 +160,39 @@ class McpEndpoint:
             await self.manager.handle_request(scope, replay, checked)
         finally:
             CALLER.reset(reset)
+
+    async def _listen(
+        self, scope: Message, headers: Headers, token: str, receive: Receive, send: Send
+    ) -> None:
+        """A session's GET stream: `notifications/resources/list_changed` at each change of the
+        caller's skills, until the client leaves or its token is deleted."""
+        if not headers.get(MCP_SESSION_ID_HEADER):
+            message = "Open a session with initialize first, or POST each MCP message to /mcp."
+            await _error(send, 405, "method_not_allowed", message)
+            return
+        if "text/event-stream" not in headers.get("accept", ""):
+            message = "A GET of /mcp is an event stream: accept text/event-stream."
+            await _error(send, 406, "not_acceptable", message)
+            return
+        rest = self._rest(scope, headers, token)
+        refused = await _refusal(rest)
+        if refused is not None:
+            await _refuse(send, refused)
+            return
+        token_id = token_digest(token)[:12]
+        if self.listening[token_id] >= LISTENERS_PER_TOKEN:
+            message = f"This token already holds {LISTENERS_PER_TOKEN} open streams of /mcp."
+            await _error(send, 429, "too_many_streams", message)
+            return
+        self.listening[token_id] += 1
+        try:
+            changed = _list_changed(self.gateway.skills.changes(rest))
+            stream = EventSourceResponse(changed, ping=KEEPALIVE_SECONDS)
+            await stream(scope, receive, send)
+        finally:
+            self.listening[token_id] -= 1
+            if not self.listening[token_id]:
+                del self.listening[token_id]
 
     def _rest(self, scope: Message, headers: Headers, token: str) -> Rest:
         passed = {name: headers[name] for name in FORWARDED if name in headers}
@@ -206,6 +253,15 @@ class _Opened:
 
     def new_session(self) -> str:
         return f"{self.client}-{secrets.token_hex(8)}"
+
+
+async def _list_changed(changes: AsyncIterator[None]) -> AsyncIterator[dict[str, str]]:
+    notification = types.JSONRPCNotification(
+        jsonrpc="2.0",
+        **types.ResourceListChangedNotification().model_dump(by_alias=True, mode="json"),
+    )
+    async for _ in changes:
+        yield {"event": "message", "data": notification.model_dump_json(by_alias=True)}
 
 
 async def _refusal(rest: Rest) -> RestError | None:

@@ -13,9 +13,11 @@ it the same way. A manifest is built from the bytes those routes serve, so its d
 those of what `resources/read` returns; it is kept by the skill's content hash, and only when
 the bytes read hash to it (a skill edited meanwhile is read again next time).
 
-Changes: a `subscriptions/listen` stream (protocol 2026-07-28) that asks for
-`resources_list_changed` hears `notifications/resources/list_changed` when the set of the
-caller's skills or any skill's content changes, checked every `poll` seconds.
+Changes: a client hears `notifications/resources/list_changed` when the set of the caller's
+skills or any skill's content changes: on a `subscriptions/listen` stream that asks for
+`resources_list_changed` (protocol 2026-07-28), on the session's GET stream of `/mcp` or on the
+stdio connection (handshake-era protocols). Each looks again when woken (`Wakeup`: in the API,
+by any process's change to a skill or token, api/asgi.py) and every `poll` seconds regardless.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import base64
 import json
 import mimetypes
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -48,7 +50,7 @@ log = structlog.get_logger(__name__)
 EXTENSION = "io.modelcontextprotocol/skills"
 SCHEME = "skill"
 SKILL_MD = "SKILL.md"
-LIST_POLL = 3.0  # seconds between two looks at a listening caller's skills
+LIST_POLL = 3.0  # seconds between two looks at a listening caller's skills, unless woken
 MANIFESTS_KEPT = 512  # manifests kept in memory, by skill name and content hash
 SKILLS_PER_PAGE = 50  # skills whose files make one page of resources/list
 # Manifests built at once, and files each reads at once: at most 16 requests of one caller.
@@ -228,12 +230,36 @@ async def _read(rest: Rest, summary: dict[str, Any]) -> tuple[Manifest, str]:
 CallerRest = Callable[[ServerRequestContext[Any, Any]], Rest]
 
 
+class Wakeup:
+    """Wakes every watcher at once (something may have changed), or each after `every`
+    seconds when nothing does. Wakings are counted, so a watcher busy looking when one came
+    looks again at once."""
+
+    def __init__(self, every: float = LIST_POLL) -> None:
+        self.every = every
+        self.count = 0
+        self._event = anyio.Event()
+
+    def wake(self) -> None:
+        self.count += 1
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def wait(self, seen: int) -> int:
+        """Return once woken after the waking numbered `seen` (at once if that happened
+        already), or after `every` seconds; gives the number to pass next time."""
+        if self.count == seen:
+            with anyio.move_on_after(self.every):
+                await self._event.wait()
+        return self.count
+
+
 class SkillResources:
     """The request handlers: resources, `skills/list`, `skills/get`, `subscriptions/listen`."""
 
-    def __init__(self, rest_of: CallerRest, poll: float = LIST_POLL) -> None:
+    def __init__(self, rest_of: CallerRest, wakeup: Wakeup | None = None) -> None:
         self.rest_of = rest_of
-        self.poll = poll
+        self.wakeup = wakeup or Wakeup()
         self.catalog = Catalog()
 
     async def list_skills(
@@ -297,20 +323,26 @@ class SkillResources:
     async def _watch(
         self, rest: Rest, bus: InMemorySubscriptionBus, handler: ListenHandler
     ) -> None:
+        async for _ in self.changes(rest):
+            await bus.publish(ResourcesListChanged())
+        handler.close()  # the token is gone: end the stream
+
+    async def changes(self, rest: Rest) -> AsyncIterator[None]:
+        """Once for each change of the caller's skills; ends when its token is gone."""
+        woken = self.wakeup.count
         seen = await _state(rest)
         while True:
-            await anyio.sleep(self.poll)
+            woken = await self.wakeup.wait(woken)
             try:
                 now = await _state(rest)
             except RestError as e:
-                if e.http_status in (401, 403):  # the token is gone: end the stream
-                    handler.close()
+                if e.http_status in (401, 403):
                     return
                 log.info("mcp listen: skills not read", code=e.code)
                 continue
             if now != seen:
                 seen = now
-                await bus.publish(ResourcesListChanged())
+                yield None
 
     async def _all(self, ctx: ServerRequestContext[Any, Any]) -> list[Manifest]:
         try:

@@ -15,13 +15,15 @@ from typing import Any
 
 import anyio
 import fastmcp
+import httpx
+import mcp_types as types
 import pytest
 from factories import skill_md, zip_bytes
 from fastmcp.client.transports import StdioTransport
 from fastmcp.skills import SkillsClientExtension
 from fleet import Fleet, fleet, sqlite_settings
 from mcp.shared.exceptions import MCPError
-from mcpclients import McpOwner, mcp_client, skills_client, using
+from mcpclients import McpOwner, mcp_client, skills_client, stdio_client, using
 
 pytestmark = pytest.mark.fleet
 
@@ -208,6 +210,65 @@ def test_a_listening_client_hears_resources_list_changed_when_its_owner_adds_a_s
     honored, event = using(mcp_client(served, owner.agent), heard)
     assert honored.resources_list_changed is True
     assert type(event).__name__ == "ResourcesListChanged"
+
+
+def changes_heard(owner: Owner) -> Any:
+    """A handshake-era client's scenario: the resources capability it was offered, and the
+    first notification it hears after its owner adds a skill."""
+    heard: list[Any] = []
+
+    async def handled(message: Any) -> None:
+        if isinstance(message, types.ResourceListChangedNotification):
+            heard.append(message)
+
+    async def scenario(connected: Any) -> Any:
+        await connected.list_resources()  # the GET stream is open by the time this returns
+        await anyio.to_thread.run_sync(owner.import_skill, unique("mine"))
+        with anyio.fail_after(60):
+            while not heard:
+                await anyio.sleep(0.05)
+        return connected.server_capabilities.resources, heard[0]
+
+    return scenario, handled
+
+
+@pytest.mark.parametrize("way", ["http", "stdio"])
+def test_a_handshake_era_client_hears_resources_list_changed_when_its_owner_adds_a_skill(
+    served, way
+):
+    owner = Owner.create(served)
+    scenario, handled = changes_heard(owner)
+    options = {"mode": "legacy", "message_handler": handled}
+    if way == "http":
+        client = mcp_client(served, owner.agent, **options)
+    else:
+        client = stdio_client(served, owner.agent, **options)
+    offered, event = using(client, scenario)
+    assert offered.list_changed is True
+    assert event.method == "notifications/resources/list_changed"
+
+
+def test_a_sessions_stream_needs_its_token_and_ends_with_it(served):
+    owner = Owner.create(served)
+    url = f"{served.url}/mcp"
+    events = {"Accept": "text/event-stream", "Mcp-Session-Id": "test-host-0123456789abcdef"}
+    with httpx.Client(timeout=30) as http:
+        assert http.get(url, headers=events).status_code == 401
+        bad = {**events, "Authorization": "Bearer nope"}
+        assert http.get(url, headers=bad).status_code == 401
+        no_session = {"Accept": "text/event-stream", "Authorization": f"Bearer {owner.agent}"}
+        assert http.get(url, headers=no_session).status_code == 405
+        mine = {**events, "Authorization": f"Bearer {owner.agent}"}
+        assert http.get(url, headers={**mine, "Accept": "application/json"}).status_code == 406
+        with http.stream("GET", url, headers=mine) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            with owner.rest() as rest:  # the owner deletes the agent's token: the stream ends
+                tokens = rest.get("/api/tokens").json()
+                agent = next(t for t in tokens if t["role"] == "agent")
+                assert rest.delete(f"/api/tokens/{agent['id']}").status_code == 204
+            ended = b"".join(stream.iter_bytes())
+        assert b"list_changed" not in ended
 
 
 def test_the_stdio_server_gives_the_same_manifests_as_mcp(served):

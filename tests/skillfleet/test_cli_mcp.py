@@ -11,9 +11,8 @@ from typing import Any
 import httpx
 import pytest
 from fleet import Fleet, fleet, sqlite_settings
-from mcp import Client, StdioServerParameters
-from mcp_types import Implementation
-from mcpclients import new_tokens, using
+from mcp import Client
+from mcpclients import new_tokens, stdio_client, stdio_env, using
 
 pytestmark = pytest.mark.fleet
 
@@ -22,22 +21,6 @@ pytestmark = pytest.mark.fleet
 def served(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Fleet]:
     with fleet(sqlite_settings(tmp_path_factory.mktemp("mcp"), sqlite_template)) as running:
         yield running
-
-
-def stdio_env(running: Fleet, token: str | None) -> dict[str, str]:
-    # Only the API's address and a token: no database, no Redis.
-    env = {k: v for k, v in running.env.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.pop("SKILLFLEET_DATA_DIR", None)
-    if token is not None:
-        env["SKILLFLEET_TOKEN"] = token
-    return env
-
-
-def stdio_client(running: Fleet, token: str, name: str = "Claude Desktop") -> Client:
-    command = StdioServerParameters(
-        command=sys.executable, args=["-m", "skillfleet", "mcp"], env=stdio_env(running, token)
-    )
-    return Client(command, client_info=Implementation(name=name, version="1"))
 
 
 def test_the_stdio_server_lists_the_api_tools_and_records_calls_in_its_chat(served):
