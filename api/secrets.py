@@ -83,6 +83,7 @@ class SecretListSchema(ma.Schema):
 class AllowSchema(ma.Schema):
     hash = ma.fields.String(
         required=True,
+        validate=ma.validate.Length(min=8, max=64),
         metadata={"description": "The version you allow: its hash, or its first 8 characters"},
     )
 
@@ -154,7 +155,7 @@ def allow_skill(body: dict[str, Any], skill: str) -> dict[str, Any]:
     caller = owner_only()
     found = _skill(caller, skill)
     given = body["hash"]
-    if len(given) < 8 or not found.hash.startswith(given):
+    if not found.hash.startswith(given):
         raise ApiError(
             409,
             "skill_changed",
