@@ -3,15 +3,14 @@ to have them; values never come back, and a call that would lack one fails befor
 
 from __future__ import annotations
 
-import io
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from factories import skill_files, zip_bytes
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import func, select
+from test_approvals import install
 
 from store.models import Approval, Grant, OwnerSecret, ToolCall
 
@@ -28,15 +27,7 @@ CALL = {
 
 
 def import_skill(client: FlaskClient, auth: dict[str, str], name: str = "caller") -> str:
-    files = skill_files(name, metadata=SECRETS)
-    response = client.post(
-        "/api/skills",
-        headers=auth,
-        data={"file": (io.BytesIO(zip_bytes(files, top=name)), "s.zip")},
-        content_type="multipart/form-data",
-    )
-    assert response.status_code == 201, response.json
-    return str(response.json["hash"])
+    return str(install(client, auth, name, SECRETS)["hash"])
 
 
 def edit_skill(client: FlaskClient, auth: dict[str, str], skill_hash: str) -> str:
