@@ -1,5 +1,6 @@
-"""Pointing a waiting call's user at the console: URL elicitation over MCP's multi-round-trip
-requests (protocol 2026-07-28).
+"""Pointing a waiting call's user at the console: URL elicitation, over MCP's multi-round-trip
+requests (protocol 2026-07-28) or, on a connection that can carry the server's own requests
+(stdio), in one of those (handshake-era protocols).
 
 A `tools/call` that waits for the owner's approval, from a client that declared URL
 elicitation, first answers with an `input_required` result: one URL elicitation whose url is
@@ -12,6 +13,12 @@ What the user does with the link answers nothing: accepting only says they saw i
 owner still approves or denies in the console, the CLI or a push notification. Declining or
 dismissing it ends the wait at once with the call's pending result, whose call_id
 `get_call_outcome` collects later; the approval stays pending.
+
+A handshake-era client over stdio is asked with an `elicitation/create` request of the server's
+own while the call waits: the link is shown beside the wait, which an answer of the owner ends
+(withdrawing the request), and a declined link ends at once with the pending result, as above.
+Over stateless `/mcp` such a request has no way back, so those clients get the console's
+address in the waiting call's progress notifications instead.
 
 The state is the call's id in clear JSON, not sealed: a stateless gateway behind several
 processes would need one key shared by all of them to seal it, and the id needs no secret.
@@ -26,9 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+import structlog
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
+
+log = structlog.get_logger(__name__)
 
 APPROVALS_ROUTE = "/#/approvals"  # the console's page where the owner answers approvals
 REQUEST_KEY = "approval"  # the elicitation's key among the result's input requests
@@ -58,6 +69,29 @@ def can_open_urls(ctx: ServerRequestContext[Any, Any]) -> bool:
     capabilities = ctx.session.client_capabilities
     elicitation = capabilities.elicitation if capabilities is not None else None
     return elicitation is not None and elicitation.url is not None
+
+
+def can_be_asked_to_open(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether a handshake-era client can be asked to open a URL in a request of the server's
+    own: it declared `elicitation.url` and its connection carries requests back (stdio)."""
+    if ctx.session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return False
+    capabilities = ctx.session.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    return elicitation is not None and elicitation.url is not None and ctx.session.can_send_request
+
+
+async def ask_to_open(
+    ctx: ServerRequestContext[Any, Any], url: str, message: str, call_id: str
+) -> bool:
+    """Ask the client to show the console's `url`; True when the user declined or dismissed
+    it. A client that fails the request is waited for as any other."""
+    try:
+        answer = await ctx.session.elicit_url(message, url, call_id, ctx.request_id)
+    except MCPError as e:
+        log.info("mcp client did not show the console's link", code=e.code)
+        return False
+    return answer.action != "accept"
 
 
 def console_url(ctx: ServerRequestContext[Any, Any], api_url: str) -> str:

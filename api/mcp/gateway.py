@@ -35,7 +35,15 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 
-from api.mcp.elicitation import StateError, can_open_urls, console_url, open_console, resumed
+from api.mcp.elicitation import (
+    StateError,
+    ask_to_open,
+    can_be_asked_to_open,
+    can_open_urls,
+    console_url,
+    open_console,
+    resumed,
+)
 from api.mcp.rest import Rest, RestError, RunEvent
 from api.mcp.skills import EXTENSION as SKILLS_EXTENSION
 from api.mcp.skills import GetSkillParams, SkillResources, Wakeup
@@ -247,6 +255,10 @@ class Gateway:
                 envelope = await self._first(ctx, caller, params)
                 if envelope.get("status") == "pending_approval" and can_open_urls(ctx):
                     return await self._open_console(ctx, caller.rest, envelope)
+                if envelope.get("status") == "pending_approval" and can_be_asked_to_open(ctx):
+                    envelope = await self._await_owner_linked(ctx, caller.rest, envelope)
+                    if envelope.get("status") == "pending_approval":
+                        return result_of(envelope)  # declined, or the wait ran out
             envelope = await self._follow(ctx, caller.rest, envelope)
         except StateError as e:
             return error_result(e.code, str(e))
@@ -271,14 +283,30 @@ class Gateway:
         self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
     ) -> types.InputRequiredResult:
         """Ask the client to show the console's approvals page, naming what waits there."""
-        approval_id = envelope.get("approval_id")
-        message = (
-            f"skillfleet's approval {approval_id} ({await _asked(rest, approval_id)}) waits "
-            "for the owner. Open the console to approve or deny it there (or answer it with "
-            "skillfleet approvals); nothing sent from here answers it."
-        )
-        url = console_url(ctx, str(rest.http.base_url))
+        url, message = await _console_link(ctx, rest, envelope)
         return open_console(url, message, envelope["call_id"])
+
+    async def _await_owner_linked(
+        self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Wait for the owner while the client shows the console's link (a request of the
+        server's own); the owner's answer withdraws the link, a declined link ends the wait."""
+        url, message = await _console_link(ctx, rest, envelope)
+        answered = envelope
+
+        async def shown(group: anyio.abc.TaskGroup) -> None:
+            if await ask_to_open(ctx, url, message, envelope["call_id"]):
+                group.cancel_scope.cancel()
+
+        async def waited(group: anyio.abc.TaskGroup) -> None:
+            nonlocal answered
+            answered = await self._await_owner(ctx, rest, envelope)
+            group.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(shown, group)
+            group.start_soon(waited, group)
+        return answered
 
     def _body(
         self, ctx: ServerRequestContext[Any, Any], caller: Caller, arguments: dict[str, Any]
@@ -312,7 +340,8 @@ class Gateway:
     ) -> dict[str, Any]:
         """Wait for the owner to answer the call's approval, telling the client at each round."""
         call_id, approval_id = envelope["call_id"], envelope.get("approval_id")
-        waiting = await _waiting_for(rest, approval_id)
+        console = console_url(ctx, str(rest.http.base_url))
+        waiting = await _waiting_for(rest, approval_id, console)
         deadline = time.monotonic() + self.approval_wait
         rounds = 0
         while (left := deadline - time.monotonic()) > 0:
@@ -342,6 +371,19 @@ class Gateway:
         return envelope_of(await rest.get_call(envelope["call_id"], wait=CANCEL_SECONDS))
 
 
+async def _console_link(
+    ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
+) -> tuple[str, str]:
+    """The console's approvals page, and the words that send the user there."""
+    approval_id = envelope.get("approval_id")
+    message = (
+        f"skillfleet's approval {approval_id} ({await _asked(rest, approval_id)}) waits "
+        "for the owner. Open the console to approve or deny it there (or answer it with "
+        "skillfleet approvals); nothing sent from here answers it."
+    )
+    return console_url(ctx, str(rest.http.base_url)), message
+
+
 async def _cancel(rest: Rest, run_id: str) -> None:
     try:
         await rest.cancel_run(run_id)
@@ -350,14 +392,14 @@ async def _cancel(rest: Rest, run_id: str) -> None:
         log.info("mcp client left: run not cancelled", run_id=run_id, code=e.code)
 
 
-async def _waiting_for(rest: Rest, approval_id: str | None) -> str:
+async def _waiting_for(rest: Rest, approval_id: str | None, console: str) -> str:
     """What a waiting call tells its client, in words."""
     text = "Waiting for the owner to answer"
     if approval_id is None:
         return text + "."
     what = await _asked(rest, approval_id)
     return (
-        f"{text} approval {approval_id} ({what}) in the console, the CLI "
+        f"{text} approval {approval_id} ({what}) in the console ({console}), the CLI "
         f"(skillfleet approvals) or a push notification."
     )
 

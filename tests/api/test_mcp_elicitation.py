@@ -13,7 +13,7 @@ import pytest
 from fleet import Fleet, fleet, sqlite_settings
 from mcp import Client
 from mcp.client.session import ClientRequestContext
-from mcpclients import McpOwner, mcp_client, using
+from mcpclients import McpOwner, mcp_client, stdio_client, using
 
 pytestmark = pytest.mark.fleet
 
@@ -134,3 +134,38 @@ def test_a_client_that_cant_take_url_elicitations_just_waits_for_the_owner(owner
     assert not result.is_error, result.content  # an elicitation it can't take would fail it
     assert result.structured_content["stdout"] == "wiped\n"
     assert link is None or link.asked == []
+
+
+def test_a_handshake_era_client_over_stdio_is_shown_the_link_while_the_call_waits(owner):
+    # stdio carries the server's own requests: the link comes as an elicitation/create beside
+    # the wait, and the owner's answer, not the link's, lets the run go ahead.
+    link = Link("accept")
+    seen: list[list[dict[str, Any]]] = []
+    noted = approve_when_waiting(owner, seen)
+
+    async def scenario(client: Client) -> Any:
+        return await client.call_tool("run_skill_script", RUN, progress_callback=noted)
+
+    client = stdio_client(owner.running, owner.agent, mode="legacy", elicitation_callback=link)
+    result = using(client, scenario)
+    assert not result.is_error, result.content
+    assert result.structured_content["stdout"] == "wiped\n"
+    [asked] = link.asked
+    assert isinstance(asked, types.ElicitRequestURLParams)
+    assert asked.url == f"{owner.running.url}/#/approvals"
+    [[approval]] = seen
+    assert approval["id"] in asked.message
+
+
+def test_a_link_declined_over_stdio_returns_the_pending_call_at_once(owner):
+    link = Link("decline")
+
+    async def scenario(client: Client) -> Any:
+        return await client.call_tool("run_skill_script", RUN)
+
+    client = stdio_client(owner.running, owner.agent, mode="legacy", elicitation_callback=link)
+    result = using(client, scenario)
+    assert len(link.asked) == 1
+    pending = result.structured_content
+    assert pending["status"] == "pending_approval"
+    assert [a["id"] for a in owner.pending()] == [pending["approval_id"]]
