@@ -9,11 +9,13 @@ from typing import Any
 import marshmallow as ma
 
 from broker.approvals import ANSWERS
+from broker.questions import ASKING
 from store.hashing import shown_key
 from store.states import (
     ApprovalStatus,
     CallStatus,
     JobRunStatus,
+    QuestionStatus,
     RunStatus,
     TurnStatus,
 )
@@ -34,6 +36,7 @@ def status_field(shown: list[str], **options: Any) -> ma.fields.String:
 # inside the request that answers it.
 CALL_STATES = states(CallStatus, CallStatus.DECIDING)
 APPROVAL_STATES = states(ApprovalStatus, ApprovalStatus.ANSWERING)
+QUESTION_STATES = states(QuestionStatus, QuestionStatus.ANSWERING)
 RUN_STATES = states(RunStatus)
 JOB_RUN_STATES = states(JobRunStatus)
 TURN_STATES = states(TurnStatus)
@@ -228,6 +231,9 @@ class ToolResultSchema(ma.Schema):
     error = ma.fields.Nested(ToolErrorSchema)
     approval_id = ma.fields.String()
     run_id = ma.fields.String()
+    question_id = ma.fields.String(
+        metadata={"description": "While pending_question: the question the owner answers"}
+    )
 
 
 class FunctionSchema(ma.Schema):
@@ -244,6 +250,11 @@ class ToolDefinitionSchema(ma.Schema):
 class CallSchema(ma.Schema):
     call_id = ma.fields.String(attribute="id")
     approval_id = ma.fields.String(allow_none=True)
+    question_id = ma.fields.Function(
+        lambda call: call.id if call.tool in ASKING else None,
+        allow_none=True,
+        metadata={"description": "ask_owner and request_secret: the question (the call's id)"},
+    )
     run_id = ma.fields.String(allow_none=True)
     skill_name = ma.fields.String(allow_none=True)
     skill_hash = ma.fields.String(allow_none=True)
@@ -341,6 +352,37 @@ class DecisionSchema(ma.Schema):
         required=True,
         validate=ma.validate.OneOf(ANSWERS),
         metadata={"description": "approve_for_chat in a chat, approve_for_job in a job"},
+    )
+
+
+class QuestionSchema(ma.Schema):
+    id = ma.fields.String(metadata={"description": "The id of the call that asks"})
+    call_id = ma.fields.String()
+    kind = ma.fields.String(metadata={"description": "question, or secret (request_secret)"})
+    text = ma.fields.String(metadata={"description": "The question, or why the secret is needed"})
+    choices = ma.fields.List(ma.fields.String(), allow_none=True)
+    secret_name = ma.fields.String(allow_none=True)
+    skill_name = ma.fields.String(allow_none=True)
+    answer = ma.fields.String(allow_none=True, metadata={"description": "Never a secret's value"})
+    status = status_field(QUESTION_STATES)
+    turn_id = ma.fields.String(allow_none=True)
+    job_run_id = ma.fields.String(allow_none=True)
+    created_at = ma.fields.DateTime()
+    expires_at = ma.fields.DateTime()
+    answered_at = ma.fields.DateTime(allow_none=True)
+
+
+class QuestionQuerySchema(ma.Schema):
+    status = ma.fields.String(validate=ma.validate.OneOf(QUESTION_STATES))
+
+
+class QuestionAnswerSchema(ma.Schema):
+    answer = ma.fields.String(
+        load_default=None, metadata={"description": "The answer (one of the choices, if any)"}
+    )
+    secret = ma.fields.String(
+        load_default=None,
+        metadata={"description": "A secret question's value; stored sealed, never shown"},
     )
 
 

@@ -13,7 +13,7 @@ import structlog
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from broker import approvals, editplans, loaded
+from broker import approvals, editplans, loaded, questions
 from broker.calls import CallOutcome, CallRequest
 from broker.classify import READ_EXACTLY, CallPlan, plan_call
 from broker.context import Dispatcher, RecordingDispatcher, RunStarted, ToolContext
@@ -28,6 +28,7 @@ from broker.errors import (
 from broker.grants import CHAT, JOB, add_grant, grants_for, is_host_key
 from broker.jobs import skill_allowed
 from broker.policy import CallFacts, Decision, Policy
+from broker.questions import QuestionAsked
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
 from broker.turns import admit, count_into, turn_key
@@ -251,8 +252,8 @@ class Broker:
             return self._fail(call, plan, e, new=new, count=count)
         finally:
             structlog.contextvars.unbind_contextvars(*ids)
-        if isinstance(result, RunStarted):
-            return CallOutcome.of(call)  # the dispatcher saved the call with its run
+        if isinstance(result, RunStarted | QuestionAsked):
+            return CallOutcome.of(call)  # the handler saved the call with its run or question
         call.result = shape_result(result)
         if plan.tool.name == "draft_skill" and isinstance(result, dict):
             self._tell(
@@ -490,9 +491,9 @@ class Broker:
         while True:
             with self.sessions() as session:
                 call = session.get(ToolCall, call_id)
-            if call is not None and call.status == CallStatus.PENDING_APPROVAL:
+            if call is not None and call.status in _EXPIRING:
                 with transaction(self.sessions) as session:
-                    if approvals.expire_due(session, owner_id):
+                    if _EXPIRING[call.status](session, owner_id):
                         call = session.get(ToolCall, call_id)
             if call is None or call.owner_id != owner_id:
                 raise CallNotFound(f"You have no tool call '{call_id}'.")
@@ -506,6 +507,11 @@ class Broker:
             time.sleep(POLL_SECONDS)
 
 
+# What ends a call waiting for the owner once nobody answered in time.
+_EXPIRING: dict[str, Callable[[Any, int], int]] = {
+    CallStatus.PENDING_APPROVAL: approvals.expire_due,
+    CallStatus.PENDING_QUESTION: questions.expire_due,
+}
 _CALLS = ToolCall.__table__.c
 _ENVELOPE = select(
     _CALLS.id,

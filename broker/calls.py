@@ -11,6 +11,7 @@ from broker.errors import InvalidCall
 from store.lifecycle.calls import OPEN_STATES
 from store.limits import MAX_ID_CHARS
 from store.models import ToolCall
+from store.states import CallStatus
 
 __all__ = ["OPEN_STATES", "CallOutcome", "CallRequest"]
 
@@ -53,10 +54,11 @@ class CallOutcome:
     error: dict[str, str] | None = None
     approval_id: str | None = None
     run_id: str | None = None
+    question_id: str | None = None  # a question's id is its call's id (broker/questions.py)
 
     def envelope(self) -> dict[str, Any]:
         body: dict[str, Any] = {"call_id": self.call_id, "status": self.status}
-        for key in ("result", "error", "approval_id", "run_id"):
+        for key in ("result", "error", "approval_id", "run_id", "question_id"):
             value = getattr(self, key)
             if value is not None:
                 body[key] = value
@@ -68,4 +70,5 @@ class CallOutcome:
         error = None
         if call.error_code:
             error = {"code": call.error_code, "message": call.error_message or ""}
-        return cls(call.id, call.status, call.result, error, call.approval_id, call.run_id)
+        asking = call.id if call.status == CallStatus.PENDING_QUESTION else None
+        return cls(call.id, call.status, call.result, error, call.approval_id, call.run_id, asking)

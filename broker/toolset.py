@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from broker import chatreview, fleettools, skilltools, webtools
+from broker import chatreview, fleettools, ownertools, skilltools, webtools
+from broker.ownertools import OwnerDesk
 from broker.registry import Registry
 from store.egress import Egress
 
@@ -12,5 +13,7 @@ def build_registry(egress: Egress | None = None) -> Registry:
     allows (SKILLFLEET_EGRESS_ALLOW)."""
     registry = Registry()
     for tool in (*skilltools.TOOLS, *chatreview.TOOLS, *webtools.tools(egress), *fleettools.TOOLS):
+        registry.add(tool)
+    for tool in ownertools.tools(OwnerDesk()):  # wiring gives them the settings' limits
         registry.add(tool)
     return registry

@@ -12,9 +12,11 @@ import redis
 from celery import Celery
 from sqlalchemy import Engine
 
+from broker import ownertools
 from broker.broker import Broker
 from broker.context import Dispatcher, RecordingDispatcher
 from broker.dispatcher import CeleryDispatcher
+from broker.ownertools import OwnerDesk
 from broker.policy import Policy, load_builtin_policy
 from broker.toolset import build_registry
 from relay import events, feed, generations, naming
@@ -77,6 +79,9 @@ def wire(settings: Settings, engine: Engine | None = None) -> Wiring:
         publish=lambda owner, kind, data: events.publish(client, owner, kind, **data),
         redis=client,
     )
+    # The tools that reach the owner, with this process's wait and notice limits.
+    for tool in ownertools.tools(OwnerDesk.of(settings, broker.publish, client)):
+        broker.registry.add(tool)
     return Wiring(engine, sessions, client, store, policy, celery, packages, dispatcher, broker)
 
 

@@ -168,3 +168,13 @@ def ended_turns() -> str:
 def notify_due(owner_id: int) -> str:
     """A key whose existence says a notify task for the owner is on its way (relay/notifier.py)."""
     return f"{PREFIX}:owner:{owner_id}:notify"
+
+
+def notices_of_turn(owner_id: int, turn_id: str) -> str:
+    """How many notify_owner notices one agent turn of the owner sent (broker/ownertools.py)."""
+    return f"{PREFIX}:owner:{owner_id}:notices:turn:{turn_id}"
+
+
+def notices_of_hour(owner_id: int, hour: int) -> str:
+    """How many notify_owner notices the owner was sent in one hour (epoch hours)."""
+    return f"{PREFIX}:owner:{owner_id}:notices:hour:{hour}"

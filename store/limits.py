@@ -129,6 +129,14 @@ MAX_PATH_CHARS = 1024  # a resource path read_skill_resource accepts
 MAX_LINT_WARNINGS = 50  # review warnings kept per skill
 MAX_CRON_CHARS = 100  # the column's width
 
+# What ask_owner, request_secret and notify_owner take (broker/ownertools.py, questions.py).
+MAX_QUESTION_CHARS = 2000  # a question, or why a secret is needed
+MAX_CHOICES = 20
+MAX_CHOICE_CHARS = 200
+MAX_ANSWER_CHARS = 4000
+MAX_SECRET_BYTES = 8 * KIB  # a secret's value, as UTF-8
+MAX_NOTICE_CHARS = 1000  # a notify_owner message
+
 # Live streams in Redis (a run's output, an agent turn's events): the defaults of
 # SKILLFLEET_RUN_OUTPUT_BYTES, _RUN_STREAM_TTL and _RUN_STREAMS_KEPT (store/settings.py).
 # A stream holds this much output (a turn's: text), then one note that the rest is not streamed;

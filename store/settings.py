@@ -67,6 +67,11 @@ DEFAULT_SWEEP_SECONDS = 60.0
 # An MCP tool call whose approval the owner has not answered returns after this long, naming
 # the approval (the agent collects the outcome later with get_call_outcome).
 DEFAULT_MCP_APPROVAL_WAIT = 600.0
+# ask_owner and request_secret wait this long for the owner's answer, then end `unanswered`;
+# notify_owner sends at most this many notices per agent turn and per owner and hour.
+DEFAULT_QUESTION_WAIT = 1800.0
+DEFAULT_NOTIFY_PER_TURN = 3
+DEFAULT_NOTIFY_PER_HOUR = 20
 FLOWER_USER = "admin"
 
 
@@ -138,6 +143,9 @@ class Settings:
     housekeeping_seconds: float = DEFAULT_HOUSEKEEPING_SECONDS
     sweep_seconds: float = DEFAULT_SWEEP_SECONDS
     mcp_approval_wait: float = DEFAULT_MCP_APPROVAL_WAIT
+    question_wait: float = DEFAULT_QUESTION_WAIT
+    notify_per_turn: int = DEFAULT_NOTIFY_PER_TURN
+    notify_per_hour: int = DEFAULT_NOTIFY_PER_HOUR
     # Bounded memory: what Redis keeps of runs' and turns' streams, what Flower keeps of tasks.
     run_output_bytes: int = limits.RUN_OUTPUT_BYTES
     run_stream_ttl: int = limits.RUN_STREAM_TTL_SECONDS
@@ -267,6 +275,13 @@ class Settings:
             wait_grace=_int(env, "SKILLFLEET_WAIT_GRACE_MS", DEFAULT_WAIT_GRACE_MS) / 1000,
             **_timings(env),
             mcp_approval_wait=_mcp_approval_wait(env, config, config_file),
+            question_wait=_seconds(env, "SKILLFLEET_QUESTION_WAIT_SECONDS", DEFAULT_QUESTION_WAIT),
+            notify_per_turn=_at_least(
+                env, "SKILLFLEET_NOTIFY_PER_TURN", DEFAULT_NOTIFY_PER_TURN, 0
+            ),
+            notify_per_hour=_at_least(
+                env, "SKILLFLEET_NOTIFY_PER_HOUR", DEFAULT_NOTIFY_PER_HOUR, 0
+            ),
             run_output_bytes=_at_least(
                 env, "SKILLFLEET_RUN_OUTPUT_BYTES", limits.RUN_OUTPUT_BYTES, limits.KIB
             ),

@@ -166,7 +166,10 @@ CALLS = Machine(
                     _C.FAILED,
                 ],
             ),
-            (_C.PENDING_APPROVAL, [_C.RUNNING, _C.DONE, _C.DENIED, _C.FAILED, _C.EXPIRED]),
+            (
+                _C.PENDING_APPROVAL,
+                [_C.PENDING_QUESTION, _C.RUNNING, _C.DONE, _C.DENIED, _C.FAILED, _C.EXPIRED],
+            ),
             (_C.PENDING_QUESTION, [_C.DONE, _C.FAILED, _C.EXPIRED]),
             (_C.RUNNING, [_C.DONE, _C.FAILED]),
         ]

@@ -2,6 +2,7 @@
 
     deciding -> done | denied | failed                     (answered when it is made)
     deciding -> pending_approval -> (running ->) done | failed | denied | expired
+    deciding -> (pending_approval ->) pending_question -> done | failed | expired
     deciding -> running -> done | failed
 
 A call is made `deciding` in memory (`new`), then saved in what it became (`record`) or, once
@@ -24,7 +25,7 @@ from store.ownerevents import OwnerEvent
 from store.states import CALLS, CallStatus
 
 # States that can still change; everything else is an end state.
-OPEN_STATES = (CallStatus.PENDING_APPROVAL, CallStatus.RUNNING)
+OPEN_STATES = (CallStatus.PENDING_APPROVAL, CallStatus.PENDING_QUESTION, CallStatus.RUNNING)
 END_STATES = CALLS.ends
 # The chat counter an ending adds to, which chat review reads ("needs review").
 _COUNTERS = {
