@@ -60,7 +60,11 @@ def spark(concurrency: int) -> None:
     from workers.runners.spark import SparkRunner
 
     settings = load_settings()
-    runner = SparkRunner(settings.runner_image)
+    runner = SparkRunner(
+        settings.runner_image,
+        egress_network=settings.runner_network,
+        egress_private=settings.runner_network_private,
+    )
     try:
         runner.start()
     except RunnerUnavailable as e:

@@ -95,6 +95,10 @@ class Settings:
     github_api_url: str = DEFAULT_GITHUB_API
     github_token: str | None = None
     runner_image: str = DEFAULT_RUNNER_IMAGE
+    # The Docker network a container run's egress proxy reaches its skill's allowed domains on,
+    # and whether those names may resolve to private addresses (workers/runners/egress.py).
+    runner_network: str = "bridge"
+    runner_network_private: bool = False
     run_timeout: int = DEFAULT_RUN_TIMEOUT
     api_url: str = DEFAULT_URL
     node_token: str | None = None
@@ -226,6 +230,8 @@ class Settings:
             github_api_url=(env.get("SKILLFLEET_GITHUB_API") or DEFAULT_GITHUB_API).rstrip("/"),
             github_token=env.get("SKILLFLEET_GITHUB_TOKEN") or None,
             runner_image=env.get("SKILLFLEET_RUNNER_IMAGE") or DEFAULT_RUNNER_IMAGE,
+            runner_network=env.get("SKILLFLEET_RUNNER_NETWORK") or "bridge",
+            runner_network_private=_bool(env, "SKILLFLEET_RUNNER_NETWORK_PRIVATE"),
             run_timeout=_int(env, "SKILLFLEET_RUN_TIMEOUT", DEFAULT_RUN_TIMEOUT),
             api_url=(env.get("SKILLFLEET_URL") or DEFAULT_URL).rstrip("/"),
             node_token=_secret(env, "SKILLFLEET_NODE_TOKEN"),

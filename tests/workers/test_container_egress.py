@@ -24,9 +24,10 @@ from test_spark_runner import skill as spark_skill
 
 from relay.streams import RunStream
 from store.hashing import content_hash
+from store.settings import Settings
 from workers.runners.base import Job
 from workers.runners.egress import VOLUME_PREFIX
-from workers.runners.sandbox import ContainerSandboxRunner
+from workers.runners.sandbox import ContainerSandboxRunner, build_sandbox_runner
 from workers.runners.spark import LABEL, SparkRunner
 
 pytestmark = pytest.mark.docker
@@ -277,9 +278,15 @@ def test_the_sandbox_s_container_isolation_reaches_the_allowed_host_too(
     script = "import urllib.request\nprint(urllib.request.urlopen('http://allowed.test/').read())\n"
     folder = skill(tmp_path, "allowed.test", script)
     the_job = job(folder, "scripts/probe.py")
-    runner = ContainerSandboxRunner(
-        IMAGE, engine, egress_network=hosts["network"], egress_private=True
+    # Built as `skillfleet worker sandbox` builds it, from the operator's settings.
+    settings = Settings(
+        runner_image=IMAGE,
+        sandbox_isolation="container",
+        runner_network=hosts["network"],
+        runner_network_private=True,
     )
+    runner, reason = build_sandbox_runner(settings)
+    assert isinstance(runner, ContainerSandboxRunner), reason
 
     with leaves_nothing(runner, engine):
         outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)

@@ -180,7 +180,11 @@ class SandboxRunner:
 def build_sandbox_runner(settings: Settings) -> tuple[Runner | None, str | None]:
     """The sandbox runner this host can offer, or None and the reason it offers none."""
     if settings.sandbox_isolation == "container":
-        runner = ContainerSandboxRunner(settings.runner_image)
+        runner = ContainerSandboxRunner(
+            settings.runner_image,
+            egress_network=settings.runner_network,
+            egress_private=settings.runner_network_private,
+        )
         try:
             runner.start()
         except RunnerUnavailable as e:
