@@ -17,7 +17,7 @@ from relay import naming
 from store import ownersecrets
 from store.db import transaction
 from store.errors import SkillNotFound
-from store.limits import KIB
+from store.limits import KIB, MAX_SECRET_BYTES
 from store.models import OwnerSecret, Run, Skill
 from store.names import is_valid_name
 from store.secrets import Sealer
@@ -26,15 +26,14 @@ from store.validation import is_secret_name
 
 blp = Blueprint("secrets", __name__, url_prefix="/api/secrets", description="Owner secrets")
 
-MAX_VALUE_BYTES = 8 * KIB
 NAME_RULE = "A secret's name is an environment variable's: A-Z, 0-9 and _, starting with a letter."
 
 
 def _value(text: str) -> None:
     if "\0" in text:
         raise ma.ValidationError("A secret can't hold a NUL character.")
-    if len(text.encode()) > MAX_VALUE_BYTES:
-        raise ma.ValidationError(f"A secret holds at most {MAX_VALUE_BYTES // KIB} KiB.")
+    if len(text.encode()) > MAX_SECRET_BYTES:
+        raise ma.ValidationError(f"A secret holds at most {MAX_SECRET_BYTES // KIB} KiB.")
 
 
 class SecretPutSchema(ma.Schema):
