@@ -246,3 +246,21 @@ def test_load_skill_names_the_secrets_its_scripts_read_and_never_a_value(client,
     assert loaded.json["result"]["secrets"] == ["API_TOKEN"]
     assert "request_secret" in loaded.json["result"]["secrets_note"]
     assert VALUE not in loaded.text
+
+
+def test_a_secret_given_on_request_secrets_card_lets_the_skills_next_call_run(
+    client, auth, agent_auth
+):
+    import_skill(client, auth)
+    assert call(client, agent_auth)["error"]["code"] == "secret_missing"
+    asked = {"name": "API_TOKEN", "reason": "The API needs it.", "skill": "caller"}
+    body = {"arguments": asked, "chat_id": "chat-1"}
+    envelope = client.post("/api/tools/request_secret", headers=agent_auth, json=body).json
+    assert envelope["status"] == "pending_question", envelope
+
+    given = client.post(
+        f"/api/questions/{envelope['question_id']}", headers=auth, json={"secret": VALUE}
+    )
+
+    assert given.status_code == 200, given.json
+    assert call(client, agent_auth)["status"] != "failed"  # the card was the consent
