@@ -33,6 +33,7 @@ from store.limits import (
     MAX_WEB_REDIRECTS,
     WEB_CONTENT_BYTES,
     WEB_PAGE_SECONDS,
+    WEB_PAGES_AT_ONCE,
 )
 
 USER_AGENT = "skillfleet-read-web-page/1"
@@ -100,6 +101,13 @@ class TooManyRedirects(WebPageError):
     status = 502
 
 
+class ReadersBusy(WebPageError):
+    """Raised when this process already reads as many pages as it may at once."""
+
+    code = "web_busy"
+    status = 429
+
+
 class PageUnreachable(WebPageError):
     """Raised when the host can't be connected to or the connection breaks."""
 
@@ -113,6 +121,7 @@ class PageLimits:
 
     max_bytes: int = MAX_WEB_PAGE_BYTES
     seconds: float = WEB_PAGE_SECONDS
+    at_once: int = WEB_PAGES_AT_ONCE
     redirects: int = MAX_WEB_REDIRECTS
     content_bytes: int = WEB_CONTENT_BYTES
 

@@ -14,6 +14,7 @@ redirect's target passes these rules again.
 
 from __future__ import annotations
 
+import threading
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ from broker.errors import InvalidCall
 from broker.grants import host_key
 from broker.registry import Tool
 from broker.tiers import Tier
-from broker.webpages import AddressRefused, PageLimits, read_page
+from broker.webpages import AddressRefused, PageLimits, ReadersBusy, read_page
 from store.egress import Egress, EgressRefused
 from store.limits import MAX_WEB_URL_CHARS
 
@@ -61,6 +62,10 @@ class PageReader:
 
     egress: Egress = field(default_factory=Egress)
     limits: PageLimits = field(default_factory=PageLimits)
+    reading: threading.BoundedSemaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reading", threading.BoundedSemaphore(self.limits.at_once))
 
     def target(self, arguments: dict[str, Any]) -> WebTarget:
         """The call's URL, checked without asking DNS; InvalidUrl or AddressRefused if it
@@ -74,7 +79,14 @@ class PageReader:
 
     def __call__(self, context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
         url = self.target(arguments).url
-        return read_page(self.egress, url, self._redirect, self.limits)
+        if not self.reading.acquire(blocking=False):
+            raise ReadersBusy(
+                f"HOST: {self.limits.at_once} pages are being read already; try again shortly."
+            )
+        try:
+            return read_page(self.egress, url, self._redirect, self.limits)
+        finally:
+            self.reading.release()
 
     def _redirect(self, url: str) -> str:
         return self._checked(url, REDIRECT).url

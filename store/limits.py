@@ -124,6 +124,9 @@ MAX_WEB_URL_CHARS = 2048
 MAX_WEB_REDIRECTS = 5
 MAX_WEB_PAGE_BYTES = 2 * MIB
 WEB_PAGE_SECONDS = 15.0
+# Pages one API process reads at once: each holds a request thread for up to WEB_PAGE_SECONDS,
+# so slow sites may never take them all; a read past this fails at once (web_busy).
+WEB_PAGES_AT_ONCE = 4
 WEB_CONTENT_BYTES = RESULT_CAP - 4 * KIB
 MAX_PATH_CHARS = 1024  # a resource path read_skill_resource accepts
 MAX_LINT_WARNINGS = 50  # review warnings kept per skill

@@ -7,6 +7,7 @@ lists a test host in SKILLFLEET_EGRESS_ALLOW. Only loopback is ever connected to
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 from collections.abc import Iterator
@@ -20,12 +21,12 @@ from factories import skill_files, zip_bytes
 from netguard import watched_connections
 from sqlalchemy import select
 
-from broker.webpages import AddressRefused, PageLimits, PageTimeout
+from broker.webpages import AddressRefused, PageLimits, PageTimeout, ReadersBusy
 from broker.webtools import PageReader
 from store.db import transaction
 from store.egress import Egress
 from store.lifecycle import jobruns
-from store.limits import MAX_WEB_PAGE_BYTES, RESULT_CAP
+from store.limits import MAX_WEB_PAGE_BYTES, RESULT_CAP, WEB_PAGES_AT_ONCE
 from store.models import Grant
 from store.settings import Settings
 
@@ -312,7 +313,11 @@ def test_fifty_reads_at_once_each_ask_and_fifty_answers_for_the_chat_make_one_gr
         keys = session.scalars(select(Grant.key).where(Grant.scope == "chat")).all()
     assert keys == ["host:127.0.0.1"]
     calls = [client.get(f"/api/calls/{e['call_id']}", headers=auth).json for e in asked]
-    assert {call["status"] for call in calls} == {"done"}
+    # Fifty approved reads run at once: those past the process's limit fail at once, saying so.
+    ran = [call for call in calls if call["status"] == "done"]
+    busy = [call for call in calls if call["status"] != "done"]
+    assert len(ran) >= WEB_PAGES_AT_ONCE
+    assert {(call["status"], call["error_code"]) for call in busy} <= {("failed", "web_busy")}
     # The chat's turn made its 50 calls; a new turn reads the host without asking.
     assert read(client, agent_auth, f"{site}/data", "race", turn_id="t2")["status"] == "done"
 
@@ -422,14 +427,43 @@ class _Silent(BaseHTTPRequestHandler):
     """Sends headers, then nothing until released."""
 
     release = threading.Event()
+    arrived = threading.Semaphore(0)
 
     def log_message(self, *args: object) -> None:
         pass
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        self.arrived.release()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", "10")
         self.end_headers()
         self.wfile.flush()
         self.release.wait(10)
+
+
+def test_pages_past_the_processs_limit_fail_at_once_instead_of_taking_every_thread(site):
+    _Silent.release.clear()
+    with ThreadingHTTPServer(("127.0.0.1", 0), _Silent) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        reader = PageReader(Egress(["127.0.0.1"]), PageLimits(seconds=30, at_once=2))
+        held = {"url": f"http://127.0.0.1:{server.server_port}/"}
+        slow = [threading.Thread(target=_quietly, args=(reader, held)) for _ in range(2)]
+        try:
+            for thread in slow:
+                thread.start()
+            for _ in slow:
+                assert _Silent.arrived.acquire(timeout=10), "a slow read never reached the site"
+            with pytest.raises(ReadersBusy, match="2 pages are being read already"):
+                reader(None, {"url": f"{site}/page"})  # type: ignore[arg-type]
+        finally:
+            _Silent.release.set()
+            for thread in slow:
+                thread.join(15)
+            server.shutdown()
+    assert reader(None, {"url": f"{site}/page"})["status"] == 200  # type: ignore[arg-type]
+
+
+def _quietly(reader: PageReader, arguments: dict) -> None:
+    with contextlib.suppress(Exception):
+        reader(None, arguments)  # type: ignore[arg-type]
