@@ -20,6 +20,8 @@ from relay.connections import reply_text
 # What a push tells the owner: things that wait for them or went wrong.
 PUSH_TITLES = {
     "approval.waiting": "A call waits for your approval",
+    "question.waiting": "An agent asks you something",
+    "owner.notified": "A notice from your agent",
     "review.waiting": "A skill waits for your review",
     "run.failed": "A script run failed",
     "run.timed_out": "A script run timed out",

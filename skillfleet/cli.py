@@ -13,6 +13,7 @@ from skillfleet.cli_jobs import jobs
 from skillfleet.cli_mcp import mcp
 from skillfleet.cli_nodes import keys, nodes
 from skillfleet.cli_policy import policy
+from skillfleet.cli_questions import questions
 from skillfleet.cli_run import run
 from skillfleet.cli_runs import runs
 from skillfleet.cli_secrets import secrets
@@ -185,6 +186,7 @@ def tokens_create(owner_name: str, role: str, label: str | None) -> None:
 cli.add_command(skills)
 cli.add_command(policy)
 cli.add_command(approvals)
+cli.add_command(questions)
 cli.add_command(jobs)
 cli.add_command(worker)
 cli.add_command(run)

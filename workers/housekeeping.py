@@ -3,10 +3,11 @@
 `housekeep` (every `SKILLFLEET_HOUSEKEEPING_SECONDS`, 5 by default; relay/app.py) answers
 `interrupted` for runs, job runs and turns whose worker stopped beating, removes the oldest
 ended streams past the kept count (relay/retention.py) and wakes the notifier when a webhook
-retry is due. `sweep` (every `SKILLFLEET_SWEEP_SECONDS`, 60) expires approvals nobody answered,
-drops old turn counts and lets job runs whose approval was settled carry on; its task then
-delivers what notices a lost wake left behind. Neither task sends task events, and beat does
-not log sending them: Flower and beat's log show the work that was asked for, not the clock.
+retry is due. `sweep` (every `SKILLFLEET_SWEEP_SECONDS`, 60) expires approvals and questions
+nobody answered, drops old turn counts and lets job runs whose approval or question was settled
+carry on; its task then delivers what notices a lost wake left behind. Neither task sends task
+events, and beat does not log sending them: Flower and beat's log show the work that was asked
+for, not the clock.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import redis
 import structlog
 
-from broker import runs
+from broker import questions, runs
 from broker.approvals import expire_due
 from broker.turns import forget_old
 from relay import naming, notifier, retention
@@ -57,11 +58,12 @@ def retry_due(client: redis.Redis) -> int | None:
 
 
 def sweep(sessions: SessionFactory, send_job_run: Callable[[str], object]) -> int:
-    """The minute's round; returns how many approvals expired."""
+    """The minute's round; returns how many approvals and questions expired."""
     with transaction(sessions) as session:
         forget_old(session)
         expired = expire_due(session)
-    # A job run waiting on an approval that just expired ends `unanswered`.
+        expired += questions.expire_due(session)
+    # A job run waiting on an approval or question that just expired ends `unanswered`.
     for job_run_id in jobruns.settled_waiting(sessions):
         send_job_run(job_run_id)
     return expired

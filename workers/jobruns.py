@@ -1,8 +1,9 @@
 """Job runs on the control worker: the minute tick, running steps, resuming, reaping.
 
 A run's steps go through the broker exactly like a chat's calls, with the run's id as
-`job_run_id`. A step that waits for the owner leaves the run `waiting` and frees the worker;
-the answer (or the approval's expiry) sends the run's task again and it carries on from there.
+`job_run_id`. A step that waits for the owner (an approval, or ask_owner's question) leaves the
+run `waiting` and frees the worker; the answer (or the expiry) sends the run's task again and it
+carries on from there.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ NO_MODEL = (
     "the run stopped at this step."
 )
 LOST_WORKER = "The control worker running this job stopped; the run will not be started again."
+# A step's call in these waits for the owner (an approval, or ask_owner's question).
+FOR_OWNER = (CallStatus.PENDING_APPROVAL, CallStatus.PENDING_QUESTION)
 
 
 @dataclass
@@ -116,9 +119,7 @@ def settled_waiting(sessions: SessionFactory) -> list[str]:
     query = (
         select(JobRun.id)
         .join(ToolCall, ToolCall.id == JobRun.call_id)
-        .where(
-            JobRun.status == JobRunStatus.WAITING, ToolCall.status != CallStatus.PENDING_APPROVAL
-        )
+        .where(JobRun.status == JobRunStatus.WAITING, ToolCall.status.notin_(FOR_OWNER))
     )
     with sessions() as session:
         return list(session.scalars(query))
@@ -182,7 +183,7 @@ def _claim(context: JobContext, run_id: str) -> JobRun | None:
         call = session.get(ToolCall, current.call_id) if current and current.call_id else None
     if current is None or current.status != JobRunStatus.WAITING or call is None:
         return None
-    if call.status == CallStatus.PENDING_APPROVAL:
+    if call.status in FOR_OWNER:
         return None
     with transaction(context.sessions) as session:
         return jobruns.resume(session, run_id, context.worker)
@@ -271,6 +272,13 @@ def _settle(context: JobContext, job: Job, run: JobRun, call_id: str) -> str | N
         if waiting:
             message = f"Step {run.step + 1} ({call.tool}) waits for your approval."
             _notify(context.redis, job, run, JobRunStatus.WAITING, message, call.approval_id)
+        return JobRunStatus.WAITING
+    if call.status == CallStatus.PENDING_QUESTION:
+        with transaction(context.sessions) as session:
+            waiting = jobruns.wait(session, run.id, context.worker, call.id, None)
+        if waiting:
+            message = f"Step {run.step + 1} ({call.tool}) waits for your answer."
+            _notify(context.redis, job, run, JobRunStatus.WAITING, message)
         return JobRunStatus.WAITING
     outcome["error_code"] = call.error_code
     if call.status == CallStatus.RUNNING:

@@ -2,8 +2,9 @@
 
 Every tool call the model makes goes through the broker exactly like an agent's call to
 `POST /api/tools/<tool>` (the turn's id is its `turn_id`, so 50 calls per turn hold); a call
-that waits for the owner keeps the turn waiting until it is answered, the turn is stopped or its
-time runs out. Text and tool events stream to the turn's Redis Stream as they happen.
+that waits for the owner (an approval, or ask_owner's question) keeps the turn waiting until it
+is answered, the turn is stopped or its time runs out; a question nobody waits for any more is
+cancelled. Text and tool events stream to the turn's Redis Stream as they happen.
 
 The model sees the prompts and answers of the chat's last turns, not their tool results; the
 skill content the chat loaded is kept apart from that history and starts every turn
@@ -21,7 +22,7 @@ import redis
 import structlog
 from sqlalchemy import select
 
-from broker import loaded
+from broker import loaded, questions
 from broker.broker import Broker
 from broker.calls import CallOutcome, CallRequest
 from relay import events, heartbeat, naming
@@ -248,9 +249,13 @@ class _Loop:
         if outcome.status == CallStatus.PENDING_APPROVAL:
             waiting = {**shown, "call_id": outcome.call_id, "approval_id": outcome.approval_id}
             self.stream.add("approval", waiting)
+        if outcome.status == CallStatus.PENDING_QUESTION:
+            asked = {**shown, "call_id": outcome.call_id, "question_id": outcome.question_id}
+            self.stream.add("question", asked)
         if outcome.status in OPEN_STATES:
             settled = self._wait(outcome.call_id)
             if settled is None:
+                self._cancel_question(outcome.call_id)
                 return None
             outcome = settled
         result: dict[str, Any] = {
@@ -278,6 +283,12 @@ class _Loop:
             return CallOutcome("", "failed", error={"code": e.code, "message": e.message})
         self.calls += 1
         return outcome
+
+    def _cancel_question(self, call_id: str) -> None:
+        """Nobody waits for the answer of a question this turn asked any more."""
+        why = "the turn was stopped." if self._stop_requested() else "the turn ran out of time."
+        with transaction(self.context.sessions) as session:
+            questions.cancel(session, call_id, why)
 
     def _wait(self, call_id: str) -> CallOutcome | None:
         while not self._should_stop():

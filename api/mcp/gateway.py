@@ -328,9 +328,11 @@ class Gateway:
     async def _follow(
         self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
     ) -> dict[str, Any]:
-        """The call's envelope once it ended, or once its approval's wait ran out."""
+        """The call's envelope once it ended, or once its approval's (question's) wait ran out."""
         if envelope.get("status") == "pending_approval":
             envelope = await self._await_owner(ctx, rest, envelope)
+        if envelope.get("status") == "pending_question":
+            envelope = await self._await_answer(ctx, rest, envelope)
         if envelope.get("status") == "running" and envelope.get("run_id"):
             envelope = await self._follow_run(ctx, rest, envelope)
         return envelope
@@ -339,16 +341,41 @@ class Gateway:
         self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
     ) -> dict[str, Any]:
         """Wait for the owner to answer the call's approval, telling the client at each round."""
-        call_id, approval_id = envelope["call_id"], envelope.get("approval_id")
+        approval_id = envelope.get("approval_id")
         console = console_url(ctx, str(rest.http.base_url))
         waiting = await _waiting_for(rest, approval_id, console)
+        return await self._wait_while(ctx, rest, envelope, waiting)
+
+    async def _await_answer(
+        self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Wait for the owner to answer the call's question (ask_owner, request_secret)."""
+        question_id = envelope.get("question_id") or envelope["call_id"]
+        console = console_url(ctx, str(rest.http.base_url))
+        waiting = (
+            f"Waiting for the owner to answer question {question_id} in the console "
+            f"({console}, Approvals), with `skillfleet questions answer {question_id} ...` "
+            "or from a push notification."
+        )
+        return await self._wait_while(ctx, rest, envelope, waiting)
+
+    async def _wait_while(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        rest: Rest,
+        envelope: dict[str, Any],
+        waiting: str,
+    ) -> dict[str, Any]:
+        """The call's envelope once it left its waiting state, or when `approval_wait` ran out;
+        `waiting` is sent as a progress notification at each round."""
+        call_id, status = envelope["call_id"], envelope.get("status")
         deadline = time.monotonic() + self.approval_wait
         rounds = 0
         while (left := deadline - time.monotonic()) > 0:
             rounds += 1
             await ctx.session.report_progress(rounds, None, waiting)
             envelope = envelope_of(await rest.get_call(call_id, wait=min(left, APPROVAL_ROUND)))
-            if envelope.get("status") != "pending_approval":
+            if envelope.get("status") != status:
                 return envelope
         return envelope
 
@@ -451,7 +478,8 @@ def envelope_of(call: dict[str, Any]) -> dict[str, Any]:
     if "call_id" in call and "error_code" not in call:
         return call
     envelope = {
-        key: call.get(key) for key in ("call_id", "status", "result", "approval_id", "run_id")
+        key: call.get(key)
+        for key in ("call_id", "status", "result", "approval_id", "run_id", "question_id")
     }
     if call.get("error_code"):
         envelope["error"] = {"code": call["error_code"], "message": call.get("error_message")}
@@ -464,6 +492,13 @@ def result_of(envelope: dict[str, Any]) -> types.CallToolResult:
     result = envelope.get("result")
     if status == "pending_approval":
         return _unanswered(envelope)
+    if status == "pending_question":
+        call_id = envelope.get("call_id")
+        text = (
+            f"The owner has not answered question {envelope.get('question_id')} yet. Call "
+            f"{OUTCOME_TOOL} with call_id {call_id} later to collect the answer."
+        )
+        return _text_result(text, {"call_id": call_id, "status": "pending_question"})
     if status in ("running", "deciding"):
         return _text_result(
             f"The call {envelope.get('call_id')} is still {status}; call {OUTCOME_TOOL} with its "
