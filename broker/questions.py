@@ -169,17 +169,19 @@ def owned(session: Session, owner_id: int, question_id: str) -> Question:
 def expire_due(session: Session, owner_id: int | None = None) -> int:
     """Pending questions past their time become `unanswered`, their calls `expired`."""
     now = utcnow()
-    query = select(Question.id, Question.call_id, Question.created_at, Question.expires_at)
-    query = query.where(Question.status == PENDING, Question.expires_at <= now)
+    query = select(
+        Question.id, Question.owner_id, Question.kind, Question.created_at, Question.expires_at
+    ).where(Question.status == PENDING, Question.expires_at <= now)
     if owner_id is not None:
         query = query.where(Question.owner_id == owner_id)
     ended = 0
-    for question_id, call_id, created_at, expires_at in session.execute(query).all():
+    for question_id, owner, kind, created_at, expires_at in session.execute(query).all():
         if not questionstates.end_pending(session, question_id, QuestionStatus.UNANSWERED, now):
             continue  # answered or cancelled meanwhile
-        minutes = max(1, round((expires_at - created_at).total_seconds() / 60))
-        message = f"The owner did not answer within {minutes} minutes; go on without it."
-        calls.answer(session, call_id, CallStatus.EXPIRED, error=("unanswered", message))
+        waited = _duration((expires_at - created_at).total_seconds())
+        message = f"The owner did not answer within {waited}; go on without the answer."
+        calls.answer(session, question_id, CallStatus.EXPIRED, error=("unanswered", message))
+        _note_end(session, owner, question_id, kind, QuestionStatus.UNANSWERED)
         ended += 1
     return ended
 
@@ -187,8 +189,28 @@ def expire_due(session: Session, owner_id: int | None = None) -> int:
 def cancel(session: Session, call_id: str, why: str) -> bool:
     """The turn or job run that asked stopped: its pending question is cancelled and its call
     fails (`question_cancelled`); False when it was no longer pending."""
-    if not questionstates.end_pending(session, call_id, QuestionStatus.CANCELLED, utcnow()):
+    found = session.execute(
+        select(Question.owner_id, Question.kind).where(Question.id == call_id)
+    ).first()
+    cancelled = QuestionStatus.CANCELLED
+    if found is None or not questionstates.end_pending(session, call_id, cancelled, utcnow()):
         return False
     message = f"Nobody waits for the answer any more: {why}"
     calls.answer(session, call_id, CallStatus.FAILED, error=("question_cancelled", message))
+    _note_end(session, found.owner_id, call_id, found.kind, cancelled)
     return True
+
+
+def _note_end(
+    session: Session, owner_id: int, question_id: str, kind: str, status: QuestionStatus
+) -> None:
+    data = {"question_id": question_id, "call_id": question_id, "kind": kind, "status": status}
+    ownerevents.note(session, owner_id, "question.answered", data)
+
+
+def _duration(seconds: float) -> str:
+    """A wait in words: "30 minutes", "1 minute", "45 seconds"."""
+    if seconds < 60:
+        return f"{max(1, round(seconds))} seconds"
+    minutes = round(seconds / 60)
+    return f"{minutes} minute" + ("s" if minutes != 1 else "")

@@ -13,6 +13,7 @@ const signOut = document.getElementById("sign-out");
 const lazy = (file, name) => async (...args) => (await import(file))[name](...args);
 const ROUTES = [
   [/^#\/approvals$/, approvals.page, "approvals"],
+  [/^#\/questions$/, lazy("./questions.js", "page"), "questions"],
   [/^#\/runs$/, lazy("./runs.js", "page"), "runs"],
   [/^#\/runs\/([\w-]+)$/, lazy("./runs.js", "runPage"), "runs"],
   [/^#\/calls\/([\w-]+)$/, lazy("./calls.js", "callPage"), "calls"],
@@ -36,6 +37,9 @@ function onFeed(listener) {
 
 const onApprovals = () => ["", "#/approvals"].includes(location.hash);
 const onReview = () => location.hash === "#/review";
+const onQuestions = () => location.hash === "#/questions";
+const QUESTION_CHANGES = new Set(["question.created", "question.answered"]);
+const countQuestions = lazy("./questions.js", "refreshBadge");
 
 // What waits on the Review page (drafts and edit plans), counted in its tab. Feed events
 // come in bursts: one count at a time, and one more if any came meanwhile.
@@ -71,6 +75,7 @@ function startFeed() {
         approvals.refreshBadge();
       }
       if (REVIEW_CHANGES.has(event.kind) && !onReview()) countReview(); // Review counts itself
+      if (QUESTION_CHANGES.has(event.kind) && !onQuestions()) countQuestions(); // Questions counts itself
     },
     onState(state, error) {
       live.hidden = false;
@@ -182,6 +187,7 @@ function start() {
   if (!stopFeed) startFeed();
   if (!onApprovals()) approvals.refreshBadge(); // the approvals page sets it itself
   if (!onReview()) countReview();
+  if (!onQuestions()) countQuestions();
   render();
 }
 

@@ -1,0 +1,53 @@
+"""The console's Questions page: a question's choices are buttons, a secret is typed into a
+password field, and both end the agent's waiting call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browsing import browser, call_tool, page, signed_in  # fixtures and helpers
+from fleet import Fleet, fleet, sqlite_settings, wait_until
+
+__all__ = ["browser", "page"]
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Fleet]:
+    """The API alone, which serves the console: asking needs no worker."""
+    with fleet(sqlite_settings(tmp_path_factory.mktemp("console-q"), sqlite_template)) as started:
+        yield started
+
+
+def call_of(console: Fleet, call_id: str) -> dict[str, Any]:
+    with console.http() as client:
+        return dict(client.get(f"/api/calls/{call_id}").json())
+
+
+def test_questions_are_answered_with_a_choice_and_a_secret_from_their_cards(
+    page: Any, console: Fleet
+) -> None:
+    question = call_tool(console, "ask_owner", {"question": "Ship it?", "choices": ["yes", "no"]})
+    secret = call_tool(console, "request_secret", {"name": "SHIP_TOKEN", "reason": "To ship."})
+    signed_in(page, console)
+    page.wait_for_selector("#question-count:not([hidden])")
+    page.goto(f"{console.url}/#/questions")
+    page.wait_for_selector("main[data-ready=questions]")
+    card = page.locator(f"[data-question-id='{question['question_id']}']")
+    assert card.locator(".question-text").inner_text() == "Ship it?"
+    card.get_by_role("button", name="no").click()
+    wait_until(lambda: call_of(console, question["call_id"])["status"] == "done", 10, "the answer")
+    assert call_of(console, question["call_id"])["result"] == {"answer": "no"}
+    secret_card = page.locator(f"[data-question-id='{secret['question_id']}']")
+    field = secret_card.locator("input[name=secret]")
+    assert field.get_attribute("type") == "password"
+    assert field.get_attribute("autocomplete") == "off"
+    field.fill("tok-123")
+    secret_card.get_by_role("button", name="Store secret").click()
+    wait_until(lambda: call_of(console, secret["call_id"])["status"] == "done", 10, "the secret")
+    assert call_of(console, secret["call_id"])["result"] == {"stored": True, "name": "SHIP_TOKEN"}
+    page.wait_for_selector("#questions .empty")
+    settled = page.locator("#settled").inner_text()
+    assert "SHIP_TOKEN" in settled and "tok-123" not in settled
