@@ -351,11 +351,11 @@ class Gateway:
     ) -> dict[str, Any]:
         """Wait for the owner to answer the call's question (ask_owner, request_secret)."""
         question_id = envelope.get("question_id") or envelope["call_id"]
-        console = console_url(ctx, str(rest.http.base_url))
+        console = console_url(ctx, str(rest.http.base_url)).rsplit("#", 1)[0] + "#/questions"
         waiting = (
             f"Waiting for the owner to answer question {question_id} in the console "
-            f"({console}, Approvals), with `skillfleet questions answer {question_id} ...` "
-            "or from a push notification."
+            f"({console}), with `skillfleet questions answer {question_id} ...` or from a "
+            "push notification."
         )
         return await self._wait_while(ctx, rest, envelope, waiting)
 

@@ -39,6 +39,6 @@ def test_ask_owner_over_mcp_waits_and_returns_the_owners_answer(served):
         return await client.call_tool("ask_owner", arguments, progress_callback=noted)
 
     result = using(mcp_client(served, owner.agent), scenario)
-    assert told and "skillfleet questions answer" in told[0]
+    assert told and "skillfleet questions answer" in told[0] and "#/questions" in told[0]
     assert not result.is_error, result.content
     assert result.structured_content == {"answer": "blue"}
