@@ -20,6 +20,7 @@ DICT_METHODS = {"update"}
 # Attributes named `status` that are not a state machine's column, with why.
 NOT_A_COLUMN = {
     ("api/errors.py", "self.status"): "an API error's HTTP status",
+    ("workers/runners/egress_proxy.py", "self.status"): "the egress proxy's HTTP refusal",
 }
 
 
