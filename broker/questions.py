@@ -30,6 +30,7 @@ REQUEST_SECRET = "request_secret"
 ASKING = frozenset({ASK_OWNER, REQUEST_SECRET})
 QUESTION, SECRET = "question", "secret"
 PENDING = QuestionStatus.PENDING
+ID_CHARS = 36
 
 
 class QuestionError(BrokerError):
@@ -160,10 +161,18 @@ def _check_value(value: str, what: str) -> None:
 
 def owned(session: Session, owner_id: int, question_id: str) -> Question:
     """The owner's question, locked for answering; 404 for anyone else's or none."""
-    found = session.scalar(select(Question).where(Question.id == question_id).with_for_update())
+    found = None
+    if _is_id(question_id):  # a NUL would not even reach PostgreSQL's comparison
+        query = select(Question).where(Question.id == question_id).with_for_update()
+        found = session.scalar(query)
     if found is None or found.owner_id != owner_id:
         raise QuestionNotFound(f"You have no question '{question_id[:64]}'.")
     return found
+
+
+def _is_id(text: str) -> bool:
+    """Whether `text` could be a question's id (its call's: a UUID's 36 characters)."""
+    return 0 < len(text) <= ID_CHARS and text.isprintable()
 
 
 def expire_due(session: Session, owner_id: int | None = None) -> int:

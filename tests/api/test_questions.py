@@ -3,14 +3,13 @@ owner answers over REST, and a secret's value reaches only the sealed owner_secr
 
 from __future__ import annotations
 
-import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from fleet import wait_until
 from sqlalchemy import select, text, update
 from test_authoring_loop import owned_skill
 
@@ -42,39 +41,24 @@ def pending(client, auth) -> list[dict[str, Any]]:
     return list(response.json)
 
 
-class Waiting:
-    """A `?wait=` tool call made in a thread of its own, as an agent waiting would."""
-
-    def __init__(self, app, auth, tool: str, arguments: dict[str, Any]) -> None:
-        self.envelope: dict[str, Any] | None = None
-
-        def make() -> None:
-            self.envelope = call(app.test_client(), auth, tool, arguments, wait=30)
-
-        self.thread = threading.Thread(target=make)
-        self.thread.start()
-
-    def result(self) -> dict[str, Any]:
-        self.thread.join(timeout=40)
-        assert self.envelope is not None
-        return self.envelope
-
-
-def test_ask_owner_waits_until_the_owner_answers_and_the_agent_gets_the_answer(
-    app, client, auth, agent_auth
+def test_ask_owner_waits_pending_until_the_owner_answers_and_the_agent_gets_the_answer(
+    client, auth, agent_auth
 ):
-    waiting = Waiting(app, agent_auth, "ask_owner", {"question": "Deploy now?"})
-    [question] = wait_until(lambda: pending(client, auth), 20, "the question to be pending")
+    # Waiting through a `?wait=` while the owner answers is tested over real HTTP
+    # (tests/skillfleet/test_cli_questions.py, tests/api/test_mcp_questions.py).
+    envelope = call(client, agent_auth, "ask_owner", {"question": "Deploy now?"})
+    [question] = pending(client, auth)
     assert question["kind"] == "question" and question["text"] == "Deploy now?"
-    call_row = client.get(f"/api/calls/{question['call_id']}", headers=auth).json
+    assert question["id"] == envelope["question_id"] == envelope["call_id"]
+    call_row = client.get(f"/api/calls/{question['call_id']}", headers=agent_auth).json
     assert call_row["status"] == "pending_question"
     assert call_row["question_id"] == question["id"]
     answered = answer(client, auth, question["id"], answer="Yes, go")
     assert answered.status_code == 200, answered.json
     assert answered.json["status"] == "answered" and answered.json["answer"] == "Yes, go"
-    envelope = waiting.result()
-    assert envelope["status"] == "done"
-    assert envelope["result"] == {"answer": "Yes, go"}
+    ended = client.get(f"/api/calls/{envelope['call_id']}?wait=5", headers=agent_auth).json
+    assert ended["status"] == "done"
+    assert ended["result"] == {"answer": "Yes, go"}
     again = answer(client, auth, question["id"], answer="No")
     assert again.status_code == 409 and again.json["code"] == "question_answered"
 
@@ -220,12 +204,18 @@ def owner_of(services, client, auth) -> int:
         return session.get(ToolCall, call_id).owner_id
 
 
-def test_notify_owner_sends_a_notice_and_stops_at_the_turn_limit(services, client, auth):
-    # Owner ids repeat from one test database to the next; the test Redis keeps their counts.
+def fresh_notices(services, client, auth) -> int:
+    """The owner's id, with no notices counted this hour: owner ids repeat from one test
+    database to the next, and the test Redis keeps their counts."""
     owner_id = owner_of(services, client, auth)
     hour = naming.notices_of_hour(owner_id, 0).removesuffix("0")
     for key in services.redis.scan_iter(hour + "*"):
         services.redis.delete(key)
+    return owner_id
+
+
+def test_notify_owner_sends_a_notice_and_stops_at_the_turn_limit(services, client, auth):
+    owner_id = fresh_notices(services, client, auth)
     turn = {"turn_id": f"t-{uuid.uuid4().hex}"}
     sent = [
         call(client, auth, "notify_owner", {"message": f"n{i}", "level": "warning"}, **turn)
@@ -247,22 +237,52 @@ def test_notify_owner_sends_a_notice_and_stops_at_the_turn_limit(services, clien
     assert bad["status"] == "failed" and bad["error"]["code"] == "invalid_call"
 
 
+def test_fifty_notices_at_once_in_one_turn_send_exactly_the_turns_limit(app, services, auth):
+    owner_id = fresh_notices(services, app.test_client(), auth)
+    turn = {"turn_id": f"t-{uuid.uuid4().hex}"}
+
+    def one(number: int) -> dict[str, Any]:
+        arguments = {"message": f"burst {number}"}
+        return call(app.test_client(), auth, "notify_owner", arguments, **turn)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        envelopes = list(pool.map(one, range(50)))
+    done = [e for e in envelopes if e["status"] == "done"]
+    assert len(done) == 3
+    assert {e["error"]["code"] for e in envelopes if e not in done} == {"notify_limit"}
+    turn_key = naming.notices_of_turn(owner_id, turn["turn_id"])
+    assert int(services.redis.get(turn_key)) == 3  # refused notices are not counted
+
+
+def test_notify_owner_stops_at_the_owners_hourly_limit(services, client, auth):
+    owner_id = fresh_notices(services, client, auth)
+    now = int(time.time()) // 3600
+    hour = naming.notices_of_hour(owner_id, now)
+    for at in (now, now + 1):  # the call may come in the next hour
+        services.redis.set(naming.notices_of_hour(owner_id, at), 20, ex=7200)
+    refused = call(client, auth, "notify_owner", {"message": "one more"}, turn_id="t-new")
+    assert refused["status"] == "failed" and refused["error"]["code"] == "notify_limit"
+    assert "this hour" in refused["error"]["message"]
+    assert int(services.redis.get(hour)) == 20  # a refused notice is not counted
+
+
 # -- request_secret -------------------------------------------------------------------------
 
 
 def test_request_secret_stores_the_value_sealed_and_the_model_sees_only_its_name(
-    app, services, client, auth, agent_auth
+    services, client, auth, agent_auth
 ):
     owned_skill(client, auth, "deployer")
     arguments = {"name": "DEPLOY_TOKEN", "reason": "To deploy.", "skill": "deployer"}
-    waiting = Waiting(app, agent_auth, "request_secret", arguments)
-    [question] = wait_until(lambda: pending(client, auth), 20, "the secret question")
+    asked = call(client, agent_auth, "request_secret", arguments)
+    assert asked["status"] == "pending_question"
+    [question] = pending(client, auth)
     assert question["kind"] == "secret" and question["secret_name"] == "DEPLOY_TOKEN"
     plain = answer(client, auth, question["id"], answer=PLAINTEXT)
     assert plain.status_code == 422 and plain.json["code"] == "answer_kind"
     given = answer(client, auth, question["id"], secret=PLAINTEXT)
     assert given.status_code == 200 and given.json["answer"] is None
-    envelope = waiting.result()
+    envelope = client.get(f"/api/calls/{asked['call_id']}?wait=5", headers=agent_auth).json
     assert envelope["status"] == "done"
     assert envelope["result"] == {"stored": True, "name": "DEPLOY_TOKEN"}
     assert PLAINTEXT not in str(envelope)
