@@ -46,6 +46,7 @@ MAX_QUEUED = 2_000  # entries a subscription may hold unread before it is droppe
 READ_COUNT = 500  # entries per key per read
 ASYNC_CONNECTIONS = 32  # per client
 WAKE_TTL_SECONDS = 3_600
+STOP_SECONDS = 0.2  # a stopping hub's read has this long to end before its connection is closed
 OUTAGES = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
@@ -168,6 +169,9 @@ class StreamHub:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+            done, _ = await asyncio.wait({self._task}, timeout=STOP_SECONDS)
+            if not done:  # the read swallowed the cancellation: end it by closing its connection
+                await self.reader.connection_pool.disconnect(inuse_connections=True)
             await asyncio.gather(self._task, return_exceptions=True)
         for client in (self.client, self.reader):
             try:
@@ -243,18 +247,23 @@ class StreamHub:
         return reply_text(newest[0][0]) if newest else "0-0"
 
     async def _read_forever(self) -> None:
-        while True:
+        this = asyncio.current_task()
+        while this is None or not this.cancelling():  # a read may have swallowed the cancel
             streams: dict[Any, Any] = {k: w.position for k, w in self.watched.items()}
             streams[self.wake_key] = self._wake_position
             try:
                 reply: Any = await self.reader.xread(streams, block=MAX_BLOCK_MS, count=READ_COUNT)
             except Exception as e:  # an outage, or a refusal (a replica, a missing permission)
+                if this is not None and this.cancelling():
+                    # redis-py's read may swallow a cancellation and fail later: still cancelled
+                    raise asyncio.CancelledError from e
                 self.outages += 1
                 log.warning("stream hub read failed", error=repr(e))
                 await asyncio.sleep(REDIS_RETRY_SECONDS)
                 continue
             for raw_key, entries in reply or []:
                 self._hand_out(reply_text(raw_key), entries)
+        raise asyncio.CancelledError
 
     def _hand_out(self, key: str, entries: Iterable[Any]) -> None:
         listed = list(entries)
