@@ -42,6 +42,8 @@ from store.tokens import create_node_token, create_owner_token
 PYTHON = sys.executable
 # Generous: it bounds only a failure, and a busy machine starts a worker slowly.
 START_LIMIT = 60.0
+# Seconds a fleet's process has to exit at the end of its test before it is killed.
+TEARDOWN_PATIENCE = 3.0
 
 
 def process_ended(pid: int) -> bool:
@@ -164,12 +166,14 @@ class Fleet:
         if exited():
             raise AssertionError(f"{label} exited; its log ends:\n{self.log_tail(label)}")
 
-    def kill(self, label: str, sig: int = signal.SIGTERM) -> None:
+    def kill(self, label: str, sig: int = signal.SIGTERM, patience: float = 20) -> None:
+        """Send `sig` to the process's group; SIGKILL when it has not exited after `patience`
+        seconds (a worker's warm shutdown waits for the runs it serves)."""
         process = self.processes.pop(label)
         if process.poll() is None:
             os.killpg(process.pid, sig)
             try:
-                process.wait(timeout=20)
+                process.wait(timeout=patience)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
@@ -243,8 +247,8 @@ def fleet(settings: Settings) -> Iterator[Fleet]:
     try:
         yield running
     finally:
-        for label in list(running.processes):
-            running.kill(label)
+        for label in list(running.processes):  # nothing after a test waits on a run left
+            running.kill(label, patience=TEARDOWN_PATIENCE)
         server.stop()
         services.engine.dispose()
 

@@ -44,6 +44,17 @@ def running(tmp_path: Path, database_url: str) -> Iterator[Fleet]:
         yield started
 
 
+@pytest.fixture
+def quick(tmp_path: Path, database_url: str) -> Iterator[Fleet]:
+    """A fleet that finds a dead worker within seconds (heartbeats and housekeeping sped up)."""
+    settings = Settings(
+        data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL,
+        heartbeat_seconds=0.5, worker_alive_seconds=2.0, housekeeping_seconds=0.5,
+    )  # fmt: skip
+    with fleet(settings) as started:
+        yield started
+
+
 class SseReader(threading.Thread):
     """Reads a run's SSE stream in the background, keeping every frame and when it came."""
 
@@ -119,7 +130,8 @@ def test_a_long_poll_on_a_quiet_script_answers_done_not_redis_unavailable(runnin
     assert answer.json()["result"]["stdout"] == "start\nend\n"
 
 
-def test_an_sse_client_gets_interrupted_when_the_worker_running_the_script_dies(running):
+def test_an_sse_client_gets_interrupted_when_the_worker_running_the_script_dies(quick):
+    running = quick
     node = f"t-{uuid.uuid4().hex[:8]}"
     running.start("control", "worker", "control")
     running.start("beat", "beat")
