@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -137,6 +138,7 @@ CHANGES = ("approval.created", "approval.answered", "call.finished", "run.state"
 def read_feed(client, auth, count: int, last_id: str = "0-0") -> list[dict[str, object]]:
     """The first `count` state-change events of the owner's SSE feed after `last_id`."""
     headers = {**auth, "Last-Event-ID": last_id}
+    before = set(threading.enumerate())
     response = client.get("/api/events", headers=headers, buffered=False)
     assert response.status_code == 200
     assert response.mimetype == "text/event-stream"
@@ -155,6 +157,10 @@ def read_feed(client, auth, count: int, last_id: str = "0-0") -> list[dict[str, 
                 )
     finally:
         response.close()
+    # The test client serves the stream as a plain WSGI server does, from a helper thread with
+    # a loop of its own; the close ends it, even when redis-py's blocked read swallowed the
+    # cancellation (the thread would live on until the read's block ran out).
+    assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []
     return events
 
 
