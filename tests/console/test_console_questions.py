@@ -51,3 +51,25 @@ def test_questions_are_answered_with_a_choice_and_a_secret_from_their_cards(
     page.wait_for_selector("#questions .empty")
     settled = page.locator("#settled").inner_text()
     assert "SHIP_TOKEN" in settled and "tok-123" not in settled
+
+
+def test_the_secrets_page_sets_lists_and_deletes_a_secret_without_ever_showing_its_value(
+    page: Any, console: Fleet
+) -> None:
+    signed_in(page, console)
+    page.goto(f"{console.url}/#/secrets")
+    page.wait_for_selector("main[data-ready=secrets]")
+    assert page.locator("#secret-value").get_attribute("type") == "password"
+    page.fill("#secret-name", "DEPLOY_KEY")
+    page.fill("#secret-value", "dk-9f8e7d")
+    page.locator("#secret-form button[type=submit]").click()
+    row = page.locator("#secrets tr", has=page.locator("code", has_text="DEPLOY_KEY"))
+    row.wait_for()
+    assert "dk-9f8e7d" not in page.content()
+    with console.http() as client:
+        listed = client.get("/api/secrets").json()["secrets"]
+    assert [(s["name"], s["skill"]) for s in listed] == [("DEPLOY_KEY", None)]
+    row.get_by_role("button", name="Delete").click()
+    page.wait_for_selector("#secrets p.muted")
+    with console.http() as client:
+        assert client.get("/api/secrets").json()["secrets"] == []
