@@ -56,6 +56,7 @@ def test_questions_are_answered_with_a_choice_and_a_secret_from_their_cards(
 def test_the_secrets_page_sets_lists_and_deletes_a_secret_without_ever_showing_its_value(
     page: Any, console: Fleet
 ) -> None:
+    console = console.with_new_owner()  # its secrets alone on the page
     signed_in(page, console)
     page.goto(f"{console.url}/#/secrets")
     page.wait_for_selector("main[data-ready=secrets]")
