@@ -247,12 +247,12 @@ def test_a_recursive_fork_bomb_is_contained_and_the_container_still_ends(
     client: docker.DockerClient,
 ) -> None:
     # A bash fork bomb whose every process forks twice and waits, so the tree keeps growing
-    # until fork fails; bounded by `timeout` (the container's pid 1), which stops it after 20 s
-    # (SIGTERM, then SIGKILL 5 s later if anything is left). Which limit stops the tree first
+    # until fork fails; bounded by `timeout` (the container's pid 1), which stops it after 8 s
+    # (SIGTERM, then SIGKILL 3 s later if anything is left). Which limit stops the tree first
     # depends on the host: the pids limit (EAGAIN, bash retries until `timeout` ends it) or the
     # memory limit (ENOMEM, bash gives up and the tree unwinds by itself with a failure status).
     bomb = "bomb() { bomb & bomb & wait; }; bomb"
-    finished = run(client, ["timeout", "-k", "5", "20", "bash", "-c", bomb], timeout=60)
+    finished = run(client, ["timeout", "-k", "3", "8", "bash", "-c", bomb], timeout=60)
 
     assert not finished.timed_out, "the container did not end after the fork bomb"
     assert finished.exit_code != 0
