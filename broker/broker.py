@@ -452,9 +452,7 @@ class Broker:
         assert call is not None
         tool = self.registry.get(approval.tool)
         try:
-            plan = plan_call(
-                tool, _replayable(approval), self.store, approval.owner_id, self.redis
-            )
+            plan = plan_call(tool, _replayable(approval), self.store, approval.owner_id, self.redis)
         except SkillfleetError as e:
             return self._fail(call, None, e, new=False)
         if plan.skill is not None and plan.skill.hash != approval.skill_hash:

@@ -113,9 +113,7 @@ def step_done(session: Session, run: JobRun, worker: str, outcome: dict[str, Any
     return moved is not None
 
 
-def wait(
-    session: Session, run_id: str, worker: str, call_id: str, approval_id: str | None
-) -> bool:
+def wait(session: Session, run_id: str, worker: str, call_id: str, approval_id: str | None) -> bool:
     """running -> waiting: the current step's call waits for the owner's answer."""
     return (
         _running(
