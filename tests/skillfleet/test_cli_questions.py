@@ -53,7 +53,8 @@ def test_a_question_is_listed_and_answered_from_the_command_line_while_the_agent
         "the question to be listed",
     )
     assert listed.exit_code == 0 and "eu | us" in listed.output
-    question_id = listed.output.splitlines()[1].split()[0]
+    [row] = [line for line in listed.output.splitlines() if "Which region?" in line]
+    question_id = row.split()[0]
     refused = questions(running, "answer", question_id, "asia")
     assert refused.exit_code == 1 and "answer_invalid" in refused.output
     answered = questions(running, "answer", question_id, "eu")
