@@ -224,7 +224,14 @@ def test_review_shows_drafts_and_edit_plans_with_their_diffs_and_acts_on_them(
     page.locator(f"article[data-approval-id='{plan['approval_id']}']").get_by_role(
         "button", name="Approve"
     ).click()
-    page.wait_for_selector(f".notice:has-text('Approved the edit of {edited}.')")
+    try:
+        page.wait_for_selector(f".notice:has-text('Approved the edit of {edited}.')")
+    except Exception as e:  # say what the page said instead (seen once under load)
+        error = page.locator("#error")
+        shown = error.inner_text() if error.is_visible() else "no error shown"
+        with console.http() as client:
+            call = client.get(f"/api/calls/{plan['call_id']}").json()
+        raise AssertionError(f"no notice; the page: {shown!r}; the call: {call}") from e
     page.wait_for_selector(f"article[data-approval-id='{plan['approval_id']}']", state="detached")
     with console.http() as client:
         script = client.get(f"/api/skills/{edited}/files/scripts/tick.py")
