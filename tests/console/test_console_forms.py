@@ -220,7 +220,9 @@ def test_review_shows_drafts_and_edit_plans_with_their_diffs_and_acts_on_them(
     assert f"The skill '{moved}' changed after you were asked" in banner.inner_text()
     assert "(skill_changed)" in banner.inner_text()
 
-    # Approve an edit: written at once, its card gone.
+    # Approve an edit: written at once, its card gone. The refusal redraws the cards (and the
+    # feed's news of it may too): click once they stand still.
+    page.wait_for_selector("#review:not([aria-busy])")
     page.locator(f"article[data-approval-id='{plan['approval_id']}']").get_by_role(
         "button", name="Approve"
     ).click()

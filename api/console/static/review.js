@@ -133,6 +133,7 @@ export async function page({ main, onFeed }) {
       return loading.promise;
     }
     loading = { again: false };
+    body.setAttribute("aria-busy", "true"); // the cards are being redrawn
     loading.promise = (async () => {
       try {
         let shown;
@@ -143,6 +144,7 @@ export async function page({ main, onFeed }) {
         return shown;
       } finally {
         loading = null;
+        body.removeAttribute("aria-busy");
       }
     })();
     return loading.promise;
