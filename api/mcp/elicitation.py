@@ -42,6 +42,7 @@ from starlette.requests import Request
 log = structlog.get_logger(__name__)
 
 APPROVALS_ROUTE = "/#/approvals"  # the console's page where the owner answers approvals
+QUESTIONS_ROUTE = "/#/questions"  # and where they answer questions and type secrets
 REQUEST_KEY = "approval"  # the elicitation's key among the result's input requests
 
 
@@ -94,11 +95,14 @@ async def ask_to_open(
     return answer.action != "accept"
 
 
-def console_url(ctx: ServerRequestContext[Any, Any], api_url: str) -> str:
-    """The console's approvals page on the address the client reached `/mcp` at (the console
-    is served on the API's port), else on `api_url` (stdio has no request)."""
+def console_url(
+    ctx: ServerRequestContext[Any, Any], api_url: str, route: str = APPROVALS_ROUTE
+) -> str:
+    """The console's page `route` (its approvals, unless named) on the address the client
+    reached `/mcp` at (the console is served on the API's port), else on `api_url` (stdio has
+    no request)."""
     base = str(ctx.request.base_url) if isinstance(ctx.request, Request) else api_url
-    return base.rstrip("/") + APPROVALS_ROUTE
+    return base.rstrip("/") + route
 
 
 def open_console(url: str, message: str, call_id: str) -> types.InputRequiredResult:

@@ -36,6 +36,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 
 from api.mcp.elicitation import (
+    QUESTIONS_ROUTE,
     StateError,
     ask_to_open,
     can_be_asked_to_open,
@@ -351,7 +352,7 @@ class Gateway:
     ) -> dict[str, Any]:
         """Wait for the owner to answer the call's question (ask_owner, request_secret)."""
         question_id = envelope.get("question_id") or envelope["call_id"]
-        console = console_url(ctx, str(rest.http.base_url)).rsplit("#", 1)[0] + "#/questions"
+        console = console_url(ctx, str(rest.http.base_url), QUESTIONS_ROUTE)
         waiting = (
             f"Waiting for the owner to answer question {question_id} in the console "
             f"({console}), with `skillfleet questions answer {question_id} ...` or from a "
