@@ -189,6 +189,16 @@ def services(settings: Settings) -> Iterator[Services]:
 
 
 @pytest.fixture
+def live_redis(services: Services) -> Iterator[redis.Redis]:
+    """The services' Redis, known to answer (else the test is skipped, or fails in CI)."""
+    try:
+        services.redis.ping()
+    except redis.RedisError:
+        missing_service(f"Redis at {REDIS_URL}")
+    yield services.redis
+
+
+@pytest.fixture
 def app(services: Services) -> Flask:
     return create_app(services=services)
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import redis
-from conftest import REDIS_URL, missing_service
 
 from api.services import Services
 from broker.policy import CallFacts, load_builtin_policy
@@ -18,15 +15,6 @@ from relay import heartbeat, naming
 from store.db import transaction
 from store.models import Node
 from store.tokens import create_node_token
-
-
-@pytest.fixture
-def live_redis(services: Services) -> Iterator[redis.Redis]:
-    try:
-        services.redis.ping()
-    except redis.RedisError:
-        missing_service(f"Redis at {REDIS_URL}")
-    yield services.redis
 
 
 def register(services: Services, name: str) -> str:

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import REDIS_URL, missing_service
 from factories import skill_zip
 from flask.testing import FlaskClient
 
@@ -50,15 +49,6 @@ def upload(client: FlaskClient, auth: dict[str, str], name: str) -> dict[str, An
 @pytest.fixture
 def web01(services: Services) -> dict[str, str]:
     return register(services, "web01")
-
-
-@pytest.fixture
-def live_redis(services: Services) -> Iterator[redis.Redis]:
-    try:
-        services.redis.ping()
-    except redis.RedisError:
-        missing_service(f"Redis at {REDIS_URL}")
-    yield services.redis
 
 
 @pytest.fixture
