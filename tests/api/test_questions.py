@@ -127,17 +127,20 @@ def test_an_oversized_answer_body_is_refused(client, auth):
     assert response.status_code == 413
 
 
-def test_two_answers_at_once_exactly_one_wins(app, auth):
+def test_fifty_answers_at_once_exactly_one_wins_and_its_answer_is_the_agents(app, auth):
     client = app.test_client()
     question_id = call(client, auth, "ask_owner", {"question": "Race?"})["question_id"]
 
     def one(word: str) -> int:
         return answer(app.test_client(), auth, question_id, answer=word).status_code
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        statuses = list(pool.map(one, [f"a{i}" for i in range(16)]))
+    words = [f"a{i}" for i in range(50)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        statuses = list(pool.map(one, words))
     assert statuses.count(200) == 1
     assert set(statuses) == {200, 409}
+    shown = client.get(f"/api/calls/{question_id}", headers=auth).json
+    assert shown["status"] == "done" and shown["result"] == {"answer": words[statuses.index(200)]}
 
 
 def test_bad_questions_fail_at_once_without_asking(client, auth):
