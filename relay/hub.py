@@ -189,8 +189,11 @@ class StreamHub:
         """Follow `key` after entry id `after` (a concrete id): the subscription and the first
         page of what the key already holds after `after` (the rest comes from `next`).
 
-        A key new to the hub wakes the reader in the catch-up's round trip, and the reader
-        takes it from its newest entry on: what is older comes through the pages.
+        A key new to the hub wakes the reader in the catch-up's round trip. When its first
+        subscriber is still alone once its catch-up is back, the reader takes the key from its
+        newest entry on (what is older comes through the pages); when others joined meanwhile,
+        their catch-ups may have reached Redis before this one, so the reader goes on from
+        `after` and every subscription skips what it already has.
         """
         subscription = Subscription(self, key, after)
         watched = self.watched.get(key)
@@ -211,7 +214,7 @@ class StreamHub:
             raise
         newest, reply = replies[-2], replies[-1]
         page = [entry_event(i, f) for _k, entries in reply or [] for i, f in entries]
-        if new and newest:
+        if new and newest and watched.subscribers == {subscription}:
             watched.advance(reply_text(newest[0][0]))
         if page:
             subscription.position = page[-1].id

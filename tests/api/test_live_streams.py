@@ -189,6 +189,7 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
             heard = await asyncio.wait_for(asyncio.gather(*feeds), 30)
             lines = await asyncio.wait_for(asyncio.gather(*watchers), 60)
             return {
+                "run_id": run_id,
                 "health": health,
                 "tool": tool,
                 "answers": answers,
@@ -198,7 +199,7 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
 
     seen = asyncio.run(scenario())
 
-    everyone_answered(seen)
+    everyone_answered(seen, stream_of(running, seen["run_id"]))
     # Closing every connection frees every slot and every subscription.
     still = lambda: [type(s.handoff.job).__name__ for s in tier(running).open]  # noqa: E731
     try:
@@ -210,7 +211,13 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
     wait_until(lambda: slots_of(running, running.owner_token) == 0, 30, "every slot to free")
 
 
-def everyone_answered(seen: dict) -> None:
+def stream_of(running: Fleet, run_id: str) -> list[str]:
+    """The run's stream as Redis holds it, one line per entry, for a failure's report."""
+    entries = running.redis.xrange(naming.run_stream(run_id))
+    return [f"{entry_id!r} {fields!r}" for entry_id, fields in entries]
+
+
+def everyone_answered(seen: dict, stream: list[str]) -> None:
     """Health and the tool call answered; every waiter, feed and watcher got all it waited for."""
 
     assert seen["health"].status_code == 200
@@ -219,10 +226,17 @@ def everyone_answered(seen: dict) -> None:
     assert all(a["result"]["exit_code"] == 0 for a in seen["answers"])
     for events in seen["heard"]:
         assert len([e for e in events if e.get("status") == "approved"]) == WAITERS
-    for events in seen["lines"]:
-        printed = "".join(e["text"] for e in events if "text" in e)
-        assert printed == "".join(f"line {i}\n" for i in range(20))
-        assert events[-1]["status"] == "succeeded"
+    expected = "".join(f"line {i}\n" for i in range(20))
+    printed = ["".join(e["text"] for e in events if "text" in e) for events in seen["lines"]]
+    short = [i for i, text in enumerate(printed) if text != expected]
+    report = "\n".join(
+        [f"{len(short)} of {WATCHERS} watchers missed output; the first heard:", printed[short[0]]]
+        + ["the stream holds:", *stream]
+        if short
+        else []
+    )
+    assert not short, report
+    assert all(events[-1]["status"] == "succeeded" for events in seen["lines"])
 
 
 def test_past_its_limit_a_token_gets_429_too_many_streams_until_one_closes(running: Fleet):
