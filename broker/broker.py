@@ -112,6 +112,10 @@ class Broker:
             if decision.action == "deny":
                 return self._refuse(call, decision, number, count)
             if decision.action == "require_approval":
+                try:
+                    _before_asking(plan)
+                except SkillfleetError as e:  # it could only fail: the owner is not asked
+                    return self._fail(call, plan, e, count=count)
                 return self._ask(call, plan, decision, count)
             return self._run(call, chat, plan, new=True, count=count)
         finally:  # counted on its own only if no round trip of the call's carried it
@@ -534,6 +538,14 @@ class _Count:
     def add_to(self, pipe: Any) -> None:
         POLICY_DECISIONS.add_to(pipe, self.rule, self.action)
         self.sent = True
+
+
+def _before_asking(plan: CallPlan) -> None:
+    """The checks a tool keeps for calls its owner would be asked about (read_web_page
+    resolves its host): an error when the call could only fail."""
+    check = getattr(plan.tool.handler, "before_asking", None)
+    if check is not None:
+        check(plan.arguments)
 
 
 def _grant_cases(base: CallFacts) -> list[CallFacts]:

@@ -8,14 +8,18 @@ port. So a grant for a host covers every page, port and scheme on it, and nothin
 The URL is read once, in the plan step (broker/classify.py), before the policy: a URL that can
 only fail (not http or https, no host, user info, over MAX_WEB_URL_CHARS, spaces or control
 characters, an address or local name that may never be reached) fails there and no owner is
-asked about it. A name is resolved only when the page is read (broker/webpages.py), and every
-redirect's target passes these rules again.
+asked about it. A granted call's name is resolved only when the page is read
+(broker/webpages.py); a call the policy would put to the owner has its name resolved first
+(`before_asking`), so a name that resolves to nothing, or to an address that may never be
+reached, fails instead of being asked about. Every redirect's target passes these rules again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,6 +36,8 @@ from store.egress import Egress, EgressRefused
 from store.limits import MAX_WEB_URL_CHARS
 
 READ_WEB_PAGE = "read_web_page"
+LOOKUPS_AT_ONCE = 8  # host names resolved at once per process before asking their owner
+LOOKUP_WAIT_SECONDS = 5.0
 SCHEMES = ("http", "https")
 # How messages name the URL they refuse.
 URL = "the URL"
@@ -63,9 +69,11 @@ class PageReader:
     egress: Egress = field(default_factory=Egress)
     limits: PageLimits = field(default_factory=PageLimits)
     reading: threading.BoundedSemaphore = field(init=False)
+    looking_up: threading.BoundedSemaphore = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reading", threading.BoundedSemaphore(self.limits.at_once))
+        object.__setattr__(self, "looking_up", threading.BoundedSemaphore(LOOKUPS_AT_ONCE))
 
     def target(self, arguments: dict[str, Any]) -> WebTarget:
         """The call's URL, checked without asking DNS; InvalidUrl or AddressRefused if it
@@ -77,14 +85,37 @@ class PageReader:
             )
         return self._checked(url, URL)
 
+    def before_asking(self, arguments: dict[str, Any]) -> None:
+        """Resolve the call's host before its owner is asked: AddressRefused when it resolves
+        to nothing or to an address that may never be reached. At most LOOKUPS_AT_ONCE names
+        are looked up at once (a call waits LOOKUP_WAIT_SECONDS for its turn, then fails
+        `web_busy`), so calls about ungranted hosts can't hold every request thread in DNS."""
+        url = self.target(arguments).url
+        if not self.looking_up.acquire(timeout=LOOKUP_WAIT_SECONDS):
+            raise ReadersBusy(
+                f"HOST: {LOOKUPS_AT_ONCE} host names are being looked up already; "
+                "try again shortly."
+            )
+        try:
+            self.egress.check_url(url, lookup=True)
+        except EgressRefused as e:
+            raise AddressRefused(f"HOST: {e.message}") from e
+        finally:
+            self.looking_up.release()
+
     def __call__(self, context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
         url = self.target(arguments).url
+        with self._reader():
+            return read_page(self.egress, url, self._redirect, self.limits)
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[None]:
         if not self.reading.acquire(blocking=False):
             raise ReadersBusy(
                 f"HOST: {self.limits.at_once} pages are being read already; try again shortly."
             )
         try:
-            return read_page(self.egress, url, self._redirect, self.limits)
+            yield
         finally:
             self.reading.release()
 

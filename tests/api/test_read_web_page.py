@@ -21,6 +21,7 @@ from factories import skill_files, zip_bytes
 from netguard import watched_connections
 from sqlalchemy import select
 
+from broker import webtools
 from broker.webpages import AddressRefused, PageLimits, PageTimeout, ReadersBusy
 from broker.webtools import PageReader
 from store.db import transaction
@@ -229,6 +230,40 @@ def test_addresses_that_are_not_public_fail_before_any_connection_and_ask_nobody
         assert envelope["error"]["code"] == "web_address_refused", url
         assert reason in envelope["error"]["message"], url
     assert pending(client, auth) == []
+    assert {port for _host, port in connections} <= {5432, 6379}
+
+
+# What a resolver answers for these names: DNS is an edge the tests can't reach.
+RESOLVED = {
+    "intranet.example.com": ["93.184.215.14", "10.1.2.3"],
+    "public.example.com": ["93.184.215.14"],
+}
+
+
+def stand_in_resolver(host: str, port: int) -> list[str]:
+    if host not in RESOLVED:
+        raise OSError(f"no address for {host}")
+    return RESOLVED[host]
+
+
+def test_a_name_that_resolves_to_no_public_address_fails_instead_of_asking_the_owner(
+    services, client, auth, agent_auth
+):
+    services.broker.registry.add(webtools.tools(Egress(resolver=stand_in_resolver))[0])
+
+    with watched_connections() as connections:
+        inside = read(client, agent_auth, "http://intranet.example.com/wiki")
+        nowhere = read(client, agent_auth, "https://nowhere.example.com/")
+        public = read(client, agent_auth, "https://public.example.com/page")
+
+    assert inside["status"] == "failed" and inside["error"]["code"] == "web_address_refused"
+    refused = inside["error"]["message"]
+    assert "'intranet.example.com' resolves to 10.1.2.3, a private address" in refused
+    assert nowhere["status"] == "failed" and nowhere["error"]["code"] == "web_address_refused"
+    assert "does not resolve to an address" in nowhere["error"]["message"]
+    # Only the public name is put to the owner, and nothing was connected to.
+    assert [a["call_id"] for a in pending(client, auth)] == [public["call_id"]]
+    assert public["status"] == "pending_approval"
     assert {port for _host, port in connections} <= {5432, 6379}
 
 
