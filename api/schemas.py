@@ -53,6 +53,13 @@ class SkillFileSchema(ma.Schema):
     size = ma.fields.Integer()
 
 
+class DeclaredSecretSchema(ma.Schema):
+    name = ma.fields.String(metadata={"description": "The environment variable's name"})
+    set = ma.fields.Boolean(
+        metadata={"description": "Whether the owner stored a value (the skill's own or general)"}
+    )
+
+
 class SkillSchema(ma.Schema):
     name = ma.fields.String()
     description = ma.fields.String()
@@ -98,6 +105,16 @@ class SkillDetailSchema(SkillSchema):
     unknown_keys = ma.fields.Dict(
         keys=ma.fields.String(),
         metadata={"description": "Header keys outside the spec, as written; never read"},
+    )
+    secrets = ma.fields.List(
+        ma.fields.Nested(DeclaredSecretSchema),
+        metadata={"description": "The secrets its scripts get (skillfleet.secrets); never values"},
+    )
+    secrets_allowed = ma.fields.Boolean(
+        allow_none=True,
+        metadata={
+            "description": "Whether this version may have its secrets; null when it declares none"
+        },
     )
 
 

@@ -30,6 +30,7 @@ from api.schemas import (
     file_response,
 )
 from api.services import services
+from store import ownersecrets
 from store.drafts import encoded
 from store.edits import install_edit
 from store.hashing import regular_files
@@ -157,7 +158,7 @@ def _bundle_response(report: BundleReport) -> Response:
     return response
 
 
-def _detail(skill: Skill) -> dict[str, Any]:
+def _detail(owner_id: int, skill: Skill) -> dict[str, Any]:
     store = services().store
     detail = {key: getattr(skill, key) for key in SkillSchema().fields}
     detail["warnings"] = list(skill.warnings or [])
@@ -166,6 +167,11 @@ def _detail(skill: Skill) -> dict[str, Any]:
     detail["declared_name"] = info.declared_name
     detail["allowed_tools"] = info.allowed_tools
     detail["unknown_keys"] = info.unknown_keys
+    # What its runs would lack of the secrets it declares: names and whether each is set.
+    with services().sessions() as session:
+        lacking = ownersecrets.lack(session, owner_id, skill.name, skill.hash, info.secrets)
+    detail["secrets"] = [{"name": n, "set": n not in lacking.missing} for n in info.secrets]
+    detail["secrets_allowed"] = not lacking.not_allowed if info.secrets else None
     return detail
 
 
@@ -174,7 +180,8 @@ class SkillItem(MethodView):
     @blp.response(200, SkillDetailSchema)
     def get(self, name: str) -> dict[str, Any]:
         """Show one skill with its files"""
-        return _detail(services().store.get(owner_or_agent(), name))
+        owner_id = owner_or_agent()
+        return _detail(owner_id, services().store.get(owner_id, name))
 
     @blp.response(204)
     def delete(self, name: str) -> None:
@@ -225,7 +232,7 @@ def _owner_edit(name: str, changes: dict[str, str | None], expected: str | None)
     base = expected or store.get(caller, name).hash
     skill = install_edit(store, caller, name, base, changes, by_owner=True)
     broadcast_sync()
-    return _detail(skill)
+    return _detail(caller, skill)
 
 
 @blp.route("/<name>/duplicate", methods=["POST"])

@@ -236,6 +236,27 @@ def test_withdrawing_the_leave_fails_the_next_call(client, auth, agent_auth, ser
     assert errors == ["secret_missing"]
 
 
+def test_the_skills_page_shows_what_it_declares_whether_each_is_set_and_allowed(
+    client, auth, agent_auth, other_auth
+):
+    import_skill(client, auth)
+
+    def shown(headers: dict[str, str]) -> tuple[list[dict[str, Any]], bool | None]:
+        detail = client.get("/api/skills/caller", headers=headers).json
+        return detail["secrets"], detail["secrets_allowed"]
+
+    assert shown(auth) == ([{"name": "API_TOKEN", "set": False}], False)
+    client.put("/api/secrets/API_TOKEN", headers=auth, json={"value": VALUE, "skill": "caller"})
+    assert shown(auth) == ([{"name": "API_TOKEN", "set": True}], True)
+    assert shown(agent_auth) == ([{"name": "API_TOKEN", "set": True}], True)
+    page = client.get("/api/skills/caller", headers=auth).get_data(as_text=True)
+    assert VALUE not in page
+    # A skill that declares none says so, and another owner sees only their own skills.
+    assert client.get("/api/skills/skill-authoring", headers=auth).json["secrets"] == []
+    assert client.get("/api/skills/skill-authoring", headers=auth).json["secrets_allowed"] is None
+    assert client.get("/api/skills/caller", headers=other_auth).status_code == 404
+
+
 def test_load_skill_names_the_secrets_its_scripts_read_and_never_a_value(client, auth, agent_auth):
     import_skill(client, auth)
     client.put("/api/secrets/API_TOKEN", headers=auth, json={"value": VALUE, "skill": "caller"})

@@ -74,3 +74,27 @@ def test_the_secrets_page_sets_lists_and_deletes_a_secret_without_ever_showing_i
     page.wait_for_selector("#secrets p.muted")
     with console.http() as client:
         assert client.get("/api/secrets").json()["secrets"] == []
+
+
+def test_a_skill_page_names_the_secrets_it_declares_and_which_are_set(
+    page: Any, console: Fleet
+) -> None:
+    console = console.with_new_owner()
+    console.import_skill(
+        "deployer",
+        {"skillfleet.tier": "read", "skillfleet.secrets": "DEPLOY_KEY REGISTRY_TOKEN"},
+        {"scripts/deploy.py": "print('deployed')\n"},
+    )
+    with console.http() as client:
+        stored = client.put(
+            "/api/secrets/DEPLOY_KEY", json={"value": "dk-5a4b3c", "skill": "deployer"}
+        )
+        assert stored.status_code == 200, stored.text
+    signed_in(page, console)
+    page.goto(f"{console.url}/#/skills/deployer")
+    section = page.wait_for_selector("#skill-secrets")
+
+    assert "Secrets (2)" in section.inner_text()
+    items = [item.inner_text() for item in section.query_selector_all("li")]
+    assert items == ["DEPLOY_KEY — set", "REGISTRY_TOKEN — not set"]
+    assert "dk-5a4b3c" not in page.content()

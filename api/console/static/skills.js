@@ -155,6 +155,13 @@ export async function skillPage(context, name) {
       ["Size", `${skill.file_count} files, ${skill.size_bytes} bytes`],
       ["Updated", when(skill.updated_at)],
     ]),
+    listed("skill-secrets", "Secrets",
+      skill.secrets_allowed === false
+        ? h("span", {}, "This version may not have its secrets yet: allow it on the ",
+          h("a", { href: "#/secrets" }, "Secrets"), " page.")
+        : "Its scripts get these as environment variables; values are never shown.",
+      (skill.secrets || []).map((secret) => h("span", {}, h("code", {}, secret.name),
+        secret.set ? " — set" : h("span", { class: "muted" }, " — not set")))),
     listed("skill-warnings", "Warnings", null, notes(skill)),
     listed("lint-warnings", "Review warnings",
       "Heuristics that say where to look in the scripts before enabling; they prove nothing either way.",
