@@ -94,6 +94,12 @@ def wait_for_line(process: subprocess.Popen[str], expected: str) -> None:
     assert process.stdout.readline() == expected
 
 
+def as_at_a_terminal() -> None:
+    """Ctrl-C as at a terminal: a suite started in the background (`make test &`) ignores
+    SIGINT, and a child inherits that, so the CLI would never hear it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_status(started: Fleet, run_id: str) -> str:
     with started.http() as client:
         return str(client.get(f"/api/runs/{run_id}").json()["status"])
@@ -105,6 +111,7 @@ def test_ctrl_c_cancels_the_run_on_the_server_and_exits_130(running):
         [SKILLFLEET, "run", "ticker", "scripts/tick.py", "--node", node,
          "--args", '{"count": 200}'],
         env=cli_env(started), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_at_a_terminal,  # noqa: PLW1509 - one signal call before exec
     )  # fmt: skip
     wait_for_line(process, "tick 0\n")
 
