@@ -85,8 +85,8 @@ class JobItem(MethodView):
     @blp.arguments(JobBodySchema())
     @blp.response(200, JobSchema)
     def put(self, body: dict[str, Any], job_id: str) -> dict[str, Any]:
-        """Replace a job: schedule, steps, grants and skills"""
-        return _shown(_jobs().update(owner_only(), job_id, _spec(body)))
+        """Replace a job: schedule, steps, grants and skills (send the updated_at you read)"""
+        return _shown(_jobs().update(owner_only(), job_id, _spec(body), body["updated_at"]))
 
     @blp.response(204)
     def delete(self, job_id: str) -> None:

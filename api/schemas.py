@@ -582,6 +582,13 @@ class JobBodySchema(ma.Schema):
         metadata={"description": 'null or [] for none, "*" for every enabled skill, or names'},
     )
     enabled = ma.fields.Boolean(load_default=True)
+    updated_at = ma.fields.DateTime(
+        load_default=None,
+        metadata={
+            "description": "The job's updated_at as you read it (PUT): the change is refused "
+            "(409 job_changed) if the job changed since, so no change in between is undone"
+        },
+    )
 
 
 class JobSchema(ma.Schema):

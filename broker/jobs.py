@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from broker.classify import RUN, SKILL_TOOLS
@@ -24,6 +25,7 @@ from store.cron import check_cron, next_time, time_zone
 from store.db import SessionFactory, transaction
 from store.errors import (
     GrantInvalid,
+    JobChanged,
     JobInvalid,
     JobNotFound,
     JobRunning,
@@ -84,10 +86,16 @@ class Jobs:
             _replace_grants(session, job, keys)
         return job
 
-    def update(self, owner_id: int, job_id: str, spec: JobSpec) -> Job:
+    def update(
+        self, owner_id: int, job_id: str, spec: JobSpec, read_at: datetime | None = None
+    ) -> Job:
+        """Replace the job with `spec`; with `read_at` (its `updated_at` as the caller read it),
+        JobChanged if it changed since, so no change in between is undone unseen."""
         self.get(owner_id, job_id)  # another owner's job is not found, whatever the body says
         keys = self._check(owner_id, spec)
         with transaction(self.sessions) as session:
+            if read_at is not None:
+                _claim_reading(session, owner_id, job_id, read_at)
             job = _owned(session, owner_id, job_id, lock=True)
             _fill(job, spec)
             _replace_grants(session, job, keys)
@@ -285,6 +293,24 @@ def grants_of(session: Session, job: Job) -> dict[str, list[str]]:
 def schedule(job: Job) -> None:
     """Set the job's next cron time from now (none while it is disabled)."""
     job.next_run_at = next_time(job.cron, job.time_zone, utcnow()) if job.enabled else None
+
+
+def _claim_reading(session: Session, owner_id: int, job_id: str, read_at: datetime) -> None:
+    """Move the job's `updated_at` on from `read_at`, or raise JobChanged when it is no longer
+    that: one conditional UPDATE, so of two changes made from one reading only the first is
+    saved (a locking read does not lock on SQLite)."""
+    read = read_at.replace(tzinfo=UTC) if read_at.tzinfo is None else read_at.astimezone(UTC)
+    claimed = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.owner_id == owner_id, Job.updated_at == read)
+        .values(updated_at=utcnow())
+    )
+    if claimed.rowcount == 0:  # type: ignore[attr-defined]
+        now = _owned(session, owner_id, job_id).updated_at
+        raise JobChanged(
+            f"The job changed at {now.isoformat()}, after you read it ({read.isoformat()}); "
+            "read it again and make your change on top."
+        )
 
 
 def _fill(job: Job, spec: JobSpec) -> None:

@@ -29,8 +29,9 @@ def json_of(file: IO[str]) -> Any:
 
 
 def body_of(job: dict[str, Any]) -> dict[str, Any]:
-    """The job as shown, as the body that saves it unchanged."""
-    return {field: job[field] for field in JOB_FIELDS}
+    """The job as shown, as the body that saves it unchanged; with its `updated_at`, so the
+    API refuses it (job_changed) if the job changed after it was read."""
+    return {**{field: job[field] for field in JOB_FIELDS}, "updated_at": job["updated_at"]}
 
 
 def fields_of(file: IO[str], job_id: str) -> dict[str, Any]:

@@ -270,6 +270,13 @@ class TooManyJobs(JobError):
     status = 409
 
 
+class JobChanged(JobError):
+    """Raised when a job's replacement was made from a reading older than the job."""
+
+    code = "job_changed"
+    status = 409
+
+
 class JobRunning(JobError):
     """Raised when a job is run now while one of its runs is still queued, running or waiting."""
 

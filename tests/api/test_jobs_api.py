@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import pytest
@@ -178,3 +179,46 @@ def test_running_a_job_now_answers_202_and_a_second_run_waits_its_turn(client, a
     assert run["id"] == run_id and run["status"] == "queued" and run["trigger"] == "manual"
     again = client.post(f"/api/jobs/{job['id']}/run", headers=auth)
     assert again.status_code == 409 and again.json["code"] == "job_running"
+
+
+def test_a_change_made_from_an_old_reading_is_refused_and_undoes_nothing(client, auth, wiper):
+    job = client.post("/api/jobs", headers=auth, json=nightly()).json
+    read_first = job["updated_at"]
+    revoked = client.put(
+        f"/api/jobs/{job['id']}", headers=auth,
+        json=nightly(grants={"tools": [], "skills": []}, updated_at=read_first),
+    )  # fmt: skip
+    assert revoked.status_code == 200, revoked.json
+
+    # A client that read the job before the grant was revoked would put it back: refused.
+    stale = client.put(
+        f"/api/jobs/{job['id']}", headers=auth, json=nightly(enabled=False, updated_at=read_first)
+    )
+    assert stale.status_code == 409 and stale.json["code"] == "job_changed", stale.json
+    assert "read it again" in stale.json["message"]
+    now = client.get(f"/api/jobs/{job['id']}", headers=auth).json
+    assert now == revoked.json and now["grants"]["skills"] == []
+    # Made from the current reading, or without one, a change is saved.
+    fresh = nightly(grants={"tools": [], "skills": []}, enabled=False, updated_at=now["updated_at"])
+    assert client.put(f"/api/jobs/{job['id']}", headers=auth, json=fresh).status_code == 200
+    assert client.put(f"/api/jobs/{job['id']}", headers=auth, json=nightly()).status_code == 200
+    wrong_shape = client.put(
+        f"/api/jobs/{job['id']}", headers=auth, json=nightly(updated_at="yesterday")
+    )
+    assert wrong_shape.status_code == 422
+
+
+@pytest.mark.both_databases  # concurrent writes
+def test_fifty_changes_from_one_reading_at_once_save_exactly_one(app, client, auth, wiper):
+    job = client.post("/api/jobs", headers=auth, json=nightly()).json
+
+    def change(number: int) -> int:
+        body = nightly(name=f"change {number}", updated_at=job["updated_at"])
+        return app.test_client().put(f"/api/jobs/{job['id']}", headers=auth, json=body).status_code
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(change, range(50)))
+
+    assert sorted(answers) == [200] + [409] * 49
+    saved = client.get(f"/api/jobs/{job['id']}", headers=auth).json["name"]
+    assert saved == f"change {answers.index(200)}"

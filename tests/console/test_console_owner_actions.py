@@ -379,3 +379,41 @@ def test_the_job_editor_offers_only_skills_a_job_can_be_granted(page: Any, conso
     old.wait_for()
     assert old.is_checked() and not page.is_checked("#job-grants input[value='wiper']")
     assert "an earlier version: it no longer matches" in page.inner_text("#job-grants")
+
+
+def test_saving_a_job_keeps_its_host_grants_and_never_overwrites_a_change_made_since(
+    page: Any, console: Fleet
+) -> None:
+    owner = mine(console)
+    body = {
+        "name": "docs digest", "cron": "0 8 * * 1", "time_zone": "UTC",
+        "steps": [{"tool": "list_skills", "arguments": {}}],
+        "grants": {"tools": [], "skills": [], "hosts": ["docs.example.com"]},
+        "skills": [], "enabled": True,
+    }  # fmt: skip
+    with owner.http() as client:
+        job = client.post("/api/jobs", json=body).json()
+    open_route(page, owner, "jobs")
+    row = page.locator(f"tr[data-job-id='{job['id']}']")
+
+    row.get_by_role("button", name="Edit").click()
+    page.fill("#job-name", "docs digest, weekly")
+    page.get_by_role("button", name="Save").click()
+    page.wait_for_selector(".notice:has-text('Saved docs digest, weekly')")
+    with owner.http() as client:
+        saved = client.get(f"/api/jobs/{job['id']}").json()
+    assert saved["grants"]["hosts"] == ["docs.example.com"]
+
+    # Changed elsewhere while the editor is open: saving is refused, the change stays.
+    row.get_by_role("button", name="Edit").click()
+    page.wait_for_selector("#job-name")
+    with owner.http() as client:
+        revoked = dict(body, name="docs digest, weekly", grants={"tools": [], "skills": []})
+        assert client.put(f"/api/jobs/{job['id']}", json=revoked).status_code == 200
+    page.fill("#job-name", "docs digest, daily")
+    page.get_by_role("button", name="Save").click()
+    page.wait_for_selector("#error:not([hidden])")
+    assert "(job_changed)" in page.inner_text("#error")
+    with owner.http() as client:
+        now = client.get(f"/api/jobs/{job['id']}").json()
+    assert now["name"] == "docs digest, weekly" and not now["grants"].get("hosts")

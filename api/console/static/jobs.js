@@ -149,8 +149,11 @@ function editor(job, skills, done) {
       grants: {
         tools: job ? job.grants.tools : [],
         skills: [...fields.grants.querySelectorAll("input:checked")].map((box) => box.value),
+        hosts: job ? job.grants.hosts || [] : [],
       },
       enabled: fields.enabled.checked,
+      // As read: a job changed since (elsewhere) is refused, not overwritten.
+      ...(job ? { updated_at: job.updated_at } : {}),
     };
     try {
       const saved = job ? await put(`/api/jobs/${job.id}`, body) : await post("/api/jobs", body);
