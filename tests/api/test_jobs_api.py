@@ -222,3 +222,17 @@ def test_fifty_changes_from_one_reading_at_once_save_exactly_one(app, client, au
     assert sorted(answers) == [200] + [409] * 49
     saved = client.get(f"/api/jobs/{job['id']}", headers=auth).json["name"]
     assert saved == f"change {answers.index(200)}"
+
+
+@pytest.mark.both_databases  # concurrent writes
+def test_fifty_run_nows_at_once_queue_exactly_one_run(app, client, auth, wiper):
+    job = client.post("/api/jobs", headers=auth, json=nightly()).json
+
+    def run_now(_: int) -> int:
+        return app.test_client().post(f"/api/jobs/{job['id']}/run", headers=auth).status_code
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(run_now, range(50)))
+
+    assert sorted(answers) == [202] + [409] * 49
+    assert len(client.get(f"/api/jobs/{job['id']}/runs", headers=auth).json) == 1
