@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from broker.context import ToolContext
 from broker.grants import host_key
 from broker.results import shape_result
-from store.db import SessionFactory
+from store.db import SessionFactory, core_transaction
 from store.errors import SkillfleetError
 from store.limits import CARRIED_READS, CARRIED_RESOURCE_BYTES, MAX_RESOURCE_BYTES
 from store.models import Chat, ChatActivation, Skill, ToolCall, Turn, utcnow
@@ -115,28 +116,48 @@ def _compact(schema: dict[str, Any]) -> str:
 
 
 def holds(context: ToolContext, skill: Skill) -> bool:
-    """Record the chat's activation; True when the call's context already holds this content."""
+    """Record the chat's activation; True when the call's context already holds this content.
+
+    One Core transaction (most loads of a turn only read): a Session's bookkeeping would cost
+    as much again as the statements.
+    """
     assert context.chat is not None
-    with context.sessions() as session, session.begin():
-        key = {"chat_id": context.chat.id, "skill_name": skill.name}
-        row = session.get(ChatActivation, key)
-        if row is None:
-            session.add(ChatActivation(**key, skill_hash=skill.hash, activated_at=utcnow()))
-            return False
-        if row.skill_hash != skill.hash:
-            row.skill_hash = skill.hash
-            row.activated_at = utcnow()
-            return False
-        if context.turn_id is None:
-            return True
-        return _loaded_this_turn(session, context, skill) or _carried_into_turn(
-            session, context, row.activated_at
-        )
+    key = {"chat_id": context.chat.id, "skill_name": skill.name}
+    try:
+        with core_transaction(context.sessions) as connection:
+            row = connection.execute(_ACTIVATION, key).first()
+            if row is None:
+                values = {**key, "skill_hash": skill.hash, "activated_at": utcnow()}
+                connection.execute(insert(ChatActivation).values(values))
+                return False
+            if row.skill_hash != skill.hash:
+                connection.execute(
+                    update(ChatActivation)
+                    .where(
+                        ChatActivation.chat_id == context.chat.id,
+                        ChatActivation.skill_name == skill.name,
+                    )
+                    .values(skill_hash=skill.hash, activated_at=utcnow())
+                )
+                return False
+            if context.turn_id is None:
+                return True
+            return _loaded_this_turn(connection, context, skill) or _carried_into_turn(
+                connection, context, row.activated_at
+            )
+    except IntegrityError:  # a load of the same skill in the same chat saved it first
+        return False
 
 
-def _loaded_this_turn(session: Session, context: ToolContext, skill: Skill) -> bool:
+_ACTIVATION = select(ChatActivation.skill_hash, ChatActivation.activated_at).where(
+    ChatActivation.chat_id == bindparam("chat_id"),
+    ChatActivation.skill_name == bindparam("skill_name"),
+)
+
+
+def _loaded_this_turn(connection: Connection, context: ToolContext, skill: Skill) -> bool:
     assert context.chat is not None
-    earlier = session.scalar(
+    earlier = connection.scalar(
         select(ToolCall.id)
         .where(
             ToolCall.turn_id == context.turn_id,
@@ -151,10 +172,10 @@ def _loaded_this_turn(session: Session, context: ToolContext, skill: Skill) -> b
     return earlier is not None
 
 
-def _carried_into_turn(session: Session, context: ToolContext, since: datetime) -> bool:
+def _carried_into_turn(connection: Connection, context: ToolContext, since: datetime) -> bool:
     """True when the call's turn is the server's turn of this chat, started after the load."""
     assert context.chat is not None
-    started = session.scalar(
+    started = connection.scalar(
         select(Turn.started_at).where(
             Turn.id == context.turn_id,
             Turn.owner_id == context.owner_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from factories import skill_files, skill_zip, zip_bytes
@@ -139,6 +140,25 @@ def test_a_repeat_load_in_the_same_turn_is_a_note_and_a_new_turn_gets_the_conten
     assert other["content"] == first["content"]
     # Without a turn id the chat is one context, as the client keeps it.
     assert call(client, auth, "load_skill", load, chat_id="c1")["result"]["already_loaded"]
+
+
+@pytest.mark.both_databases  # concurrent writes
+def test_forty_loads_of_one_skill_in_a_new_chat_at_once_all_answer(app, client, auth):
+    install(client, auth, "disk-report")
+    load = {"arguments": {"skill_name": "disk-report"}, "chat_id": "race", "turn_id": "t1"}
+
+    def one(_: int) -> dict:
+        response = app.test_client().post("/api/tools/load_skill", headers=auth, json=load)
+        assert response.status_code == 200, response.json
+        return dict(response.json)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(one, range(40)))  # the turn's 41st call is the check
+
+    assert {answer["status"] for answer in answers} == {"done"}
+    assert any("content" in answer["result"] for answer in answers)
+    again = call(client, auth, "load_skill", load["arguments"], chat_id="race", turn_id="t1")
+    assert again["result"]["already_loaded"] is True
 
 
 def test_chats_of_two_owners_with_the_same_id_are_separate(client, auth, other_auth):
