@@ -89,8 +89,10 @@ def _after(a: str, b: str) -> bool:
 class Subscription:
     """One connection's view of one key: events after its position, in order, once each.
 
-    While `behind`, its key holds more than the first page of the catch-up: `next` reads the
-    following pages before what the hub handed over, a page at a time.
+    While `behind`, the key holds entries after its position that the hub will not hand it (the
+    first page of the catch-up was full, or the hub's reader skipped past what its catch-up
+    covered): `next` reads them from the key, a page at a time, before what the hub handed over.
+    `covered` is the newest entry its catch-up accounted for, once that is back.
     """
 
     hub: StreamHub
@@ -100,6 +102,7 @@ class Subscription:
     queued: int = 0
     overflowed: bool = False
     behind: bool = False
+    covered: str | None = None
     quiet_since: float = field(default_factory=time.monotonic)  # when its last events came
 
     def deliver(self, events: list[Event]) -> None:
@@ -115,26 +118,29 @@ class Subscription:
 
     async def next(self, timeout: float) -> list[Event]:
         """The next new events, or [] when `timeout` seconds pass without any."""
-        if self.behind:
-            page = await self.hub.read_page(self.key, self.position)
-            self.behind = len(page) == READ_COUNT
-            if page:
-                self.position = page[-1].id
-                return page
-        # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that
-        # comes as the queue hands over an item, and the connection's task would never end.
-        try:
-            async with asyncio.timeout(timeout):
-                batch = await self.queue.get()
-        except TimeoutError:
-            return []
-        self.queued -= len(batch)
-        if self.overflowed:
-            raise Overflow(f"{self.key}: the client fell more than {MAX_QUEUED} entries behind")
-        fresh = [event for event in batch if _after(event.id, self.position)]
-        if fresh:
-            self.position = fresh[-1].id
-        return fresh
+        if not self.behind:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+            # that comes as the queue hands over an item, and the connection's task would never
+            # end.
+            try:
+                async with asyncio.timeout(timeout):
+                    batch = await self.queue.get()
+            except TimeoutError:
+                return []
+            self.queued -= len(batch)
+            if self.overflowed:
+                raise Overflow(f"{self.key}: the client fell more than {MAX_QUEUED} entries behind")
+            if not self.behind:
+                fresh = [event for event in batch if _after(event.id, self.position)]
+                if fresh:
+                    self.position = fresh[-1].id
+                return fresh
+            # Found behind while it waited: the batch is in the key too, after what it lacks.
+        page = await self.hub.read_page(self.key, self.position)
+        self.behind = len(page) == READ_COUNT
+        if page:
+            self.position = page[-1].id
+        return page
 
     def close(self) -> None:
         self.hub.unsubscribe(self)
@@ -144,6 +150,7 @@ class Subscription:
 class _Watched:
     position: str
     subscribers: set[Subscription] = field(default_factory=set)
+    jumped_to: str | None = None  # where its first subscriber's catch-up moved the reader
 
     def advance(self, entry_id: str) -> None:
         """Move the hub's read past `entry_id`; never back (a late reply can't rewind it)."""
@@ -189,11 +196,10 @@ class StreamHub:
         """Follow `key` after entry id `after` (a concrete id): the subscription and the first
         page of what the key already holds after `after` (the rest comes from `next`).
 
-        A key new to the hub wakes the reader in the catch-up's round trip. When its first
-        subscriber is still alone once its catch-up is back, the reader takes the key from its
-        newest entry on (what is older comes through the pages); when others joined meanwhile,
-        their catch-ups may have reached Redis before this one, so the reader goes on from
-        `after` and every subscription skips what it already has.
+        A key new to the hub wakes the reader in the catch-up's round trip, and the reader
+        takes it from its newest entry on: what is older comes through the pages. A subscriber
+        that joined meanwhile may have had its catch-up answered first, before entries the
+        reader now skips: it is set `behind`, and reads them from the key itself.
         """
         subscription = Subscription(self, key, after)
         watched = self.watched.get(key)
@@ -214,12 +220,27 @@ class StreamHub:
             raise
         newest, reply = replies[-2], replies[-1]
         page = [entry_event(i, f) for _k, entries in reply or [] for i, f in entries]
-        if new and newest and watched.subscribers == {subscription}:
-            watched.advance(reply_text(newest[0][0]))
         if page:
             subscription.position = page[-1].id
         subscription.behind = len(page) == READ_COUNT
+        covered = subscription.position
+        if newest and _after(reply_text(newest[0][0]), covered):
+            covered = reply_text(newest[0][0])
+        subscription.covered = covered
+        if new and newest:
+            self._jump(watched, subscription, reply_text(newest[0][0]))
+        elif watched.jumped_to is not None and _after(watched.jumped_to, covered):
+            subscription.behind = True  # the reader skipped entries this catch-up never saw
         return subscription, page
+
+    def _jump(self, watched: _Watched, first: Subscription, newest: str) -> None:
+        """Take a new key from `newest` on; a subscriber whose catch-up covered less reads the
+        rest from the key (one whose catch-up is still on its way checks when it is back)."""
+        watched.advance(newest)
+        watched.jumped_to = newest
+        for other in watched.subscribers:
+            if other is not first and other.covered is not None and _after(newest, other.covered):
+                other.behind = True
 
     def unsubscribe(self, subscription: Subscription) -> None:
         watched = self.watched.get(subscription.key)
