@@ -335,8 +335,15 @@ def _replace_grants(session: Session, job: Job, keys: list[str]) -> None:
 
 
 def _owned(session: Session, owner_id: int, job_id: str, lock: bool = False) -> Job:
+    """The owner's job; with `lock`, no other transaction changes it or runs it until this one
+    ends. A locking read does not lock on SQLite, so an UPDATE that changes nothing comes
+    first: it takes SQLite's write lock (and the row's lock on PostgreSQL)."""
     query = select(Job).where(Job.id == job_id)
     if lock:
+        session.execute(
+            update(Job).where(Job.id == job_id).values(name=Job.name),
+            execution_options={"synchronize_session": False},
+        )
         query = query.with_for_update()
     job = session.scalar(query)
     if job is None or job.owner_id != owner_id:
