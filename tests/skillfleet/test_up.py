@@ -524,10 +524,16 @@ def test_the_api_logs_each_request_to_api_log_without_query_values_bodies_or_tok
     )
     anonymous = httpx.get(f"{up.url}/api/runs", timeout=10)
 
-    def logged() -> list[dict[str, Any]]:
-        return [line for line in api_log_lines(up) if line.get("event") == "request"]
+    made = {("GET", "/api/skills"), ("POST", "/api/tools/list_skills"), ("GET", "/api/runs")}
 
-    lines = wait_until(lambda: len(logged()) >= 3 and logged(), "three lines in api.log")
+    def logged() -> list[dict[str, Any]]:
+        """The request lines of these three requests, once all three are written (a line
+        goes out after its answer; other requests of the fixture's may come before them)."""
+        found = [line for line in api_log_lines(up) if line.get("event") == "request"]
+        lines = [line for line in found if (line.get("method"), line.get("path")) in made]
+        return lines if {(line["method"], line["path"]) for line in lines} == made else []
+
+    lines = wait_until(logged, "the three requests' lines in api.log")
     by_path = {(line["method"], line["path"]): line for line in lines}
     skills = by_path[("GET", "/api/skills")]
     assert skills["status"] == listed.status_code
