@@ -24,6 +24,8 @@ from browsing import (  # fixtures and helpers
 from factories import skill_files, zip_bytes
 from fleet import Fleet, wait_until
 
+from store.lifecycle.calls import OPEN_STATES
+
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -239,13 +241,21 @@ def test_an_edit_approval_card_shows_the_diff_and_approving_it_applies_the_edit(
 
     card.query_selector("button:text('Approve once')").click()
     page.wait_for_selector(f"article[data-approval-id='{asked['approval_id']}']", state="detached")
+
+    # The card goes with the feed's news of the answer, which may come before the answer's own
+    # request has applied the edit: the call ends once it has.
+    def ended_call() -> dict[str, Any] | None:
+        with console.http() as client:
+            call = client.get(f"/api/calls/{asked['call_id']}").json()
+        return call if call["status"] not in OPEN_STATES else None
+
+    call = wait_until(ended_call, 10, "the approved edit's call to end")
     with console.http() as client:
         after = client.get(f"/api/skills/{skill}").json()
         script = client.get(f"/api/skills/{skill}/files/scripts/tick.py").text
-        call = client.get(f"/api/calls/{asked['call_id']}").json()
+    assert call["status"] == "done", call
     assert after["hash"] != before["hash"]
     assert script == "print('ok')\n"
-    assert call["status"] == "done"
 
 
 def test_a_destructive_card_offers_no_approval_for_the_chat_and_a_change_card_does(
