@@ -94,9 +94,9 @@ class Jobs:
         self.get(owner_id, job_id)  # another owner's job is not found, whatever the body says
         keys = self._check(owner_id, spec)
         with transaction(self.sessions) as session:
-            if read_at is not None:
-                _claim_reading(session, owner_id, job_id, read_at)
             job = _owned(session, owner_id, job_id, lock=True)
+            if read_at is not None:
+                _check_reading(job, read_at)
             _fill(job, spec)
             _replace_grants(session, job, keys)
         return job
@@ -295,21 +295,14 @@ def schedule(job: Job) -> None:
     job.next_run_at = next_time(job.cron, job.time_zone, utcnow()) if job.enabled else None
 
 
-def _claim_reading(session: Session, owner_id: int, job_id: str, read_at: datetime) -> None:
-    """Move the job's `updated_at` on from `read_at`, or raise JobChanged when it is no longer
-    that: one conditional UPDATE, so of two changes made from one reading only the first is
-    saved (a locking read does not lock on SQLite)."""
+def _check_reading(job: Job, read_at: datetime) -> None:
+    """JobChanged unless the locked job is still as the caller read it (its `updated_at`): of
+    two changes made from one reading, the second finds the first's time."""
     read = read_at.replace(tzinfo=UTC) if read_at.tzinfo is None else read_at.astimezone(UTC)
-    claimed = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.owner_id == owner_id, Job.updated_at == read)
-        .values(updated_at=utcnow())
-    )
-    if claimed.rowcount == 0:  # type: ignore[attr-defined]
-        now = _owned(session, owner_id, job_id).updated_at
+    if job.updated_at != read:
         raise JobChanged(
-            f"The job changed at {now.isoformat()}, after you read it ({read.isoformat()}); "
-            "read it again and make your change on top."
+            f"The job changed at {job.updated_at.isoformat()}, after you read it "
+            f"({read.isoformat()}); read it again and make your change on top."
         )
 
 
