@@ -8,13 +8,16 @@ REDIS_URL (default redis://127.0.0.1:6379/14), then measures:
   result (`?wait=`), for a trivial Python script, called as an agent calls (a `chat_id` and a
   `turn_id`, a new turn every TURN_CALLS calls), against its floor: a bare Celery task on the
   same Redis, pool and concurrency whose body spawns the same script and returns its output
-  (`bench/celery_floor.py`), and against spawning the script directly; p50 of each and ratios;
-- throughput: runs per second with 16 clients calling at once, for skillfleet and the floor
-  in alternated rounds (A B B A), with the CPU each spends per run, by part (the clients, the
-  API, the worker, the scripts it ran). Where the bench has the cores to itself, throughput is
-  bound by CPU per run, so the two ratios agree; on a busy machine the system's several
-  processes get a larger share of the cores than the floor's one and the throughput ratio
-  reads better than it is: the CPU ratio is the one to compare across machines;
+  (`bench/celery_floor.py`), against the skeleton: the same architecture doing only the work
+  the design requires of a run, plainly (`bench/skeleton.py`), and against spawning the script
+  directly; p50 of each and ratios. The skeleton tells what the architecture itself costs over
+  the floor, and so what the goals leave for everything else skillfleet does;
+- throughput: runs per second with 16 clients calling at once, for skillfleet, the floor and
+  the skeleton in alternated rounds (A B C C B A), with the CPU each spends per run, by part
+  (the clients, the API, the worker, the scripts it ran). Where the bench has the cores to
+  itself, throughput is bound by CPU per run, so the two ratios agree; on a busy machine the
+  system's several processes get a larger share of the cores than the floor's one and the
+  throughput ratio reads better than it is: the CPU ratio is the one to compare across machines;
 - first-output latency: from the script printing a line (its own timestamp) to an SSE client
   receiving it;
 - spark (with --spark): a run against a bare `docker run --rm` with the same flags and image,
@@ -63,6 +66,10 @@ ROUNDS = 60
 SPARK_ROUNDS = 30
 CONCURRENT_RUNS = 400
 THROUGHPUT_ROUNDS = 4  # of each side, alternated
+SIDES = ("full", "floor", "skeleton")
+# The goals (docs/benchmarks.md): a node run's p50 and throughput, as ratios to the floor.
+RUN_GOAL = 1.25
+THROUGHPUT_GOAL = 0.8
 CLIENTS = 16
 TURN_CALLS = 10  # calls an agent's turn makes here (a turn may make 50)
 TRIVIAL = "print('ok')\n"
@@ -136,7 +143,10 @@ class System:
             self.env["SKILLFLEET_TASK_EVENTS"] = "true"
         self.task_events = task_events
         self.processes: list[subprocess.Popen[bytes]] = []
-        self.labelled: dict[str, subprocess.Popen[bytes]] = {}  # what cpu_seconds reports
+        # What cpu_seconds reports: servers with their children (their workers), and workers
+        # apart from theirs (the scripts they ran).
+        self.servers: dict[str, subprocess.Popen[bytes]] = {}
+        self.labelled: dict[str, subprocess.Popen[bytes]] = {}
         self.spark = spark
 
     def cli(self, *arguments: str, env: dict[str, str] | None = None) -> str:
@@ -159,7 +169,7 @@ class System:
         token = self.cli("tokens", "create", "--owner", NODE, "--role", "owner")
         self.headers = {"Authorization": f"Bearer {token}"}
         key = self.cli("keys", "show")
-        self.labelled["api"] = self.start("api", "--workers", "2")
+        self.servers["api"] = self.start("api", "--workers", "2")
         self._wait(lambda: httpx.get(f"{self.url}/api/health").status_code == 200)
         node_env = dict(self.env, SKILLFLEET_MANIFEST_KEY=key)
         node_env["SKILLFLEET_NODE_TOKEN"] = self.cli("nodes", "add", NODE)
@@ -169,6 +179,7 @@ class System:
             self.start("worker", "spark", env=spark_env)
         self._wait(self._workers_ready)
         self.start_floor()
+        self.start_skeleton()
         return self
 
     def start_floor(self) -> None:
@@ -183,6 +194,40 @@ class System:
         )  # fmt: skip
         self.processes.append(self.floor)
         self.labelled["floor"] = self.floor
+
+    def start_skeleton(self) -> None:
+        """The skeleton's API and worker (bench/skeleton.py), on a database and queue of its own."""
+        from bench import skeleton
+
+        database = self.root / "skeleton.db"
+        skeleton.create_database(str(database))
+        queue = f"skeleton-{os.getpid()}"
+        env = dict(self.env, SKELETON_DB=str(database), SKELETON_QUEUE=queue)
+        port = free_port()
+        self.skeleton_url = f"http://127.0.0.1:{port}"
+        self.skeleton_headers = {"Authorization": f"Bearer {skeleton.TOKEN}"}
+        logs = [open(self.root / f"skeleton-{part}.log", "wb") for part in ("api", "worker")]  # noqa: SIM115
+        api = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "bench.skeleton:api", "--worker-class",
+             "uvicorn_worker.UvicornWorker", "--workers", "2", "--bind", f"127.0.0.1:{port}",
+             "--log-level", "warning"],
+            env=env, stdout=logs[0], stderr=logs[0], cwd=ROOT,
+        )  # fmt: skip
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "bench.skeleton", "worker", "-Q", queue,
+             "--pool", "threads", "--concurrency", "8", "--without-gossip", "--without-mingle"],
+            env=env, stdout=logs[1], stderr=logs[1], cwd=ROOT,
+        )  # fmt: skip
+        self.processes += [api, worker]
+        self.servers["skeleton api"] = api
+        self.labelled["skeleton"] = worker
+        self._wait(lambda: httpx.get(f"{self.skeleton_url}/health").status_code == 404)
+
+    def skeleton_run(self, client: httpx.Client, script: Path, agent: Agent) -> None:
+        body = {"command": [PYTHON3, str(script)], "arguments": {"script": "ok.py"},
+                **agent.fields()}  # fmt: skip
+        response = client.post(f"{self.skeleton_url}/run", json=body, headers=self.skeleton_headers)
+        assert response.json()["result"]["stdout"] == "ok\n", response.text
 
     def floor_client(self) -> Celery:
         app = Celery("floor-client", broker=self.env["REDIS_URL"], backend=self.env["REDIS_URL"])
@@ -199,15 +244,13 @@ class System:
         """CPU spent so far, by part: this process (the clients), each process of the system
         with its own children (the API's are its workers), and the scripts a worker ran."""
         spent = {"clients": sum(psutil.Process().cpu_times()[:2])}
-        for label, process in self.labelled.items():
+        for label, process in [*self.servers.items(), *self.labelled.items()]:
             try:
                 root = psutil.Process(process.pid)
                 times = root.cpu_times()
                 children = root.children(recursive=True)
             except psutil.NoSuchProcess:
                 continue
-            part = label if label == "api" else f"{label} worker"
-            spent[part] = times.user + times.system
             below = times.children_user + times.children_system
             for member in children:
                 try:
@@ -215,9 +258,10 @@ class System:
                 except psutil.NoSuchProcess:
                     continue
                 below += sum(member_times[:4])
-            if label == "api":
-                spent[part] += below
+            if label in self.servers:
+                spent[label] = times.user + times.system + below
             else:
+                spent[f"{label} worker"] = times.user + times.system
                 spent[f"{label} scripts"] = below
         return spent
 
@@ -282,18 +326,38 @@ def bench_node(system: System, script: Path) -> dict[str, Any]:
         system.run(client, "trivial", "scripts/ok.py", NODE, one)
         system.floor_run(floor, script)
         subprocess.run([PYTHON3, str(script)], capture_output=True, check=True)
+    skeleton_client = httpx.Client(timeout=120)
+    plain = Agent("bench-skeleton")
+    for _ in range(5):
+        system.skeleton_run(skeleton_client, script, plain)
     full: list[float] = []
     bare: list[float] = []
+    skeleton: list[float] = []
     direct: list[float] = []
-    for _ in range(ROUNDS):  # interleaved, so all three see the same machine
+    for _ in range(ROUNDS):  # interleaved, so all four see the same machine
         full += timed(lambda: system.run(client, "trivial", "scripts/ok.py", NODE, one), 1)
         bare += timed(lambda: system.floor_run(floor, script), 1)
+        skeleton += timed(lambda: system.skeleton_run(skeleton_client, script, plain), 1)
         direct += timed(
             lambda: subprocess.run([PYTHON3, str(script)], capture_output=True, check=True), 1
         )
+    return {
+        "full_p50": median_ms(full),
+        "full_p95": p95_ms(full),
+        "floor_p50": median_ms(bare),
+        "floor_p95": p95_ms(bare),
+        "skeleton_p50": median_ms(skeleton),
+        "skeleton_p95": p95_ms(skeleton),
+        "direct_p50": median_ms(direct),
+        "direct_p95": p95_ms(direct),
+        **bench_throughput(system, script),
+    }
 
+
+def bench_throughput(system: System, script: Path) -> dict[str, Any]:
+    """Runs per second and CPU per run of each side, with CLIENTS clients calling at once."""
     # Throughput: rounds of CONCURRENT_RUNS // THROUGHPUT_ROUNDS runs from CLIENTS clients at
-    # once, the two sides alternated A B B A, so a machine whose speed drifts weighs on both.
+    # once, the sides alternated A B C C B A, so a machine whose speed drifts weighs on all.
     # Each client has a thread of its own for the whole phase. An agent gets a new HTTP client
     # for each round, made before the clock starts (making one costs milliseconds; a kept one
     # would find its connection closed: the API closes one idle for 2 s, as during the floor's
@@ -314,20 +378,22 @@ def bench_node(system: System, script: Path) -> dict[str, Any]:
         for _ in range(per_client):
             system.floor_run(floor_agents[index], script)
 
+    def skeleton_agent(index: int) -> None:
+        """The same share through the skeleton."""
+        for _ in range(per_client):
+            system.skeleton_run(agents[index], script, chats[index])
+
     def all_at_once(body: Any) -> None:
         for future in [thread.submit(body, index) for index, thread in enumerate(threads)]:
             future.result()
 
     # Every floor client's connections open before the clock starts.
     all_at_once(lambda index: system.floor_run(floor_agents[index], script))
-    elapsed = {"full": 0.0, "floor": 0.0}
-    cpu: dict[str, dict[str, float]] = {"full": {}, "floor": {}}
-    sides = {"full": agent, "floor": floor_agent}
-    for label in ["full", "floor", "floor", "full"] * (THROUGHPUT_ROUNDS // 2):
-        agents.clear()
-        if label == "full":
-            agents.extend(httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
-                          for _ in range(CLIENTS))  # fmt: skip
+    elapsed = dict.fromkeys(SIDES, 0.0)
+    cpu: dict[str, dict[str, float]] = {side: {} for side in SIDES}
+    sides = {"full": agent, "floor": floor_agent, "skeleton": skeleton_agent}
+    for label in [*SIDES, *reversed(SIDES)] * (THROUGHPUT_ROUNDS // 2):
+        agents[:] = round_clients(system, label)
         cpu_before = system.cpu_seconds()
         start = time.perf_counter()
         all_at_once(sides[label])
@@ -341,19 +407,26 @@ def bench_node(system: System, script: Path) -> dict[str, Any]:
     rates = {label: runs / seconds for label, seconds in elapsed.items()}
     per_run = {label: cpu_per_run(label, spent, runs) for label, spent in cpu.items()}
     return {
-        "full_p50": median_ms(full),
-        "full_p95": p95_ms(full),
-        "floor_p50": median_ms(bare),
-        "floor_p95": p95_ms(bare),
-        "direct_p50": median_ms(direct),
-        "direct_p95": p95_ms(direct),
         "throughput": rates["full"],
         "floor_throughput": rates["floor"],
+        "skeleton_throughput": rates["skeleton"],
         "cpu_ms": sum(per_run["full"].values()),
         "floor_cpu_ms": sum(per_run["floor"].values()),
+        "skeleton_cpu_ms": sum(per_run["skeleton"].values()),
         "cpu_parts": per_run["full"],
         "floor_cpu_parts": per_run["floor"],
+        "skeleton_cpu_parts": per_run["skeleton"],
     }
+
+
+def round_clients(system: System, side: str) -> list[httpx.Client]:
+    """A round's HTTP clients, one per agent (none for the floor's, which call Celery)."""
+    if side == "floor":
+        return []
+    if side == "skeleton":
+        return [httpx.Client(timeout=120) for _ in range(CLIENTS)]
+    return [httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
+            for _ in range(CLIENTS)]  # fmt: skip
 
 
 def add_spent(total: dict[str, float], before: dict[str, float], after: dict[str, float]) -> None:
@@ -365,7 +438,9 @@ def cpu_per_run(side: str, spent: dict[str, float], runs: int) -> dict[str, floa
     """Milliseconds of CPU per run of each part a side uses (the other side's processes idle
     meanwhile, and are left out)."""
     used = {"full": ("clients", "api", "node worker", "node scripts"),
-            "floor": ("clients", "floor worker", "floor scripts")}  # fmt: skip
+            "floor": ("clients", "floor worker", "floor scripts"),
+            "skeleton": ("clients", "skeleton api", "skeleton worker",
+                         "skeleton scripts")}  # fmt: skip
     return {part: spent.get(part, 0.0) / runs * 1000 for part in used[side]}
 
 
@@ -488,6 +563,7 @@ def report_node(node: dict[str, Any], first: list[float]) -> None:
     print(f"Node run, trivial Python script ({ROUNDS} runs each, interleaved)")
     for label, key in (("skillfleet (REST -> Celery -> worker -> stream)", "full"),
                        ("floor (bare Celery task spawning the script)  ", "floor"),
+                       ("skeleton (the architecture's required work)   ", "skeleton"),
                        ("spawning the script directly                  ", "direct")):  # fmt: skip
         print(f"  {label}  p50 {node[key + '_p50']:7.1f} ms  p95 {node[key + '_p95']:7.1f} ms"
               f"  ratio to floor {node[key + '_p50'] / node['floor_p50']:.2f}x")  # fmt: skip
@@ -497,14 +573,27 @@ def report_node(node: dict[str, Any], first: list[float]) -> None:
     print(f"  skillfleet  {node['throughput']:6.1f} runs/s  CPU {node['cpu_ms']:5.1f} ms/run")
     print(f"  floor       {node['floor_throughput']:6.1f} runs/s  "
           f"CPU {node['floor_cpu_ms']:5.1f} ms/run")  # fmt: skip
-    print(f"  ratio {node['throughput'] / node['floor_throughput']:.2f}x")
+    print(f"  skeleton    {node['skeleton_throughput']:6.1f} runs/s  "
+          f"CPU {node['skeleton_cpu_ms']:5.1f} ms/run")  # fmt: skip
+    print(
+        f"  ratio {node['throughput'] / node['floor_throughput']:.2f}x "
+        f"(skeleton {node['skeleton_throughput'] / node['floor_throughput']:.2f}x)"
+    )
     # On a machine whose cores the bench has to itself, throughput follows CPU per run; on a
     # busy one the system's more processes get a larger share of it, and flatter the ratio.
     print(f"  CPU per run, floor / skillfleet {node['floor_cpu_ms'] / node['cpu_ms']:.2f}x "
           "(the throughput ratio where the cores are the bench's alone)")  # fmt: skip
-    for label, key in (("skillfleet", "cpu_parts"), ("floor", "floor_cpu_parts")):
+    for label, key in (("skillfleet", "cpu_parts"), ("floor", "floor_cpu_parts"),
+                       ("skeleton", "skeleton_cpu_parts")):  # fmt: skip
         parts = ", ".join(f"{part} {ms:.1f}" for part, ms in node[key].items())
         print(f"  CPU ms/run, {label}: {parts}")
+    # What the goals leave for what skillfleet adds to the skeleton, and what it spends on it.
+    latency_left = node["floor_p50"] * RUN_GOAL - node["skeleton_p50"]
+    cpu_left = node["floor_cpu_ms"] / THROUGHPUT_GOAL - node["skeleton_cpu_ms"]
+    print(f"Beyond the skeleton: the goals leave {latency_left:.1f} ms of a run's p50 and "
+          f"{cpu_left:.1f} ms of CPU per run; skillfleet spends "
+          f"{node['full_p50'] - node['skeleton_p50']:.1f} ms and "
+          f"{node['cpu_ms'] - node['skeleton_cpu_ms']:.1f} ms")  # fmt: skip
     print(f"First output to SSE client ({len(first)} runs): p50 {median_ms(first):.2f} ms, "
           f"p95 {p95_ms(first):.2f} ms")  # fmt: skip
 
