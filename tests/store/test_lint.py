@@ -71,3 +71,14 @@ def test_the_bridge_network_is_flagged_as_deprecated_and_says_what_the_scripts_r
     listed = {**bridge, "skillfleet.allowed-domains": "example.com"}
     assert "reach only the hosts in skillfleet.allowed-domains." in warnings_for("", **listed)
     assert "deprecated" not in warnings_for("echo hi\n")
+
+
+def test_a_binary_asset_is_not_searched_for_secrets_but_a_text_one_is():
+    token = "ghp_" + "a1B2" * 8
+    binary = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + f"\nexport GH={token}\n".encode()
+    assert lint({"assets/logo.png": binary}, info()) == []
+    text = lint({"assets/notes.txt": f"export GH={token}\n".encode()}, info())
+    assert text == [
+        "assets/notes.txt line 1 holds text that looks like a secret (a key, token or "
+        "password); secrets don't belong in a skill."
+    ]
