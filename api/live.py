@@ -110,17 +110,20 @@ def _in_this_thread(found: Services, handoff: Handoff) -> Iterator[bytes]:
     gauge = SSE_STREAMS_OPEN.labels(kind_of(handoff.job))
     gauge.inc()
     producer.start()
+    ended = False
     try:
         while (chunk := chunks.get()) is not None:
             yield chunk
+        ended = True  # the producer is closing its hub: a cancel now would cut that short
     finally:
         gauge.dec()
         try:
             slots.release_sync(found.redis, handoff.token, handoff.slot)
         except redis.RedisError:
             pass  # the lease lapses by itself
-        with contextlib.suppress(RuntimeError):  # the loop closed: the body had ended
-            loop.call_soon_threadsafe(task.cancel)
+        if not ended:  # the client went away first
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(task.cancel)
         producer.join(timeout=10)
 
 
@@ -148,12 +151,22 @@ async def _collect(found: Services, handoff: Handoff) -> bytes:
 
 
 def _run_until_done(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:
+    """Run `task`, then cancel and await what it left running (a hub's read, when its stop
+    was cut short), as `asyncio.run` does, before closing the loop."""
     try:
         loop.run_until_complete(task)
     except asyncio.CancelledError:
         pass  # the client went away
     finally:
-        loop.close()
+        try:
+            left = asyncio.all_tasks(loop)
+            for leftover in left:
+                leftover.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 async def _produce(
