@@ -26,6 +26,7 @@ from workers.runners.base import (
     outcome_of,
     script_environment,
 )
+from workers.runners.keeper import GroupKeeper
 
 READ_BYTES = 16 * 1024
 CANCEL_POLL_SECONDS = 0.2
@@ -50,6 +51,8 @@ def find_launcher() -> str | None:
 
 
 LAUNCHER = find_launcher()
+# Kills what this process's scripts started if it dies (workers/runners/keeper.py).
+KEEPER = GroupKeeper()
 # A script's HOME is its user's, the worker's: tools that keep files under ~ work, and Python
 # need not look the user up in the password database as it starts (0.2-0.3 ms a run).
 SCRIPT_HOME = os.path.expanduser("~")
@@ -84,10 +87,14 @@ class NodeRunner:
     isolation = "process"
 
     def __init__(
-        self, coalesce_seconds: float = COALESCE_SECONDS, launcher: str | None = LAUNCHER
+        self,
+        coalesce_seconds: float = COALESCE_SECONDS,
+        launcher: str | None = LAUNCHER,
+        keeper: GroupKeeper = KEEPER,
     ) -> None:
         self.coalesce_seconds = coalesce_seconds  # the output window of one stream entry
         self.launcher = launcher  # skillfleet-launch; None: setpriv, or a preexec_fn
+        self.keeper = keeper  # the script's group dies with this process, not only the script
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
         collector = OutputCollector(
@@ -109,14 +116,18 @@ class NodeRunner:
         except (OSError, ValueError) as e:
             message = f"The script could not start: {type(e).__name__}: {e}"
             return Outcome(RunStatus.FAILED, None, "", message, message)
+        self.keeper.hold(process.pid)  # the script leads its group (start_new_session)
         try:
-            collector.started(pid=process.pid)
-            state = _pump(process, collector, job.timeout, cancelled)
-        except BaseException:  # Redis went away mid-run, or the worker stops: no orphan script
-            _kill_group(process)
-            process.wait()
-            raise
-        code = process.wait()
+            try:
+                collector.started(pid=process.pid)
+                state = _pump(process, collector, job.timeout, cancelled)
+            except BaseException:  # Redis went away mid-run, or the worker stops: no orphan
+                _kill_group(process)
+                process.wait()
+                raise
+            code = process.wait()
+        finally:
+            self.keeper.release(process.pid)
         return outcome_of(state, code, collector, job.timeout)
 
 

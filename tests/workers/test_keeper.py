@@ -1,0 +1,125 @@
+"""A node worker's keeper: what a script started dies with the worker too, not only the script.
+Real processes, a real SIGKILL of the worker; a stand-in worker runs the real node runner."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REDIS_URL
+from fleet import killed_worker_leaves_no_child, process_ended, wait_until
+
+from workers.runners.keeper import GroupKeeper
+
+# What a script may do: start a process of its own, then keep running.
+SCRIPT = """
+import json, os, subprocess, time
+child = subprocess.Popen(["sleep", "300"])
+with open(json.loads(os.environ["SKILLFLEET_ARGS"])["pidfile"], "w") as out:
+    out.write(str(child.pid))
+time.sleep(300)
+"""
+
+# A stand-in worker: the node runner runs SCRIPT (its way: argv[1] names the launcher, or
+# is empty for setpriv or a prctl), then it says the pid of the script's child and waits.
+WORKER = """
+import json, sys, threading, time
+from pathlib import Path
+import redis
+from relay.streams import RunStream
+from workers.runners.base import Job
+from workers.runners.node import NodeRunner
+folder, pidfile = Path(sys.argv[3]), Path(sys.argv[3]) / "child.pid"
+job = Job("keeper-test", "keeper", "0" * 64, "run.py", {"pidfile": str(pidfile)}, 300)
+stream = RunStream(redis.Redis.from_url(sys.argv[2]), "keeper-test")
+runner = NodeRunner(launcher=sys.argv[1] or None)
+threading.Thread(target=runner.run, args=(job, folder, stream, lambda: False), daemon=True).start()
+while not pidfile.exists() or not pidfile.read_text():
+    time.sleep(0.01)
+print(json.dumps({"pid": int(pidfile.read_text())}), flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("way", ["skillfleet-launch", "setpriv or prctl"])
+def test_what_a_script_started_dies_with_its_worker(way: str, tmp_path: Path):
+    from workers.runners.node import LAUNCHER
+
+    if way == "skillfleet-launch" and LAUNCHER is None:
+        pytest.skip("skillfleet-launch is not built")
+    (tmp_path / "run.py").write_text(SCRIPT)
+    launcher = LAUNCHER if way == "skillfleet-launch" else ""
+    killed_worker_leaves_no_child(
+        WORKER,
+        launcher or "",
+        REDIS_URL,
+        str(tmp_path),
+        what="the script's own child to die with its worker",
+        running=lambda pid: not process_ended(pid),
+    )
+
+
+def _group() -> subprocess.Popen[bytes]:
+    """A process leading a group of its own, as a script does."""
+    return subprocess.Popen(["sleep", "300"], start_new_session=True)
+
+
+def test_a_killed_keeper_is_replaced_and_told_every_group_still_held():
+    keeper = GroupKeeper()
+    first, second, released = _group(), _group(), _group()
+    try:
+        keeper.hold(first.pid)
+        keeper.hold(released.pid)
+        keeper.release(released.pid)
+        old = keeper.pid
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        wait_until(lambda: process_ended(old), 10, "the keeper to die")
+        keeper.hold(second.pid)  # a new keeper, told of `first` too
+        assert keeper.pid not in (None, old)
+        # The worker goes: its end of the pipe closes, as the kernel closes it at a SIGKILL.
+        pipe = keeper._process.stdin if keeper._process else None
+        assert pipe is not None
+        pipe.close()
+        wait_until(lambda: first.poll() is not None and second.poll() is not None, 10,
+                   "the held groups to be killed")  # fmt: skip
+        assert first.returncode == second.returncode == -signal.SIGKILL
+        assert released.poll() is None  # released: not the keeper's to kill
+    finally:
+        for process in (first, second, released):
+            process.kill()
+            process.wait()
+
+
+def _ignores(pid: int, *signals: signal.Signals) -> bool:
+    """`pid` ignores each of `signals` (its SigIgn mask in /proc)."""
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("SigIgn:"))
+    mask = int(line.split()[1], 16)
+    return all(mask & (1 << (number - 1)) for number in signals)
+
+
+def test_the_keeper_outlives_the_signals_a_stopping_worker_s_group_gets():
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "workers.runners.keeper"], stdin=subprocess.PIPE
+    )
+    group = _group()
+    try:
+        assert keeper.stdin is not None
+        keeper.stdin.write(b"+%d\n" % group.pid)
+        keeper.stdin.flush()
+        wait_until(lambda: _ignores(keeper.pid, *stops), 10, "the keeper to be ready")
+        for stop in stops:
+            keeper.send_signal(stop)
+        keeper.stdin.close()  # then its worker goes: it is still there to kill the group
+        assert keeper.wait(timeout=10) == 0
+        assert group.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for process in (keeper, group):
+            process.kill()
+            process.wait()
