@@ -13,7 +13,7 @@ import pytest
 from conftest import REDIS_URL
 from fleet import killed_worker_leaves_no_child, process_ended, wait_until
 
-from workers.runners.keeper import GroupKeeper
+from workers.runners.keeper import GROUP, Keeper
 
 # What a script may do: start a process of its own, then keep running.
 SCRIPT = """
@@ -69,22 +69,19 @@ def _group() -> subprocess.Popen[bytes]:
 
 
 def test_a_killed_keeper_is_replaced_and_told_every_group_still_held():
-    keeper = GroupKeeper()
+    keeper = Keeper()
     first, second, released = _group(), _group(), _group()
     try:
-        keeper.hold(first.pid)
-        keeper.hold(released.pid)
-        keeper.release(released.pid)
+        keeper.hold(GROUP, first.pid)
+        keeper.hold(GROUP, released.pid)
+        keeper.release(GROUP, released.pid)
         old = keeper.pid
         assert old is not None
         os.kill(old, signal.SIGKILL)
         wait_until(lambda: process_ended(old), 10, "the keeper to die")
-        keeper.hold(second.pid)  # a new keeper, told of `first` too
+        keeper.hold(GROUP, second.pid)  # a new keeper, told of `first` too
         assert keeper.pid not in (None, old)
-        # The worker goes: its end of the pipe closes, as the kernel closes it at a SIGKILL.
-        pipe = keeper._process.stdin if keeper._process else None
-        assert pipe is not None
-        pipe.close()
+        keeper.close()  # as the kernel closes the pipe when the worker dies
         wait_until(lambda: first.poll() is not None and second.poll() is not None, 10,
                    "the held groups to be killed")  # fmt: skip
         assert first.returncode == second.returncode == -signal.SIGKILL
@@ -111,7 +108,7 @@ def test_the_keeper_outlives_the_signals_a_stopping_worker_s_group_gets():
     group = _group()
     try:
         assert keeper.stdin is not None
-        keeper.stdin.write(b"+%d\n" % group.pid)
+        keeper.stdin.write(b"+group %d\n" % group.pid)
         keeper.stdin.flush()
         wait_until(lambda: _ignores(keeper.pid, *stops), 10, "the keeper to be ready")
         for stop in stops:

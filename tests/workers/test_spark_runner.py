@@ -613,3 +613,56 @@ def test_a_volume_past_the_kept_ones_goes_once_its_finished_container_is_removed
 
     assert skill_volumes(engine, content_hash(folder)) == []
     assert runner.volumes.held() == {}
+
+
+# A stand-in Spark worker: runs a script that sleeps in the runner's container, says the run's
+# id once the container runs, and waits to be killed.
+KILLED_WORKER = """
+import json, sys, threading, time, uuid
+from pathlib import Path
+import docker, redis
+from relay.streams import RunStream
+from store.hashing import content_hash
+from workers.runners.base import Job
+from workers.runners.spark import LABEL, SparkRunner
+folder = Path(sys.argv[3])
+job = Job(str(uuid.uuid4()), "demo", content_hash(folder), "scripts/sleep.py", {}, 300)
+runner = SparkRunner(sys.argv[1], docker.from_env())
+stream = RunStream(redis.Redis.from_url(sys.argv[2]), job.run_id)
+threading.Thread(target=runner.run, args=(job, folder, stream, lambda: False), daemon=True).start()
+engine = docker.from_env()
+while not engine.containers.list(filters={"label": f"{LABEL}={job.run_id}"}):
+    time.sleep(0.05)
+print(json.dumps({"run_id": job.run_id}), flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_killed_worker_s_running_container_is_removed_at_once(tmp_path, engine, redis_client):
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REDIS_URL
+    from fleet import wait_until
+
+    folder = skill(tmp_path, "sleep.py", "import time\nprint('up', flush=True)\ntime.sleep(300)\n")
+    root = Path(__file__).resolve().parents[2]
+    worker = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WORKER, IMAGE, REDIS_URL, str(folder)],
+        cwd=root, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    run_id = None
+    try:
+        assert worker.stdout is not None
+        run_id = json.loads(worker.stdout.readline())["run_id"]
+        assert [c.status for c in labelled(engine, run_id)] == ["running"]
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        # Not left to the next Spark worker's start: its keeper removes it now.
+        wait_until(lambda: labelled(engine, run_id) == [], 30, "the run's container to go")
+    finally:
+        worker.kill()
+        worker.wait()
+        for container in labelled(engine, run_id) if run_id else []:
+            container.remove(force=True)

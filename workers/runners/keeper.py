@@ -1,18 +1,21 @@
-"""The process groups of a node worker's running scripts, killed if the worker dies.
+"""What a worker's running scripts hold, ended if the worker dies.
 
-A script dies with its worker by its parent-death signal (workers/runners/launch.c, setpriv or
-a prctl), but the processes the script started do not: the signal is not inherited across a
-fork. A `bash` script's `rsync`, or a Python script's subprocess, would go on running after a
-`kill -9` of the worker, while the run is answered `interrupted` and "will not run again".
+A node script dies with its worker by its parent-death signal (workers/runners/launch.c,
+setpriv or a prctl), but the processes the script started do not: the signal is not inherited
+across a fork. A `bash` script's `rsync`, or a Python script's subprocess, would go on running
+after a `kill -9` of the worker, while the run is answered `interrupted` and "will not run
+again". A Spark run's container (and its egress proxy) would run on until another Spark worker
+started on that engine.
 
-So a node worker starts a keeper: a small process that holds the process group of each script
-while it runs (every script leads a group of its own) and kills them all once the worker's end
-of its pipe closes. The kernel closes that pipe however the worker ends, SIGKILL included, and
-no script holds it (a script inherits no descriptor but its standard ones). The keeper ignores
-the signals a terminal or a service manager sends a worker's process group, so it is still
-there to do its job while the worker stops.
+So a worker starts a keeper: a small process told what each running script holds (a node
+script's process group: every script leads a group of its own; a Spark run's label on its
+containers and volumes) that ends all of it once the worker's end of its pipe closes. The
+kernel closes that pipe however the worker ends, SIGKILL included, and no script holds it (a
+script inherits no descriptor but its standard ones). The keeper ignores the signals a
+terminal or a service manager sends a worker's process group, so it is still there to do its
+job while the worker stops.
 
-Run as `python -m workers.runners.keeper`; it reads `+<pgid>` and `-<pgid>` lines.
+Run as `python -m workers.runners.keeper`; it reads lines `+<kind> <what>` and `-<kind> <what>`.
 """
 
 from __future__ import annotations
@@ -28,39 +31,52 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
+GROUP = "group"  # a process group, by its id: killed
+LABEL = "label"  # a Docker label (`key=value`): its containers and volumes removed
 
-class GroupKeeper:
-    """This process's keeper, started at its first `hold`; a forked child starts its own."""
+
+class Keeper:
+    """A process's keeper, started at its first `hold`; a forked child starts its own."""
 
     def __init__(self, command: list[str] | None = None) -> None:
         self.command = command or [sys.executable, "-m", __name__]
         self._lock = threading.Lock()
-        self._pipe: IO[bytes] | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._pipe: IO[bytes] | None = None
         self._owner = 0  # the pid that started the keeper
-        self._held: set[int] = set()
+        self._held: set[tuple[str, str]] = set()
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
-    def hold(self, group: int) -> None:
-        """Kill process group `group` if this process dies before `release(group)`."""
+    def hold(self, kind: str, what: object) -> None:
+        """End `what` (a GROUP or a LABEL) if this process dies before `release`."""
+        item = (kind, str(what))
         with self._lock:
-            self._held.add(group)
-            self._send(b"+%d\n" % group)
+            self._held.add(item)
+            self._send(b"+%s %s\n" % (item[0].encode(), item[1].encode()))
 
-    def release(self, group: int) -> None:
+    def release(self, kind: str, what: object) -> None:
+        item = (kind, str(what))
         with self._lock:
-            self._held.discard(group)
-            self._send(b"-%d\n" % group)
+            self._held.discard(item)
+            self._send(b"-%s %s\n" % (item[0].encode(), item[1].encode()))
+
+    def close(self) -> None:
+        """End what is held now, as if this process had died (its pipe closes)."""
+        with self._lock:
+            if self._pipe is not None and self._owner == os.getpid():
+                self._pipe.close()
+            self._pipe = None
 
     def _send(self, line: bytes) -> None:
         for _attempt in range(2):
             if self._pipe is None or self._owner != os.getpid():
                 if not self._start():
                     return
-                line = b"".join(b"+%d\n" % group for group in self._held)  # all, to a new one
+                # A new keeper is told all that is held (the line's item among it).
+                line = b"".join(b"+%s %s\n" % (k.encode(), w.encode()) for k, w in self._held)
             assert self._pipe is not None
             try:
                 self._pipe.write(line)
@@ -75,28 +91,54 @@ class GroupKeeper:
                 self.command, stdin=subprocess.PIPE, start_new_session=True
             )
         except OSError as e:
-            log.warning("no keeper: a dead worker's scripts may leave processes", error=str(e))
+            log.warning("no keeper: what a dead worker's scripts hold may stay", error=str(e))
             return False
         self._pipe = self._process.stdin
         self._owner = os.getpid()
         return True
 
 
+# This process's: its runners share it.
+KEEPER = Keeper()
+
+
 def main() -> None:
     for ignored in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(ignored, signal.SIG_IGN)
-    held: set[int] = set()
+    held: set[tuple[str, str]] = set()
     for line in sys.stdin.buffer:
-        sign, group = line[:1], int(line[1:])
-        if sign == b"+":
-            held.add(group)
+        kind, _, what = line[1:].decode().strip().partition(" ")
+        if line.startswith(b"+"):
+            held.add((kind, what))
         else:
-            held.discard(group)
-    for group in held:  # the worker is gone
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            held.discard((kind, what))
+    # The worker is gone.
+    for kind, what in held:
+        if kind == GROUP:
+            try:
+                os.killpg(int(what), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    labels = sorted(what for kind, what in held if kind == LABEL)
+    if labels:
+        _remove_labelled(labels)
+
+
+def _remove_labelled(labels: list[str]) -> None:
+    """Remove the containers, then the volumes, that carry each of `labels`."""
+    import docker  # only a Spark worker's keeper holds labels
+    import requests
+    from docker.errors import DockerException
+
+    try:
+        client = docker.from_env()
+        for label in labels:
+            for container in client.containers.list(all=True, filters={"label": label}):
+                container.remove(force=True)
+            for volume in client.volumes.list(filters={"label": label}):
+                volume.remove(force=True)
+    except (DockerException, requests.exceptions.RequestException) as e:
+        print(f"keeper: what the worker's runs left could not be removed: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from workers.runners.base import (
     outcome_of,
     script_environment,
 )
-from workers.runners.keeper import GroupKeeper
+from workers.runners.keeper import GROUP, KEEPER, Keeper
 
 READ_BYTES = 16 * 1024
 CANCEL_POLL_SECONDS = 0.2
@@ -51,8 +51,6 @@ def find_launcher() -> str | None:
 
 
 LAUNCHER = find_launcher()
-# Kills what this process's scripts started if it dies (workers/runners/keeper.py).
-KEEPER = GroupKeeper()
 # A script's HOME is its user's, the worker's: tools that keep files under ~ work, and Python
 # need not look the user up in the password database as it starts (0.2-0.3 ms a run).
 SCRIPT_HOME = os.path.expanduser("~")
@@ -90,7 +88,7 @@ class NodeRunner:
         self,
         coalesce_seconds: float = COALESCE_SECONDS,
         launcher: str | None = LAUNCHER,
-        keeper: GroupKeeper = KEEPER,
+        keeper: Keeper = KEEPER,
     ) -> None:
         self.coalesce_seconds = coalesce_seconds  # the output window of one stream entry
         self.launcher = launcher  # skillfleet-launch; None: setpriv, or a preexec_fn
@@ -116,7 +114,7 @@ class NodeRunner:
         except (OSError, ValueError) as e:
             message = f"The script could not start: {type(e).__name__}: {e}"
             return Outcome(RunStatus.FAILED, None, "", message, message)
-        self.keeper.hold(process.pid)  # the script leads its group (start_new_session)
+        self.keeper.hold(GROUP, process.pid)  # the script leads its group (start_new_session)
         try:
             try:
                 collector.started(pid=process.pid)
@@ -127,7 +125,7 @@ class NodeRunner:
                 raise
             code = process.wait()
         finally:
-            self.keeper.release(process.pid)
+            self.keeper.release(GROUP, process.pid)
         return outcome_of(state, code, collector, job.timeout)
 
 

@@ -39,6 +39,8 @@ from workers.runners.egress import (
     relayed,
     run_options,
 )
+from workers.runners.keeper import KEEPER, Keeper
+from workers.runners.keeper import LABEL as KEPT_LABEL
 from workers.runners.skill_volumes import KEEP_VOLUMES, SkillVolume, SkillVolumes
 
 LABEL = "skillfleet.run"
@@ -101,8 +103,10 @@ class SparkRunner:
         coalesce_seconds: float = COALESCE_SECONDS,
         egress_network: str = DEFAULT_NETWORK,
         egress_private: bool = False,
+        keeper: Keeper = KEEPER,
     ) -> None:
         self.image = image
+        self.keeper = keeper  # removes a run's containers if this worker dies mid-run
         self.coalesce_seconds = coalesce_seconds  # the output window of one stream entry
         self._client = client
         self.volumes = SkillVolumes(lambda: self.client, image, SKILL_MOUNT, LABEL, keep_volumes)
@@ -209,6 +213,27 @@ class SparkRunner:
             hosts = self.hosts_for(job, folder)
         except (ValueError, StoreError) as e:
             return _not_started(e)
+        label = f"{LABEL}={job.run_id}"  # the run's container, its egress gate and its volume
+        self.keeper.hold(KEPT_LABEL, label)
+        try:
+            return self._attempts(job, folder, collector, stream, cancelled, command, hosts)
+        finally:
+            # Once the remover has removed them (it takes them in order), not before.
+            self._start_remover()
+            self._removals.put(functools.partial(self.keeper.release, KEPT_LABEL, label))
+
+    def _attempts(
+        self,
+        job: Job,
+        folder: Path,
+        collector: OutputCollector,
+        stream: RunStream,
+        cancelled: CancelCheck,
+        command: list[str],
+        hosts: tuple[str, ...],
+    ) -> Outcome:
+        """The run in a container on a proven volume; a volume replaced behind this worker's
+        back is filled again once."""
         for _attempt in range(2):
             with contextlib.ExitStack() as held:
                 try:
