@@ -114,7 +114,7 @@ def main() -> None:
             held.discard((kind, what))
     # The worker is gone.
     for kind, what in held:
-        if kind == GROUP:
+        if kind == GROUP and what.isdigit():
             try:
                 os.killpg(int(what), signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
