@@ -6,6 +6,7 @@ engine, the runner image or Redis the tests skip; with CI=true they fail instead
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -30,7 +31,7 @@ from store.hashing import content_hash
 from store.limits import COALESCE_BYTES
 from workers.runners.base import Job
 from workers.runners.skill_volumes import FILL_LABEL, SKILL_LABEL, VOLUME_PREFIX
-from workers.runners.spark import LABEL, TMPFS_OPTIONS, SparkRunner
+from workers.runners.spark import LABEL, QUEUE_LABEL, TMPFS_OPTIONS, SparkRunner
 
 pytestmark = pytest.mark.docker
 
@@ -438,6 +439,29 @@ def test_start_removes_leftover_containers_labelled_as_runs(engine, runner):
     runner.start()
 
     assert labelled(engine) == []
+
+
+def test_start_leaves_the_running_containers_of_another_queue_s_worker_on_the_engine(
+    engine, runner
+):
+    from workers.runners.sandbox import ContainerSandboxRunner
+
+    def running(queue: str | None) -> Any:
+        labels = {LABEL: str(uuid.uuid4()), **({QUEUE_LABEL: queue} if queue else {})}
+        return engine.containers.run(
+            IMAGE, ["sleep", "300"], network_mode="none", labels=labels, detach=True
+        )
+
+    sandbox_run, spark_run, unlabelled = running("sandbox"), running("spark"), running(None)
+    try:
+        runner.start()  # the Spark worker's: a container sandbox worker runs on this engine too
+        assert [c.id for c in labelled(engine)] == [sandbox_run.id]
+        ContainerSandboxRunner(IMAGE, engine).start()  # and the other way round
+        assert labelled(engine) == []
+    finally:
+        for container in (sandbox_run, spark_run, unlabelled):
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
 
 
 def test_start_with_a_missing_image_is_refused_naming_the_build_command(engine):

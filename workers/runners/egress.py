@@ -86,8 +86,10 @@ class Egress:
         label: str,
         network: str = DEFAULT_NETWORK,
         private: bool = False,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.client = client
+        self.labels = labels or {}  # on every proxy and its volume, beside the run's label
         self.image = image
         self.label = label
         self.network = network
@@ -98,7 +100,7 @@ class Egress:
 
         Raises RunnerUnavailable when the outward network does not exist.
         """
-        labels = {self.label: run_id, ROLE_LABEL: "proxy"}
+        labels = {**self.labels, self.label: run_id, ROLE_LABEL: "proxy"}
         gate = Gate(self.client().volumes.create(VOLUME_PREFIX + run_id, labels=labels).name, "")
         try:
             container = self.client().containers.create(

@@ -27,6 +27,7 @@ from typing import Any
 
 from broker.classify import SANDBOX_SUFFIXES
 from broker.runs import Outcome
+from relay import naming
 from relay.errors import RunnerUnavailable
 from relay.streams import RunStream
 from store.errors import StoreError
@@ -72,6 +73,7 @@ class ContainerSandboxRunner(SparkRunner):
     the skill's allowed-domains only (through the Spark's egress gate)."""
 
     isolation = "container"
+    queue_name = naming.SANDBOX
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
         return refusal(job.script) or super().run(job, folder, stream, cancelled)

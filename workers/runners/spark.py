@@ -18,6 +18,7 @@ import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
 
 from broker.runs import Outcome
+from relay import naming
 from relay.errors import PackageUnverified, RunnerUnavailable
 from relay.streams import RunStream
 from store.errors import StoreError
@@ -44,6 +45,9 @@ from workers.runners.keeper import LABEL as KEPT_LABEL
 from workers.runners.skill_volumes import KEEP_VOLUMES, SkillVolume, SkillVolumes
 
 LABEL = "skillfleet.run"
+# The queue of the worker that made a run's containers: a Spark worker and a container sandbox
+# worker may share one engine, and each removes only its own (and unlabelled) leftovers.
+QUEUE_LABEL = "skillfleet.queue"
 SKILL_MOUNT = "/skill"
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # /tmp is the only writable place; its files count against the memory limit, so cap it too.
@@ -94,6 +98,7 @@ class SparkRunner:
     """
 
     isolation = "container"
+    queue_name = naming.SPARK  # its worker's queue, on its containers
 
     def __init__(
         self,
@@ -110,7 +115,14 @@ class SparkRunner:
         self.coalesce_seconds = coalesce_seconds  # the output window of one stream entry
         self._client = client
         self.volumes = SkillVolumes(lambda: self.client, image, SKILL_MOUNT, LABEL, keep_volumes)
-        self.egress = Egress(lambda: self.client, image, LABEL, egress_network, egress_private)
+        self.egress = Egress(
+            lambda: self.client,
+            image,
+            LABEL,
+            egress_network,
+            egress_private,
+            labels={QUEUE_LABEL: self.queue_name},
+        )
         # Finished containers' ids, and cleanups that must follow them (a run's egress gate).
         self._removals: queue.Queue[str | Callable[[], None]] = queue.Queue()
         self._remover: threading.Thread | None = None
@@ -153,7 +165,7 @@ class SparkRunner:
             "mem_limit": MEMORY_LIMIT,
             "nano_cpus": NANO_CPUS,
             "user": NOBODY,
-            "labels": {LABEL: job.run_id},
+            "labels": {LABEL: job.run_id, QUEUE_LABEL: self.queue_name},
             "volumes": {str(volume): {"bind": SKILL_MOUNT, "mode": "ro"}},
             "working_dir": SKILL_MOUNT,
             "environment": script_environment(job, {"PATH": IMAGE_PATH, "HOME": "/tmp"}),
@@ -186,9 +198,10 @@ class SparkRunner:
         try:
             for container in self.leftovers():
                 _remove(container)
-            # Per-run volumes of earlier versions, then the skill volumes no container holds.
+            # Per-run volumes (an egress gate's), then the skill volumes no container holds.
             for volume in self.client.volumes.list(filters={"label": LABEL}):
-                volume.remove(force=True)
+                if self._ours(volume.attrs.get("Labels")):
+                    volume.remove(force=True)
             self.volumes.remove_unused()
         except _ENGINE_ERRORS as e:
             raise RunnerUnavailable(
@@ -196,8 +209,14 @@ class SparkRunner:
             ) from e
 
     def leftovers(self) -> list[Any]:
-        """Every container labelled as a skillfleet run (or a volume's loader), running or not."""
-        return list(self.client.containers.list(all=True, filters={"label": LABEL}))
+        """Every container labelled as a run of this worker's queue (or as a run with no queue,
+        or as a volume's loader), running or not: another queue's worker on this engine keeps
+        its own."""
+        found = self.client.containers.list(all=True, filters={"label": LABEL})
+        return [container for container in found if self._ours(container.labels)]
+
+    def _ours(self, labels: dict[str, str] | None) -> bool:
+        return (labels or {}).get(QUEUE_LABEL, self.queue_name) == self.queue_name
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
         """Run in a new container that mounts the skill's volume, proven for the job's hash.
