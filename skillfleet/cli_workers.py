@@ -39,12 +39,14 @@ def node(name: str, concurrency: int) -> None:
         loop_holder["loop"] = SyncLoop(cache, client, name)
         loop_holder["loop"].start()
 
+    runner = NodeRunner()
+    runner.keeper.start()  # before the first run, not on its path
     _serve(
         settings,
         role="node",
         queue=naming.node_queue(name),
         name=name,
-        runner=NodeRunner(),
+        runner=runner,
         packages=cache,
         features=_node_features(),
         concurrency=concurrency,
@@ -69,6 +71,7 @@ def spark(concurrency: int) -> None:
         runner.start()
     except RunnerUnavailable as e:
         raise click.ClickException(e.message) from e
+    runner.keeper.start()  # before the first run, not on its path
     _serve(
         settings,
         role="spark",

@@ -36,7 +36,8 @@ LABEL = "label"  # a Docker label (`key=value`): its containers and volumes remo
 
 
 class Keeper:
-    """A process's keeper, started at its first `hold`; a forked child starts its own."""
+    """A process's keeper, started by `start` (a worker's start) or at its first `hold`; a forked
+    child starts its own."""
 
     def __init__(self, command: list[str] | None = None) -> None:
         self.command = command or [sys.executable, "-m", __name__]
@@ -50,18 +51,24 @@ class Keeper:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    def start(self) -> None:
+        """Start the keeper now, off the first run's path."""
+        with self._lock:
+            if self._pipe is None or self._owner != os.getpid():
+                self._start()
+
     def hold(self, kind: str, what: object) -> None:
         """End `what` (a GROUP or a LABEL) if this process dies before `release`."""
         item = (kind, str(what))
         with self._lock:
             self._held.add(item)
-            self._send(b"+%s %s\n" % (item[0].encode(), item[1].encode()))
+            self._send(_line(b"+", item))
 
     def release(self, kind: str, what: object) -> None:
         item = (kind, str(what))
         with self._lock:
             self._held.discard(item)
-            self._send(b"-%s %s\n" % (item[0].encode(), item[1].encode()))
+            self._send(_line(b"-", item))
 
     def close(self) -> None:
         """End what is held now, as if this process had died (its pipe closes)."""
@@ -76,7 +83,7 @@ class Keeper:
                 if not self._start():
                     return
                 # A new keeper is told all that is held (the line's item among it).
-                line = b"".join(b"+%s %s\n" % (k.encode(), w.encode()) for k, w in self._held)
+                line = b"".join(_line(b"+", item) for item in self._held)
             assert self._pipe is not None
             try:
                 self._pipe.write(line)
@@ -96,6 +103,11 @@ class Keeper:
         self._pipe = self._process.stdin
         self._owner = os.getpid()
         return True
+
+
+def _line(sign: bytes, item: tuple[str, str]) -> bytes:
+    kind, what = item
+    return b"%s%s %s\n" % (sign, kind.encode(), what.encode())
 
 
 # This process's: its runners share it.
