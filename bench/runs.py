@@ -11,9 +11,11 @@ REDIS_URL (default redis://127.0.0.1:6379/14), then measures:
   (`bench/celery_floor.py`), against the skeleton: the same architecture doing only the work
   the design requires of a run, plainly (`bench/skeleton.py`), and against spawning the script
   directly; p50 of each and ratios. The skeleton tells what the architecture itself costs over
-  the floor, and so what the goals leave for everything else skillfleet does;
+  the floor, and so what the goals leave for everything else skillfleet does; the skeleton with
+  the design's other per-run work done as plainly (its chat, the skill, the policy's decision,
+  the decision's count, the owner's events, live output) tells what that work costs;
 - throughput: runs per second with 16 clients calling at once, for skillfleet, the floor and
-  the skeleton in alternated rounds (A B C C B A), with the CPU each spends per run, by part
+  both skeletons in alternated rounds (A B C D D C B A), with the CPU each spends per run, by part
   (the clients, the API, the worker, the scripts it ran). Where the bench has the cores to
   itself, throughput is bound by CPU per run, so the two ratios agree; on a busy machine the
   system's several processes get a larger share of the cores than the floor's one and the
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import functools
 import io
 import json
 import os
@@ -66,7 +69,7 @@ ROUNDS = 60
 SPARK_ROUNDS = 30
 CONCURRENT_RUNS = 400
 THROUGHPUT_ROUNDS = 4  # of each side, alternated
-SIDES = ("full", "floor", "skeleton")
+SIDES = ("full", "floor", "skeleton", "plus")
 # The goals (docs/benchmarks.md): a node run's p50 and throughput, as ratios to the floor.
 RUN_GOAL = 1.25
 THROUGHPUT_GOAL = 0.8
@@ -196,17 +199,26 @@ class System:
         self.labelled["floor"] = self.floor
 
     def start_skeleton(self) -> None:
-        """The skeleton's API and worker (bench/skeleton.py), on a database and queue of its own."""
+        """The skeleton's API and worker (bench/skeleton.py), on a database and queue of their
+        own, and the skeleton with the design's other per-run work (SKELETON_FEATURES=1)."""
         from bench import skeleton
 
-        database = self.root / "skeleton.db"
-        skeleton.create_database(str(database))
-        queue = f"skeleton-{os.getpid()}"
-        env = dict(self.env, SKELETON_DB=str(database), SKELETON_QUEUE=queue)
-        port = free_port()
-        self.skeleton_url = f"http://127.0.0.1:{port}"
+        self.skeleton_urls: dict[str, str] = {}
         self.skeleton_headers = {"Authorization": f"Bearer {skeleton.TOKEN}"}
-        logs = [open(self.root / f"skeleton-{part}.log", "wb") for part in ("api", "worker")]  # noqa: SIM115
+        for side, features in (("skeleton", "0"), ("plus", "1")):
+            self.skeleton_urls[side] = self._start_skeleton(side, features)
+
+    def _start_skeleton(self, side: str, features: str) -> str:
+        from bench import skeleton
+
+        database = self.root / f"{side}.db"
+        skeleton.create_database(str(database))
+        queue = f"{side}-{os.getpid()}"
+        env = dict(self.env, SKELETON_DB=str(database), SKELETON_QUEUE=queue,
+                   SKELETON_FEATURES=features)  # fmt: skip
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        logs = [open(self.root / f"{side}-{part}.log", "wb") for part in ("api", "worker")]  # noqa: SIM115
         api = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "bench.skeleton:api", "--worker-class",
              "uvicorn_worker.UvicornWorker", "--workers", "2", "--bind", f"127.0.0.1:{port}",
@@ -219,14 +231,20 @@ class System:
             env=env, stdout=logs[1], stderr=logs[1], cwd=ROOT,
         )  # fmt: skip
         self.processes += [api, worker]
-        self.servers["skeleton api"] = api
-        self.labelled["skeleton"] = worker
-        self._wait(lambda: httpx.get(f"{self.skeleton_url}/health").status_code == 404)
+        self.servers[f"{side} api"] = api
+        self.labelled[side] = worker
+        self._wait(lambda: httpx.get(f"{url}/health").status_code == 404)
+        return url
 
-    def skeleton_run(self, client: httpx.Client, script: Path, agent: Agent) -> None:
-        body = {"command": [PYTHON3, str(script)], "arguments": {"script": "ok.py"},
+    def skeleton_run(
+        self, client: httpx.Client, script: Path, agent: Agent, side: str = "skeleton"
+    ) -> None:
+        body = {"command": [PYTHON3, str(script)],
+                "arguments": {"skill_name": "trivial", "script": "ok.py", "arguments": {}},
                 **agent.fields()}  # fmt: skip
-        response = client.post(f"{self.skeleton_url}/run", json=body, headers=self.skeleton_headers)
+        url = self.skeleton_urls[side]
+        response = client.post(f"{url}/run", json=body, headers=self.skeleton_headers)
+        assert response.status_code == 200, (side, response.status_code, response.text[-2000:])
         assert response.json()["result"]["stdout"] == "ok\n", response.text
 
     def floor_client(self) -> Celery:
@@ -328,16 +346,20 @@ def bench_node(system: System, script: Path) -> dict[str, Any]:
         subprocess.run([PYTHON3, str(script)], capture_output=True, check=True)
     skeleton_client = httpx.Client(timeout=120)
     plain = Agent("bench-skeleton")
+    featured = Agent("bench-plus")
     for _ in range(5):
         system.skeleton_run(skeleton_client, script, plain)
+        system.skeleton_run(skeleton_client, script, featured, "plus")
     full: list[float] = []
     bare: list[float] = []
     skeleton: list[float] = []
+    plus: list[float] = []
     direct: list[float] = []
     for _ in range(ROUNDS):  # interleaved, so all four see the same machine
         full += timed(lambda: system.run(client, "trivial", "scripts/ok.py", NODE, one), 1)
         bare += timed(lambda: system.floor_run(floor, script), 1)
         skeleton += timed(lambda: system.skeleton_run(skeleton_client, script, plain), 1)
+        plus += timed(lambda: system.skeleton_run(skeleton_client, script, featured, "plus"), 1)
         direct += timed(
             lambda: subprocess.run([PYTHON3, str(script)], capture_output=True, check=True), 1
         )
@@ -348,6 +370,8 @@ def bench_node(system: System, script: Path) -> dict[str, Any]:
         "floor_p95": p95_ms(bare),
         "skeleton_p50": median_ms(skeleton),
         "skeleton_p95": p95_ms(skeleton),
+        "plus_p50": median_ms(plus),
+        "plus_p95": p95_ms(plus),
         "direct_p50": median_ms(direct),
         "direct_p95": p95_ms(direct),
         **bench_throughput(system, script),
@@ -357,7 +381,7 @@ def bench_node(system: System, script: Path) -> dict[str, Any]:
 def bench_throughput(system: System, script: Path) -> dict[str, Any]:
     """Runs per second and CPU per run of each side, with CLIENTS clients calling at once."""
     # Throughput: rounds of CONCURRENT_RUNS // THROUGHPUT_ROUNDS runs from CLIENTS clients at
-    # once, the sides alternated A B C C B A, so a machine whose speed drifts weighs on all.
+    # once, the sides alternated A B C D D C B A, so a machine whose speed drifts weighs on all.
     # Each client has a thread of its own for the whole phase. An agent gets a new HTTP client
     # for each round, made before the clock starts (making one costs milliseconds; a kept one
     # would find its connection closed: the API closes one idle for 2 s, as during the floor's
@@ -378,10 +402,10 @@ def bench_throughput(system: System, script: Path) -> dict[str, Any]:
         for _ in range(per_client):
             system.floor_run(floor_agents[index], script)
 
-    def skeleton_agent(index: int) -> None:
-        """The same share through the skeleton."""
+    def skeleton_agent(index: int, side: str = "skeleton") -> None:
+        """The same share through the skeleton (side "plus": with the design's other work)."""
         for _ in range(per_client):
-            system.skeleton_run(agents[index], script, chats[index])
+            system.skeleton_run(agents[index], script, chats[index], side)
 
     def all_at_once(body: Any) -> None:
         for future in [thread.submit(body, index) for index, thread in enumerate(threads)]:
@@ -391,7 +415,8 @@ def bench_throughput(system: System, script: Path) -> dict[str, Any]:
     all_at_once(lambda index: system.floor_run(floor_agents[index], script))
     elapsed = dict.fromkeys(SIDES, 0.0)
     cpu: dict[str, dict[str, float]] = {side: {} for side in SIDES}
-    sides = {"full": agent, "floor": floor_agent, "skeleton": skeleton_agent}
+    sides = {"full": agent, "floor": floor_agent, "skeleton": skeleton_agent,
+             "plus": functools.partial(skeleton_agent, side="plus")}  # fmt: skip
     for label in [*SIDES, *reversed(SIDES)] * (THROUGHPUT_ROUNDS // 2):
         agents[:] = round_clients(system, label)
         cpu_before = system.cpu_seconds()
@@ -413,6 +438,9 @@ def bench_throughput(system: System, script: Path) -> dict[str, Any]:
         "cpu_ms": sum(per_run["full"].values()),
         "floor_cpu_ms": sum(per_run["floor"].values()),
         "skeleton_cpu_ms": sum(per_run["skeleton"].values()),
+        "plus_throughput": rates["plus"],
+        "plus_cpu_ms": sum(per_run["plus"].values()),
+        "plus_cpu_parts": per_run["plus"],
         "cpu_parts": per_run["full"],
         "floor_cpu_parts": per_run["floor"],
         "skeleton_cpu_parts": per_run["skeleton"],
@@ -423,7 +451,7 @@ def round_clients(system: System, side: str) -> list[httpx.Client]:
     """A round's HTTP clients, one per agent (none for the floor's, which call Celery)."""
     if side == "floor":
         return []
-    if side == "skeleton":
+    if side in ("skeleton", "plus"):
         return [httpx.Client(timeout=120) for _ in range(CLIENTS)]
     return [httpx.Client(base_url=system.url, headers=system.headers, timeout=120)
             for _ in range(CLIENTS)]  # fmt: skip
@@ -439,8 +467,8 @@ def cpu_per_run(side: str, spent: dict[str, float], runs: int) -> dict[str, floa
     meanwhile, and are left out)."""
     used = {"full": ("clients", "api", "node worker", "node scripts"),
             "floor": ("clients", "floor worker", "floor scripts"),
-            "skeleton": ("clients", "skeleton api", "skeleton worker",
-                         "skeleton scripts")}  # fmt: skip
+            "skeleton": ("clients", "skeleton api", "skeleton worker", "skeleton scripts"),
+            "plus": ("clients", "plus api", "plus worker", "plus scripts")}  # fmt: skip
     return {part: spent.get(part, 0.0) / runs * 1000 for part in used[side]}
 
 
@@ -564,6 +592,7 @@ def report_node(node: dict[str, Any], first: list[float]) -> None:
     for label, key in (("skillfleet (REST -> Celery -> worker -> stream)", "full"),
                        ("floor (bare Celery task spawning the script)  ", "floor"),
                        ("skeleton (the architecture's required work)   ", "skeleton"),
+                       ("skeleton with the design's per-run features   ", "plus"),
                        ("spawning the script directly                  ", "direct")):  # fmt: skip
         print(f"  {label}  p50 {node[key + '_p50']:7.1f} ms  p95 {node[key + '_p95']:7.1f} ms"
               f"  ratio to floor {node[key + '_p50'] / node['floor_p50']:.2f}x")  # fmt: skip
@@ -575,16 +604,20 @@ def report_node(node: dict[str, Any], first: list[float]) -> None:
           f"CPU {node['floor_cpu_ms']:5.1f} ms/run")  # fmt: skip
     print(f"  skeleton    {node['skeleton_throughput']:6.1f} runs/s  "
           f"CPU {node['skeleton_cpu_ms']:5.1f} ms/run")  # fmt: skip
+    print(f"  skeleton+   {node['plus_throughput']:6.1f} runs/s  "
+          f"CPU {node['plus_cpu_ms']:5.1f} ms/run")  # fmt: skip
     print(
         f"  ratio {node['throughput'] / node['floor_throughput']:.2f}x "
-        f"(skeleton {node['skeleton_throughput'] / node['floor_throughput']:.2f}x)"
+        f"(skeleton {node['skeleton_throughput'] / node['floor_throughput']:.2f}x, "
+        f"with features {node['plus_throughput'] / node['floor_throughput']:.2f}x)"
     )
     # On a machine whose cores the bench has to itself, throughput follows CPU per run; on a
     # busy one the system's more processes get a larger share of it, and flatter the ratio.
     print(f"  CPU per run, floor / skillfleet {node['floor_cpu_ms'] / node['cpu_ms']:.2f}x "
           "(the throughput ratio where the cores are the bench's alone)")  # fmt: skip
     for label, key in (("skillfleet", "cpu_parts"), ("floor", "floor_cpu_parts"),
-                       ("skeleton", "skeleton_cpu_parts")):  # fmt: skip
+                       ("skeleton", "skeleton_cpu_parts"),
+                       ("skeleton with features", "plus_cpu_parts")):  # fmt: skip
         parts = ", ".join(f"{part} {ms:.1f}" for part, ms in node[key].items())
         print(f"  CPU ms/run, {label}: {parts}")
     # What the goals leave for what skillfleet adds to the skeleton, and what it spends on it.
@@ -594,6 +627,9 @@ def report_node(node: dict[str, Any], first: list[float]) -> None:
           f"{cpu_left:.1f} ms of CPU per run; skillfleet spends "
           f"{node['full_p50'] - node['skeleton_p50']:.1f} ms and "
           f"{node['cpu_ms'] - node['skeleton_cpu_ms']:.1f} ms")  # fmt: skip
+    print(f"The design's other per-run work, done plainly, costs "
+          f"{node['plus_p50'] - node['skeleton_p50']:.1f} ms and "
+          f"{node['plus_cpu_ms'] - node['skeleton_cpu_ms']:.1f} ms of CPU")  # fmt: skip
     print(f"First output to SSE client ({len(first)} runs): p50 {median_ms(first):.2f} ms, "
           f"p95 {p95_ms(first):.2f} ms")  # fmt: skip
 
