@@ -33,6 +33,8 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -87,6 +89,18 @@ def create_database(path: str) -> None:
         connection.execute("INSERT INTO skills VALUES ('bench', ?, ?, ?, ?)", SKILL)
 
 
+@contextmanager
+def immediate(connection: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction that commits when the block ends and rolls back on any error."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
 def database() -> sqlite3.Connection:
     """This thread's connection, in autocommit mode: transactions are explicit."""
     connection: sqlite3.Connection | None = getattr(_local, "connection", None)
@@ -113,8 +127,7 @@ def run() -> Any:
     if FEATURES:
         return run_with_features(connection, found[0], body)
     call_id, run_id, now = str(uuid.uuid4()), str(uuid.uuid4()), time.time()
-    connection.execute("BEGIN IMMEDIATE")
-    try:
+    with immediate(connection):
         connection.execute(
             "INSERT INTO turns VALUES (?, 1) ON CONFLICT (key) DO UPDATE SET calls = calls + 1",
             (body["turn_id"],),
@@ -129,10 +142,6 @@ def run() -> Any:
             "VALUES (?, ?, 'queued', ?, ?)",
             (run_id, call_id, json.dumps(body["command"]), now),
         )
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
     celery.send_task("skeleton.execute", args=[run_id], queue=QUEUE)
     end = store.xread({f"skeleton:run:{run_id}:end": "0-0"}, count=1, block=60_000)
     answer = json.loads(end[0][1][0][1][b"answer"])
@@ -225,8 +234,7 @@ def run_with_features(connection: sqlite3.Connection, owner: str, body: Any) -> 
 
     assert POLICY is not None
     arguments, external, turn = _checked(body)
-    connection.execute("BEGIN IMMEDIATE")
-    try:
+    with immediate(connection):
         found = connection.execute(
             "SELECT id FROM chats WHERE owner = ? AND external = ?", (owner, external)
         ).fetchone()
@@ -242,10 +250,6 @@ def run_with_features(connection: sqlite3.Connection, owner: str, body: Any) -> 
             "RETURNING calls",
             (f"{chat}:{turn}",),
         ).fetchone()[0]
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
     skill = connection.execute(
         "SELECT name, hash, execution, tier FROM skills WHERE owner = ? AND name = ?",
         (owner, arguments["skill_name"]),
@@ -258,8 +262,7 @@ def run_with_features(connection: sqlite3.Connection, owner: str, body: Any) -> 
     if decision.action != "allow":
         abort(403)
     call_id, run_id, now = str(uuid.uuid4()), str(uuid.uuid4()), time.time()
-    connection.execute("BEGIN IMMEDIATE")
-    try:
+    with immediate(connection):
         connection.execute(
             "INSERT INTO calls VALUES (?, ?, ?, 'run_skill_script', ?, 'running', NULL, ?, NULL, "
             "?, ?, ?, ?, ?)",
@@ -271,10 +274,6 @@ def run_with_features(connection: sqlite3.Connection, owner: str, body: Any) -> 
             "VALUES (?, ?, 'queued', ?, ?)",
             (run_id, call_id, json.dumps(body["command"]), now),
         )
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
     celery.send_task("skeleton.execute", args=[run_id], queue=QUEUE)
     pipe = store.pipeline(transaction=False)
     pipe.hincrby("skeleton:decisions", json.dumps([decision.rule, decision.action]))
