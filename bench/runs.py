@@ -355,7 +355,7 @@ def bench_node(system: System, script: Path) -> dict[str, Any]:
     skeleton: list[float] = []
     plus: list[float] = []
     direct: list[float] = []
-    for _ in range(ROUNDS):  # interleaved, so all four see the same machine
+    for _ in range(ROUNDS):  # interleaved, so all five see the same machine
         full += timed(lambda: system.run(client, "trivial", "scripts/ok.py", NODE, one), 1)
         bare += timed(lambda: system.floor_run(floor, script), 1)
         skeleton += timed(lambda: system.skeleton_run(skeleton_client, script, plain), 1)
