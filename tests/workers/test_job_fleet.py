@@ -44,7 +44,7 @@ def first_run_from(client, job_id: str, due: datetime) -> dict | None:
     runs = client.get(f"/api/jobs/{job_id}/runs").json()
     timed = [r for r in runs if r["due_at"]]  # a run-now run has none
     later = [r for r in timed if datetime.fromisoformat(r["due_at"]) >= due]
-    return min(later, key=lambda r: r["due_at"], default=None)
+    return min(later, key=lambda r: datetime.fromisoformat(r["due_at"]), default=None)
 
 
 def test_beat_and_the_control_worker_start_a_due_job_and_set_its_next_time(settings_for):
