@@ -154,19 +154,18 @@ api = WSGIMiddleware(flask, workers=16)
 @celery.task(name="skeleton.execute")
 def execute(run_id: str) -> None:
     connection = database()
-    if FEATURES:
-        execute_with_features(connection, run_id)
-        return
-    connection.execute("BEGIN IMMEDIATE")
-    claimed = connection.execute(
-        "UPDATE runs SET status = 'running', worker = ?, started_at = ? "
-        "WHERE id = ? AND status = 'queued' RETURNING call_id, command",
-        (f"skeleton-{os.getpid()}", time.time(), run_id),
-    ).fetchone()
-    connection.execute("COMMIT")
+    with immediate(connection):
+        claimed = connection.execute(
+            "UPDATE runs SET status = 'running', worker = ?, started_at = ? "
+            "WHERE id = ? AND status = 'queued' RETURNING call_id, command",
+            (f"skeleton-{os.getpid()}", time.time(), run_id),
+        ).fetchone()
     if claimed is None:
         return  # a second delivery: claimed before
     call_id, command = claimed
+    if FEATURES:
+        execute_with_features(connection, run_id, call_id, command)
+        return
     done = subprocess.run(json.loads(command), capture_output=True, text=True, check=False)
     key = f"skeleton:run:{run_id}"
     pipe = store.pipeline(transaction=False)
@@ -177,18 +176,17 @@ def execute(run_id: str) -> None:
     status = "succeeded" if done.returncode == 0 else "failed"
     result = {"run_id": run_id, "status": status, "exit_code": done.returncode,
               "stdout": done.stdout, "stderr": done.stderr}  # fmt: skip
-    connection.execute("BEGIN IMMEDIATE")
-    connection.execute(
-        "UPDATE runs SET status = ?, exit_code = ?, stdout = ?, stderr = ?, finished_at = ? "
-        "WHERE id = ? AND status = 'running'",
-        (status, done.returncode, done.stdout, done.stderr, time.time(), run_id),
-    )
-    connection.execute(
-        "UPDATE calls SET status = 'done', result = ?, finished_at = ? "
-        "WHERE id = ? AND status = 'running'",
-        (json.dumps(result), time.time(), call_id),
-    )
-    connection.execute("COMMIT")
+    with immediate(connection):
+        connection.execute(
+            "UPDATE runs SET status = ?, exit_code = ?, stdout = ?, stderr = ?, finished_at = ? "
+            "WHERE id = ? AND status = 'running'",
+            (status, done.returncode, done.stdout, done.stderr, time.time(), run_id),
+        )
+        connection.execute(
+            "UPDATE calls SET status = 'done', result = ?, finished_at = ? "
+            "WHERE id = ? AND status = 'running'",
+            (json.dumps(result), time.time(), call_id),
+        )
     exit_data = json.dumps({"status": status, "exit_code": done.returncode})
     pipe = store.pipeline(transaction=False)
     pipe.xadd(key, {"kind": "exit", "data": exit_data})
@@ -284,17 +282,10 @@ def run_with_features(connection: sqlite3.Connection, owner: str, body: Any) -> 
     return jsonify({"call_id": call_id, **answer})
 
 
-def execute_with_features(connection: sqlite3.Connection, run_id: str) -> None:
-    connection.execute("BEGIN IMMEDIATE")
-    claimed = connection.execute(
-        "UPDATE runs SET status = 'running', worker = ?, started_at = ? "
-        "WHERE id = ? AND status = 'queued' RETURNING call_id, command",
-        (f"skeleton-{os.getpid()}", time.time(), run_id),
-    ).fetchone()
-    connection.execute("COMMIT")
-    if claimed is None:
-        return
-    call_id, command = claimed
+def execute_with_features(
+    connection: sqlite3.Connection, run_id: str, call_id: str, command: str
+) -> None:
+    """A claimed run: its output streamed as it comes, then the finish and the owner's events."""
     key = f"skeleton:run:{run_id}"
     process = subprocess.Popen(
         json.loads(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -334,20 +325,19 @@ def execute_with_features(connection: sqlite3.Connection, run_id: str) -> None:
     result = {"run_id": run_id, "status": status, "exit_code": code,
               "stdout": stdout, "stderr": stderr}  # fmt: skip
     call_status = "done" if code == 0 else "failed"
-    connection.execute("BEGIN IMMEDIATE")
-    connection.execute(
-        "UPDATE runs SET status = ?, exit_code = ?, stdout = ?, stderr = ?, finished_at = ? "
-        "WHERE id = ? AND status = 'running'",
-        (status, code, stdout, stderr, time.time(), run_id),
-    )
-    chat = connection.execute(
-        "UPDATE calls SET status = ?, result = ?, finished_at = ? "
-        "WHERE id = ? AND status = 'running' RETURNING chat_id",
-        (call_status, json.dumps(result), time.time(), call_id),
-    ).fetchone()
-    if code != 0 and chat is not None:
-        connection.execute("UPDATE chats SET failed = failed + 1 WHERE id = ?", (chat[0],))
-    connection.execute("COMMIT")
+    with immediate(connection):
+        connection.execute(
+            "UPDATE runs SET status = ?, exit_code = ?, stdout = ?, stderr = ?, finished_at = ? "
+            "WHERE id = ? AND status = 'running'",
+            (status, code, stdout, stderr, time.time(), run_id),
+        )
+        chat = connection.execute(
+            "UPDATE calls SET status = ?, result = ?, finished_at = ? "
+            "WHERE id = ? AND status = 'running' RETURNING chat_id",
+            (call_status, json.dumps(result), time.time(), call_id),
+        ).fetchone()
+        if code != 0 and chat is not None:
+            connection.execute("UPDATE chats SET failed = failed + 1 WHERE id = ?", (chat[0],))
     exit_data = json.dumps({"status": status, "exit_code": code})
     pipe = store.pipeline(transaction=False)
     _owner_event(pipe, "run.state", {"run_id": run_id, "status": status, "exit_code": code})
