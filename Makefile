@@ -9,8 +9,11 @@ LAUNCHER := $(BIN)/skillfleet-launch
 # (the images install it) and, for this checkout, with the dev and sandbox extras.
 LOCK := requirements.lock
 DEV_LOCK := requirements-dev.lock
+# The standard environment skills' scripts get (store/environment.py): the runner image and
+# every node install exactly these versions.
+ENV_LOCK := store/environment.lock
 
-.PHONY: up test test-fast test-unfenced compose-test lint format bench screenshots clean lock
+.PHONY: up standard-env test test-fast test-unfenced compose-test lint format bench screenshots clean lock
 
 $(STAMP): pyproject.toml $(LOCK) $(DEV_LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +36,7 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --annotation-s
 lock: $(BIN)/uv
 	$(BIN)/uv pip compile pyproject.toml --extra dev --extra sandbox $(LOCK_FLAGS) -o $(DEV_LOCK)
 	$(BIN)/uv pip compile pyproject.toml -c $(DEV_LOCK) $(LOCK_FLAGS) -o $(LOCK)
+	$(BIN)/python -m store.environment | $(BIN)/uv pip compile - --no-build $(LOCK_FLAGS) -o $(ENV_LOCK)
 
 # Node scripts start through this: it sets their parent-death signal about 0.9 ms sooner than
 # setpriv, which the node runner uses where it can't be built (no C compiler, not x86_64).
@@ -52,7 +56,11 @@ XDIST = -n $(TEST_PROCESSES) --dist loadfile
 # pytest's "no tests ran" (5) is no failure for a pass that PYTEST_ARGS left empty.
 ANY = || [ $$? -eq 5 ]
 
-test: $(STAMP) $(LAUNCHER)
+# Node workers find the standard environment ready (built once per machine, then a check).
+standard-env: $(STAMP)
+	$(BIN)/skillfleet env build
+
+test: $(STAMP) $(LAUNCHER) standard-env
 	$(BIN)/python -m pytest $(XDIST) -m "not docker" $(PYTEST_ARGS) $(ANY)
 	$(BIN)/python -m pytest -m docker $(PYTEST_ARGS) $(ANY)
 
@@ -64,7 +72,7 @@ test-fast: $(STAMP) $(LAUNCHER)
 # The tiers that run worker processes and serve HTTP, with relay/fenced/'s overrides of
 # kombu's and uvicorn's internals turned off: what they guard fails (xfail, strict) and the
 # rest passes on the libraries' own code. A strict xfail that passes says an override can go.
-test-unfenced: $(STAMP) $(LAUNCHER)
+test-unfenced: $(STAMP) $(LAUNCHER) standard-env
 	SKILLFLEET_FENCED_KOMBU=false SKILLFLEET_FENCED_UVICORN=false \
 		$(BIN)/python -m pytest $(XDIST) -m "(fleet or fenced) and not docker" $(PYTEST_ARGS) $(ANY)
 
@@ -82,13 +90,15 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: $(STAMP) $(LAUNCHER)
+bench: $(STAMP) $(LAUNCHER) standard-env
 	$(BIN)/python bench/skills.py
+	$(BIN)/python bench/dependencies.py --spark
 	$(BIN)/python bench/policy.py
 	$(BIN)/python bench/verification.py
 	$(BIN)/python bench/runs.py --spark
 	$(BIN)/python bench/streams.py
 	$(BIN)/python bench/mcp_gateway.py
+	$(BIN)/python bench/oauth_tokens.py
 
 # A picture of every console page, taken in Chromium against a real fleet, into docs/img/.
 screenshots: $(STAMP)

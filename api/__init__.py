@@ -11,12 +11,17 @@ from flask import Flask, send_from_directory
 from werkzeug.wrappers import Response
 
 from api.auth import install_auth
+from api.blueprint import register_components
 from api.bodies import install_body_checks
 from api.console import install_console
+from api.converters import install_converters
 from api.cors import install_cors
 from api.errors import SkillfleetApi, register_error_handlers
 from api.headers import install_headers
 from api.jsonprovider import JSONProvider
+from api.mcp.document import document_mcp
+from api.methods import install_method_check
+from api.oauth.consent import install_consent
 from api.services import Services
 from store.logs import configure_logging
 from store.settings import Settings
@@ -36,14 +41,19 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.json = JSONProvider(app)
     app.extensions["skillfleet"] = services
     api = SkillfleetApi(app, spec_kwargs=_spec_kwargs())
+    register_components(api)
+    install_converters(app, api)
     register_error_handlers(app)
+    install_method_check(app)
     install_body_checks(app)
     install_auth(app)
     install_cors(app, settings.cors_origins)
     install_headers(app)
     _register_blueprints(api)
+    document_mcp(api)
     _serve_swagger_assets(app)
     install_console(app)
+    install_consent(app)
     return app
 
 
@@ -76,6 +86,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         calls,
         chats,
         events,
+        files,
         health,
         jobs,
         metrics,
@@ -87,6 +98,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         runs,
         secrets,
         settings,
+        signin,
         skills,
         tokens,
         tools,
@@ -104,8 +116,10 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         chats,
         settings,
         runs,
+        files,
         nodes,
         tokens,
+        signin,
         review,
         jobs,
         events,

@@ -7,14 +7,16 @@ returns at once; its response's headers go out as Flask made them, and its body 
 on the event loop, from the process's stream hub. The thread is free again as soon as the view
 returned, so thousands of open streams cost coroutines and small queues, not request workers.
 
-Each open stream holds a slot of its token (relay/slots.py; its lease renewed here) and ends
+Each open stream holds a slot of its token (relay/slots.py; its lease renewed here, as are those
+of `/mcp`'s listen streams, api/mcp/listens.py) and ends
 when the first of these happens: the body ends, the client goes away, a chunk can't be written
 within the send timeout (a client that doesn't read), the stream's absolute time limit passes,
 or its token is revoked (heard through the tokens generation, and checked again every
 `SKILLFLEET_STREAM_RECHECK` seconds).
 
 `/mcp` is the MCP gateway (api/mcp/): it checks its own requests' origin and token, then
-serves MCP by calling this same app in-process with the caller's token.
+serves MCP by calling this same app in-process with the caller's token. The OAuth paths MCP
+hosts sign in through (api/oauth/) are the MCP SDK's handlers; their consent page is Flask's.
 """
 
 from __future__ import annotations
@@ -22,29 +24,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from a2wsgi import WSGIMiddleware
 from flask import Flask
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from api import create_app
-from api.live import PICKUP, Handoff, Pickup
+from api.live import PICKUP, Handoff, Pickup, Threads
 from api.livejobs import WaitCall, kind_of
 from api.livestreams import CallNews, LiveContext, body_of
 from api.mcp.gateway import CallKey
 from api.mcp.http import PATH as MCP_PATH
 from api.mcp.http import McpEndpoint
+from api.mcp.listens import ListenSlots
 from api.metrics import SSE_STREAMS_OPEN
+from api.oauth.provider import Provider
+from api.oauth.routes import OAuthEndpoints
+from api.oauth.urls import PATHS as OAUTH_PATHS
 from api.services import Services
 from relay import naming, slots
 from relay.connections import database_number
 from relay.hub import OUTAGES, StreamHub, async_client
-from store.models import ApiToken
+from store.models import ApiToken, utcnow
 from store.settings import Settings
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 log = structlog.get_logger(__name__)
 CANCEL_SECONDS = 5.0  # a stream's tasks end this soon after being cancelled, or are left
@@ -77,14 +86,23 @@ class LiveTier:
         self.flask = app
         self.services: Services = app.extensions["skillfleet"]
         settings = self.services.settings
-        self.wsgi = WSGIMiddleware(app, workers=settings.api_threads)  # type: ignore[arg-type]
+        self.threads = Threads(settings.api_threads)
+        self.wsgi = WSGIMiddleware(
+            _input_terminated(app, self.threads),  # type: ignore[arg-type]
+            workers=settings.api_threads,
+        )
         self.hub: StreamHub | None = None
         self.calls: CallNews | None = None
         self.client: Any = None  # redis.asyncio, made on the server's loop at start-up
         self.open: set[_Open] = set()
         self._chores: list[asyncio.Task[None]] = []
         # /mcp: the MCP gateway, a client of this very app (api/mcp/).
-        self.mcp = McpEndpoint(self, settings.cors_origins, settings.mcp_approval_wait)
+        listens = ListenSlots(settings.mcp_listen_limit, lambda: self.client)
+        self.mcp = McpEndpoint(
+            self, settings.cors_origins, settings.mcp_approval_wait, listens, settings.public_url
+        )
+        # OAuth for MCP hosts (api/oauth/): its endpoints are the MCP SDK's handlers.
+        self.oauth = OAuthEndpoints(Provider(app), settings.public_url)
         self.mcp.gateway.relay_cancel = self._relay_mcp_cancel
         db = database_number(self.services.redis)
         self._revocations = naming.generations_channel(db)
@@ -95,6 +113,8 @@ class LiveTier:
             await self._lifespan(receive, send)
         elif scope["type"] == "http" and scope["path"] == MCP_PATH:
             await self.mcp(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"] in OAUTH_PATHS:
+            await self.oauth(scope, receive, send)
         elif scope["type"] == "http":
             await self._http(scope, receive, send)
         else:
@@ -103,7 +123,7 @@ class LiveTier:
     # -- requests ------------------------------------------------------------------
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pickup = Pickup()
+        pickup = Pickup(threads=self.threads)
         held: list[Message] = []
 
         async def from_flask(message: Message) -> None:
@@ -166,6 +186,8 @@ class LiveTier:
             gauge.dec()
             await self._release(handoff)
         if gone in done:
+            if isinstance(handoff.job, WaitCall) and handoff.job.withdraw:
+                await self._withdraw(handoff.job)
             return
         failed = pump.done() and not pump.cancelled() and pump.exception() is not None
         finished = pump in done and not failed and pump.result()
@@ -215,6 +237,14 @@ class LiveTier:
         except TimeoutError:
             return False
         return True
+
+    async def _withdraw(self, job: WaitCall) -> None:
+        """The client left while its call waited: a pending approval of the call is withdrawn
+        (the row is the truth, so an answer on any process finds it withdrawn)."""
+        try:
+            await asyncio.to_thread(self.services.broker.withdraw, job.owner_id, job.call_id)
+        except Exception as e:  # noqa: BLE001 - the approval then expires as it would have
+            log.warning("approval not withdrawn", call_id=job.call_id, error=repr(e))
 
     def _context(self) -> LiveContext:
         assert self.hub is not None and self.calls is not None
@@ -269,11 +299,13 @@ class LiveTier:
         while True:
             await asyncio.sleep(slots.LEASE_RENEW_SECONDS)
             held = [(s.handoff.token, s.handoff.slot) for s in self.open]
-            if held:
-                try:
+            try:
+                if held:
                     await slots.renew(self.client, held)
-                except Exception as e:  # an outage, a refusal (maxmemory): the next round tries
-                    log.warning("stream leases not renewed", error=repr(e))
+                if self.mcp.listens is not None:
+                    await self.mcp.listens.renew()
+            except Exception as e:  # an outage, a refusal (maxmemory): the next round tries
+                log.warning("stream leases not renewed", error=repr(e))
 
     async def _listen(self) -> None:
         """Hear what other processes publish: a deleted token (the tokens generation's bump,
@@ -343,8 +375,24 @@ def _error_start(start: Message) -> Message:
     return {"type": "http.response.start", "status": 503, "headers": headers}
 
 
+def _input_terminated(app: Flask, threads: Threads) -> WSGIApplication:
+    """`app`, told that a request's body ends where the client's does (`wsgi.input_terminated`,
+    as WSGI servers that read chunked bodies say it): a2wsgi hands a body over as it arrives,
+    chunked or not, so werkzeug reads a chunked body, up to MAX_CONTENT_LENGTH, instead of
+    taking a body without Content-Length for an empty one. `threads` counts it while it runs."""
+
+    def terminated(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        environ["wsgi.input_terminated"] = True
+        with threads.serving():
+            return app(environ, start_response)
+
+    return terminated
+
+
 def _existing_tokens(found: Services, digests: set[str]) -> set[str]:
-    query = select(ApiToken.token_hash).where(ApiToken.token_hash.in_(digests))
+    """Those of `digests` that are still tokens (an MCP host's OAuth token, unexpired)."""
+    live = or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > utcnow())
+    query = select(ApiToken.token_hash).where(ApiToken.token_hash.in_(digests), live)
     with found.sessions() as session:
         return set(session.scalars(query))
 

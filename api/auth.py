@@ -22,6 +22,7 @@ import hmac
 import math
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -37,8 +38,16 @@ from store.tokens import OWNER_KIND, Principal, Role, authenticate, token_digest
 log = structlog.get_logger(__name__)
 
 PUBLIC_PATHS = ("/api/health", "/api/openapi.json", "/api/docs")
+# Signing in with GitHub begins without a token (api/signin.py); its refresh needs one.
+PUBLIC_ROUTES = frozenset(
+    ("/api/signin/github", "/api/signin/github/start", "/api/signin/github/poll")
+)
 CACHE_EXTENSION = "skillfleet.tokens"
 LOCKOUTS_EXTENSION = "skillfleet.lockouts"
+# The resource a request of /mcp serves (its /mcp URL), put in the ASGI scope of the API
+# requests the gateway makes for it (api/mcp/inprocess.py). An OAuth token is bound to one
+# resource and accepted only for requests made for it.
+RESOURCE_SCOPE_KEY = "skillfleet.resource"
 OWNER_ONLY_MESSAGE = (
     "Only the owner's own token can do this; an agent token may call tools and read calls, "
     "runs, approvals and skills."
@@ -55,6 +64,7 @@ def install_auth(app: Flask) -> None:
         if (
             not path.startswith("/api")
             or path.startswith(PUBLIC_PATHS)
+            or path in PUBLIC_ROUTES
             or request.method == "OPTIONS"
         ):
             return
@@ -92,13 +102,38 @@ def _admitted() -> bytes | None:
     return tokens
 
 
+def signed_in_owner(token: str) -> Principal:
+    """Who a token pasted into a sign-in form stands for, checked as a bearer token is (the
+    failed-login limit included); the owner's own token only."""
+    found = _principal_of(token.strip(), _admitted())
+    if found.kind != OWNER_KIND or found.role != Role.OWNER:
+        raise ApiError(
+            403, "owner_only", "Sign in with the owner's own token, not an agent or node token."
+        )
+    return found
+
+
 def _principal_of(token: str, generation: bytes | None) -> Principal:
     cache: TokenCache = current_app.extensions[CACHE_EXTENSION]
     found = cache.lookup(token, generation)
     if found is None:
         _count_failure()
         raise _unauthorized("The bearer token is not valid.")
+    if found.resource is not None and found.resource != _resource():
+        raise ApiError(
+            401,
+            "wrong_resource",
+            f"This token was issued for {found.resource} (an MCP host's OAuth token) and is "
+            "accepted there only.",
+            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        )
     return found
+
+
+def _resource() -> str | None:
+    scope = request.environ.get("asgi.scope")
+    found = scope.get(RESOURCE_SCOPE_KEY) if isinstance(scope, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _count_failure() -> None:
@@ -176,12 +211,20 @@ class TokenCache:
             else:
                 if len(self._seen) >= self.SIZE:
                     self._seen.clear()
-                self._seen[digest] = (found, now + self.SECONDS, generation)
+                self._seen[digest] = (found, now + _cached_for(found), generation)
         return found
 
     def clear(self) -> None:
         with self._lock:
             self._seen.clear()
+
+
+def _cached_for(found: Principal) -> float:
+    """Seconds a token may be answered from the cache: never past its expiry."""
+    if found.expires_at is None:
+        return TokenCache.SECONDS
+    left = (found.expires_at - datetime.now(UTC)).total_seconds()
+    return max(0.0, min(TokenCache.SECONDS, left))
 
 
 def _generations() -> tuple[bytes, bytes] | None:

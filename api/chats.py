@@ -6,7 +6,7 @@ from sqlalchemy import delete, select
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
-from api.paging import paginate
+from api.paging import Page, keyset, memory_page, sql_page
 from api.roles import owner_route
 from api.schemas import ChatSchema, GrantSchema
 from api.services import services
@@ -31,14 +31,14 @@ def _chat(owner_id: int, chat_id: str) -> Chat:
 @blp.route("")
 @owner_route
 @blp.response(200, ChatSchema(many=True))
-@paginate(blp, in_memory=True)
-def list_chats() -> list[Chat]:
-    """List your chats with their declined, expired, failed and timed-out call counts"""
+@keyset(blp)
+def list_chats(page: Page) -> list[Chat]:
+    """List your chats, newest first, with their declined, expired, failed and timed-out call
+    counts"""
     caller = owner_only()
     with services().sessions() as session:
         mine = select(Chat).where(Chat.owner_id == caller)
-        query = mine.order_by(Chat.created_at.desc(), Chat.id.desc())
-        return list(session.scalars(query))
+        return sql_page(session, mine, page, caller, (Chat.created_at, Chat.id))
 
 
 @blp.route("/<chat_id>")
@@ -61,10 +61,12 @@ def delete_chat(chat_id: str) -> None:
 @blp.route("/<chat_id>/grants")
 @owner_route
 @blp.response(200, GrantSchema(many=True))
-@paginate(blp, in_memory=True)
-def chat_grants(chat_id: str) -> list[Grant]:
+@keyset(blp)
+def chat_grants(chat_id: str, page: Page) -> list[Grant]:
     """List the grant keys the owner gave this chat ("approve for this chat")"""
-    chat = _chat(owner_only(), chat_id)
+    caller = owner_only()
+    chat = _chat(caller, chat_id)
     with services().sessions() as session:
         query = select(Grant).where(Grant.scope == CHAT, Grant.chat_id == chat.id)
-        return list(session.scalars(query.order_by(Grant.key)))
+        grants = list(session.scalars(query.order_by(Grant.key, Grant.id)))
+    return memory_page(grants, page, caller, lambda g: (g.key, g.id))

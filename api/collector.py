@@ -1,18 +1,21 @@
 """Fleet metrics read from the database and Redis at scrape time.
 
 Counts that several processes on several machines change (calls, runs, approvals, queues,
-heartbeats, and the fleet counters of relay/counters.py: policy decisions, deliveries) are read
-from where they are kept, so every API process gives the same totals on every scrape. Metrics of
-the API processes themselves (open SSE streams) are Prometheus multiprocess metrics: see
-api/metrics.py.
+heartbeats, and the fleet counters and run histograms of relay/counters.py: policy decisions,
+deliveries, run durations and queue waits) are read from where they are kept, so every API
+process gives the same totals on every scrape. Metrics of the API processes themselves (open
+SSE streams) are Prometheus multiprocess metrics: see api/metrics.py.
+
+A scrape costs the same with 10 nodes or 1,000: the per-node series are capped at
+METRICS_NODE_SERIES (store/limits.py), the node queues with the most runs waiting and the nodes
+whose heartbeats ran out first, and the fleet-wide series count the rest
+(docs/operations.md#metrics).
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from typing import Any
 
 import redis
@@ -25,15 +28,15 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from relay import counters, naming
-from relay.connections import reply_text
+from relay import counters, heartbeat, naming
 from store.db import SessionFactory
 from store.lifecycle.runs import END_STATES
-from store.models import Approval, Node, Run, ToolCall
-from store.states import ApprovalStatus
+from store.limits import METRICS_NODE_SERIES
+from store.models import Approval, Run, ToolCall
+from store.states import ApprovalStatus, RunStatus
 
-DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-QUEUE_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# The queues of the worker roles, read from Redis; node queues' depths come from the runs table.
+RUNNER_QUEUES = (naming.CONTROL, naming.SANDBOX, naming.SPARK)
 # A queue's messages are a Redis list named like the queue, and those of priority steps 3, 6 and
 # 9 lists with these suffixes: the layout Celery's documentation gives for inspecting Redis
 # queues ("Monitoring and Management", "Redis message priorities"), not a private name.
@@ -64,12 +67,13 @@ class FleetCollector(Collector):
                 .where(Run.status.in_(END_STATES))
                 .group_by(Run.execution, Run.status)
             ).all()
-            times = session.execute(
-                select(Run.execution, Run.created_at, Run.started_at, Run.finished_at).where(
-                    Run.started_at.is_not(None)
-                )
+            # The runs waiting, by queue: as many rows as queues with a backlog (runs.status
+            # is indexed), however many runs ended before.
+            queued = session.execute(
+                select(Run.queue, func.count())
+                .where(Run.status == RunStatus.QUEUED)
+                .group_by(Run.queue)
             ).all()
-            nodes = list(session.scalars(select(Node.name)))
         yield _counter(
             "skillfleet_tool_calls", "Tool calls by tool and status.", ["tool", "status"], calls
         )
@@ -81,33 +85,27 @@ class FleetCollector(Collector):
         yield _counter(
             "skillfleet_runs", "Ended runs by runner and final state.", ["runner", "state"], runs
         )
-        yield from _run_histograms(times)
-        yield from self._redis_metrics(nodes)
+        yield from self._redis_metrics({queue: int(count) for queue, count in queued})
 
-    def _redis_metrics(self, nodes: list[str]) -> Iterator[Metric]:
+    def _redis_metrics(self, queued: dict[str, int]) -> Iterator[Metric]:
         try:
-            roles = {naming.CONTROL, naming.SPARK, naming.SANDBOX}
-            # The Spark and sandbox workers hold node tokens under their role's name.
-            queues = sorted(roles | {naming.node_queue(n) for n in nodes if n not in roles})
             with self.client.pipeline(transaction=False) as pipe:
-                for queue in queues:
+                for queue in RUNNER_QUEUES:
                     for suffix in PRIORITY_SUFFIXES:
                         pipe.llen(queue + suffix)
                 lengths = pipe.execute()
-            beats: list[Any] = list(
-                self.client.zrange(naming.all_workers(), 0, -1, withscores=True)
-            )
+            health = heartbeat.fleet_health(self.client, METRICS_NODE_SERIES)
             counted = counters.read(self.client)
+            observed = counters.read_histograms(self.client)
         except redis.RedisError:
             return  # Redis is away: the database's metrics still answer
-        depth = GaugeMetricFamily(
-            "skillfleet_queue_depth", "Messages waiting in each run queue.", labels=["queue"]
-        )
         steps = len(PRIORITY_SUFFIXES)
-        for index, queue in enumerate(queues):
-            depth.add_metric([queue], float(sum(lengths[index * steps : (index + 1) * steps])))
-        yield depth
-        yield _heartbeat_ages(beats)
+        depths = {
+            queue: sum(lengths[index * steps : (index + 1) * steps])
+            for index, queue in enumerate(RUNNER_QUEUES)
+        }
+        yield from _queue_depths(depths, queued)
+        yield from _heartbeats(health)
         for counter, counts in counted:
             yield _counter(
                 counter.name,
@@ -115,6 +113,63 @@ class FleetCollector(Collector):
                 list(counter.labels),
                 ((*values, count) for values, count in sorted(counts.items())),
             )
+        for histogram, found in observed:
+            family = HistogramMetricFamily(
+                histogram.name, histogram.documentation, labels=list(histogram.labels)
+            )
+            for values, seen in found.items():
+                buckets = [(bound, float(count)) for bound, count in seen.buckets]
+                family.add_metric(list(values), buckets, seen.sum)
+            yield family
+
+
+def _queue_depths(runners: dict[str, int], queued: dict[str, int]) -> Iterator[Metric]:
+    """The worker roles' queues, and the METRICS_NODE_SERIES node queues with the most runs
+    waiting; every node queue's runs together in `skillfleet_node_runs_queued`."""
+    depth = GaugeMetricFamily(
+        "skillfleet_queue_depth",
+        "Messages waiting in each worker role's queue (control, spark, sandbox), and runs "
+        f"waiting in each node queue (the {METRICS_NODE_SERIES} with the most).",
+        labels=["queue"],
+    )
+    for queue, count in sorted(runners.items()):
+        depth.add_metric([queue], float(count))
+    nodes = {
+        queue: count for queue, count in queued.items() if queue.startswith(naming.NODE_PREFIX)
+    }
+    deepest = sorted(nodes.items(), key=lambda item: (-item[1], item[0]))[:METRICS_NODE_SERIES]
+    for queue, count in sorted(deepest):
+        depth.add_metric([queue], float(count))
+    yield depth
+    total = GaugeMetricFamily(
+        "skillfleet_node_runs_queued", "Runs waiting in every node queue together."
+    )
+    total.add_metric([], float(sum(nodes.values())))
+    yield total
+
+
+def _heartbeats(health: heartbeat.FleetHealth) -> Iterator[Metric]:
+    """Each of the METRICS_NODE_SERIES nodes (or worker roles) whose newest heartbeat ran out
+    first: seconds past its alive window (0 while alive); and how many are alive or overdue."""
+    ages = GaugeMetricFamily(
+        "skillfleet_node_heartbeat_age_seconds",
+        "Seconds since each node's (or worker role's) newest heartbeat ran past its alive "
+        f"window, 0 while alive: the {METRICS_NODE_SERIES} that ran out first.",
+        labels=["node"],
+    )
+    now = time.time()
+    for name, until in sorted(health.worst):
+        ages.add_metric([name], max(0.0, now - until))
+    yield ages
+    states = GaugeMetricFamily(
+        "skillfleet_node_heartbeats",
+        "Nodes and worker roles whose newest heartbeat still counts them alive (alive), or "
+        "ran out within the last hour (overdue).",
+        labels=["state"],
+    )
+    states.add_metric(["alive"], float(health.alive))
+    states.add_metric(["overdue"], float(health.overdue))
+    yield states
 
 
 def _counter(
@@ -124,61 +179,3 @@ def _counter(
     for *values, count in rows:
         family.add_metric([str(v) for v in values], float(count))
     return family
-
-
-def _heartbeat_ages(beats: Iterable[Any]) -> GaugeMetricFamily:
-    """Seconds since each node's (or role's) newest heartbeat, from instance ids `name@…`."""
-    newest: dict[str, float] = {}
-    for member, score in beats:
-        instance = reply_text(member)
-        name = instance.split("@", 1)[0]
-        newest[name] = max(newest.get(name, 0.0), float(score))
-    family = GaugeMetricFamily(
-        "skillfleet_node_heartbeat_age_seconds",
-        "Seconds since each node's (or worker role's) last heartbeat.",
-        labels=["node"],
-    )
-    now = time.time()
-    for name, beat in sorted(newest.items()):
-        family.add_metric([name], max(0.0, now - beat))
-    return family
-
-
-def _run_histograms(
-    rows: Iterable[tuple[str, datetime, datetime | None, datetime | None]],
-) -> Iterator[HistogramMetricFamily]:
-    durations: dict[str, list[float]] = defaultdict(list)
-    waits: dict[str, list[float]] = defaultdict(list)
-    for runner, created, started, finished in rows:
-        if started is None:
-            continue
-        waits[runner].append(max(0.0, (started - created).total_seconds()))
-        if finished is not None:
-            durations[runner].append(max(0.0, (finished - started).total_seconds()))
-    yield _histogram(
-        "skillfleet_run_duration_seconds",
-        "Seconds from a run's start to its end, by runner.",
-        DURATION_BUCKETS,
-        durations,
-    )
-    yield _histogram(
-        "skillfleet_run_queue_wait_seconds",
-        "Seconds a run waited in its queue before a worker started it, by runner.",
-        QUEUE_WAIT_BUCKETS,
-        waits,
-    )
-
-
-def _histogram(
-    name: str, documentation: str, bounds: tuple[float, ...], samples: dict[str, list[float]]
-) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, documentation, labels=["runner"])
-    for runner, values in sorted(samples.items()):
-        buckets = [(_bound(b), float(sum(1 for v in values if v <= b))) for b in bounds]
-        buckets.append(("+Inf", float(len(values))))
-        family.add_metric([runner], buckets, sum(values))
-    return family
-
-
-def _bound(value: float) -> str:
-    return str(float(value))

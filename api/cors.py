@@ -9,7 +9,7 @@ from flask import Flask
 from flask_cors import CORS
 
 ALLOWED_HEADERS = ["Authorization", "Content-Type", "Last-Event-ID"]
-EXPOSED_HEADERS = ["X-Pagination", "Content-Disposition"]
+EXPOSED_HEADERS = ["Link", "X-Total-Count", "Content-Disposition"]
 PREFLIGHT_MAX_AGE = 600
 
 

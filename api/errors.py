@@ -9,9 +9,9 @@ import kombu.exceptions
 import marshmallow as ma
 import redis
 import sqlalchemy.exc
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, jsonify, request
 from flask_smorest import Api
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from store.errors import SkillfleetError
 
@@ -39,13 +39,18 @@ class ApiError(Exception):
         self.headers = headers
 
 
-def error_response(
-    status: int, code: str, message: str, errors: Any = None, headers: Any = None
-) -> Response:
+def error_body(status: int, code: str, message: str, errors: Any = None) -> dict[str, Any]:
+    """The one error shape, for Flask's answers and for what the ASGI tier answers itself."""
     body: dict[str, Any] = {"code": code, "status": status, "message": message}
     if errors is not None:
         body["errors"] = errors
-    response = jsonify(body)
+    return body
+
+
+def error_response(
+    status: int, code: str, message: str, errors: Any = None, headers: Any = None
+) -> Response:
+    response = jsonify(error_body(status, code, message, errors))
     response.status_code = status
     if headers:
         response.headers.update(headers)
@@ -79,9 +84,14 @@ class SkillfleetApi(Api):  # type: ignore[misc]
         message = data.get("message") or _sentence(error.description or error.name)
         errors = data.get("errors") or data.get("messages")
         code = HTTP_CODES.get(status, _snake(error.name))
+        headers = data.get("headers")
         if status == 500:
             message = "The server failed unexpectedly."
-        return error_response(status, code, message, errors, data.get("headers"))
+        if isinstance(error, MethodNotAllowed):
+            allowed = ", ".join(sorted(error.valid_methods or ()))
+            message = f"This route does not take {request.method}; it takes {allowed}."
+            headers = {"Allow": allowed}
+        return error_response(status, code, message, errors, headers)
 
 
 def register_error_handlers(app: Flask) -> None:

@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from flask.views import MethodView
-from flask_smorest.pagination import PaginationParameters
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
-from api.paging import list_page, paginate
+from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
 from api.schemas import JobBodySchema, JobRunSchema, JobRunStartedSchema, JobSchema
 from api.services import services
@@ -60,11 +59,13 @@ def _shown(job: Job) -> dict[str, Any]:
 class JobList(MethodView):
     @owner_route
     @blp.response(200, JobSchema(many=True))
-    @paginate(blp)
-    def get(self, pagination_parameters: PaginationParameters) -> list[dict[str, Any]]:
+    @keyset(blp)
+    def get(self, page: Page) -> list[dict[str, Any]]:
         """List your jobs, by name"""
-        jobs = _jobs().list_jobs(owner_only())
-        return [_shown(job) for job in list_page(jobs, pagination_parameters)]
+        caller = owner_only()
+        jobs = _jobs().list_jobs(caller)
+        by_name = memory_page(jobs, page, caller, lambda j: (j.name, j.created_at, j.id))
+        return [_shown(job) for job in by_name]
 
     @owner_route
     @blp.arguments(JobBodySchema())
@@ -106,7 +107,9 @@ def run_job(job_id: str) -> dict[str, str]:
 @blp.route("/<job_id>/runs")
 @owner_route
 @blp.response(200, JobRunSchema(many=True))
-@paginate(blp, in_memory=True)
-def list_runs(job_id: str) -> list[JobRun]:
+@keyset(blp)
+def list_runs(job_id: str, page: Page) -> list[JobRun]:
     """The job's runs, newest first (the newest 50 are kept)"""
-    return _jobs().runs(owner_only(), job_id)
+    caller = owner_only()
+    runs = _jobs().runs(caller, job_id)
+    return memory_page(runs, page, caller, lambda r: (r.created_at, r.id), descending=True)

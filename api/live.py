@@ -43,16 +43,49 @@ class Handoff:
     slot: str
 
 
+class Threads:
+    """The ASGI tier's request threads in this process, and how many serve a request now."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.busy = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        with self._lock:
+            self.busy += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.busy -= 1
+
+    def spare(self) -> bool:
+        """At most half of them serve a request (the asking one among them)."""
+        return self.busy * 2 <= self.size
+
+
 @dataclass
 class Pickup:
     """Where a view leaves its hand-off for the ASGI tier (one per request)."""
 
     handoff: Handoff | None = None
+    threads: Threads | None = None  # the tier's request threads
 
 
 # Set by the ASGI tier around each request it passes to Flask; the view's thread runs in a copy
 # of the request's context, so it finds the same Pickup.
 PICKUP: contextvars.ContextVar[Pickup | None] = contextvars.ContextVar("pickup", default=None)
+
+
+def threads_to_spare() -> bool:
+    """Whether a wait may go on in its request's thread rather than be handed off: under the
+    ASGI tier, while at most half of the process's request threads serve a request. A hand-off
+    costs more CPU than a thread nobody needs, and a thread that waits on finds out within a
+    grace when others need it. A plain WSGI server waits in the thread anyway (`_wait_here`)."""
+    pickup = PICKUP.get()
+    return pickup is not None and pickup.threads is not None and pickup.threads.spare()
 
 
 def hand_off(job: Job, instead: Any = None) -> Response | Any:

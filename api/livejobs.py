@@ -31,6 +31,8 @@ class WaitCall:
     run_id: str | None
     seconds: float
     shape: Literal["envelope", "call"]  # POST /api/tools/<tool> or GET /api/calls/<id>
+    # A client that leaves while the call waits for the owner's approval withdraws it.
+    withdraw: bool = True
 
 
 Job = FollowRun | FollowTurn | FollowFeed | WaitCall

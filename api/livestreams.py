@@ -21,7 +21,7 @@ from api.schemas import CallSchema, ToolResultSchema
 from api.services import Services
 from api.sse import KEEPALIVE, frame
 from broker.calls import OPEN_STATES, CallOutcome
-from broker.runs import get_run
+from broker.runs import answer_of, get_run
 from relay import naming
 from relay.hub import OUTAGES, Overflow, StreamHub, Subscription
 from relay.streams import END_KINDS, TURN_END_KINDS, Event
@@ -240,13 +240,18 @@ async def _finish_from_row(hub: StreamHub, subscription: Subscription, run: Run)
     yield frame(exit_of(run))
 
 
+# Made once: a schema's construction copies its fields, and it only dumps here.
+_CALL = CallSchema()
+_RESULT = ToolResultSchema()
+
+
 async def _answer(context: LiveContext, job: WaitCall) -> AsyncIterator[bytes]:
     if job.shape == "call":
         call = await wait_for_call(context, job)
-        body = CallSchema().dump(call)
+        body = _CALL.dump(call)
     else:
         outcome = await wait_for_outcome(context, job)
-        body = ToolResultSchema().dump(outcome.envelope())
+        body = _RESULT.dump(outcome.envelope())
     yield jsoncodec.response_body(body, str) + b"\n"
 
 
@@ -289,10 +294,11 @@ async def _wait(
         while True:
             left = deadline - time.monotonic()
             if run_id is not None and left > 0:
-                end = await _run_end(hub, run_id, left)
-                if end is not None and "answer" in end.data:
-                    answer: dict[str, Any] = end.data["answer"]
-                    return answer, run_id
+                # Bounded too: an end entry lost with a Redis primary (docs/operations.md) is
+                # found in the row at the next read.
+                end = await _run_end(hub, run_id, min(left, RECHECK_SECONDS))
+                if end is not None and "run" in end.data:
+                    return answer_of(end.data["run"]), run_id
                 waited, run_id = run_id, None
             if news is None:  # listening before the row is read: no news can fall between
                 news = await context.calls.listen(job.owner_id, job.call_id)

@@ -9,9 +9,12 @@ import marshmallow as ma
 from api.auth import owner_only
 from api.blueprint import Blueprint
 from api.roles import owner_route
+from api.schemas import HTTP_URL_PATTERN, NOT_BLANK_PATTERN
 from api.services import services
 from store import modelsettings
 from store.db import transaction
+from store.egress import Egress
+from store.limits import MAX_API_KEY_CHARS, MAX_BASE_URL_CHARS, MAX_MODEL_NAME_CHARS
 from store.secrets import Sealer
 
 blp = Blueprint(
@@ -20,15 +23,34 @@ blp = Blueprint(
 
 
 class ModelSettingSchema(ma.Schema):
+    """Checked by the store (store/modelsettings.py: 422 `invalid_setting`); the fields say
+    what it accepts, but for the URL having a host."""
+
     base_url = ma.fields.String(
         required=True,
-        metadata={"description": "The chat-completions base URL, e.g. http://127.0.0.1:8000/v1"},
+        metadata={
+            "description": "The chat-completions base URL, e.g. https://api.openai.com/v1; a "
+            "loopback or private address only when the operator allows it "
+            "(SKILLFLEET_EGRESS_ALLOW)",
+            "pattern": HTTP_URL_PATTERN,
+            "maxLength": MAX_BASE_URL_CHARS,
+        },
     )
-    name = ma.fields.String(required=True, metadata={"description": "The model's name"})
+    name = ma.fields.String(
+        required=True,
+        metadata={
+            "description": "The model's name",
+            "pattern": NOT_BLANK_PATTERN,
+            "maxLength": MAX_MODEL_NAME_CHARS,
+        },
+    )
     api_key = ma.fields.String(
         load_only=True,
         allow_none=True,
-        metadata={"description": "Kept encrypted; left out keeps the stored key, null clears it"},
+        metadata={
+            "description": "Kept encrypted; left out keeps the stored key, null clears it",
+            "maxLength": MAX_API_KEY_CHARS,
+        },
     )
 
 
@@ -51,9 +73,12 @@ def get_model() -> dict[str, Any]:
 @blp.arguments(ModelSettingSchema())
 @blp.response(200, ModelSettingShownSchema)
 def put_model(body: dict[str, Any]) -> dict[str, Any]:
-    """Set the model: an OpenAI-compatible base URL, the model name and its API key"""
+    """Set the model: an OpenAI-compatible base URL (public, or allowed), its name and key"""
     caller = owner_only()
-    sealer = Sealer(services().settings.keys_dir)
+    settings = services().settings
+    modelsettings.check(body["base_url"], body["name"], body.get("api_key"))
+    modelsettings.check_address(body["base_url"], Egress(settings.egress_allow))
+    sealer = Sealer(settings.keys_dir)
     with transaction(services().sessions) as session:
         modelsettings.save(
             session,

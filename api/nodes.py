@@ -6,23 +6,43 @@ from typing import Any
 
 import redis
 import structlog
-from flask import Response
+from flask import Response, request
+from sqlalchemy import func, select
 
-from api import secrets
+from api import files, secrets
 from api.auth import node_or_owner, owner_only
 from api.blueprint import Blueprint
 from api.errors import ApiError
-from api.paging import paginate
+from api.paging import Page, invalid_cursor, keyset
 from api.roles import owner_route
-from api.schemas import NodeSchema, SignedManifestSchema, SyncRequestSchema, file_response
+from api.schemas import (
+    NodeSchema,
+    SignedManifestSchema,
+    StoredFileSchema,
+    SyncRequestSchema,
+    file_response,
+)
 from api.secrets import RunSecretsSchema
 from api.services import services
 from broker import fleet
+from broker.errors import InvalidCall
+from broker.runinputs import work_path
 from relay import naming
+from relay.connections import database_number
+from store import nodes
 from store.errors import PackageNotFound
-from store.signing import sign_manifest
+from store.files import clean_name
+from store.limits import MAX_OUTPUT_FILE_BYTES, MAX_OUTPUT_FILES
+from store.models import Run, StoredFile
+from store.signing import manifest_tag, sign_manifest
+from store.states import RunStatus
 
 log = structlog.get_logger(__name__)
+
+ETAG_HEADER = {
+    "description": "The manifest's tag, the same while its packages are (not its issued_at)",
+    "schema": {"type": "string"},
+}
 
 blp = Blueprint("nodes", __name__, url_prefix="/api/nodes", description="Managed nodes")
 
@@ -30,20 +50,45 @@ blp = Blueprint("nodes", __name__, url_prefix="/api/nodes", description="Managed
 @blp.route("")
 @owner_route
 @blp.response(200, NodeSchema(many=True))
-@paginate(blp, in_memory=True)
-def list_nodes() -> list[dict[str, Any]]:
-    """List registered nodes and live workers: features, hashes held, last heartbeat"""
-    owner_only()
-    return fleet.node_views(services().sessions, services().redis)
+@keyset(blp)
+def list_nodes(page: Page) -> list[dict[str, Any]]:
+    """List your nodes and the shared runners, by name: features, hashes held, last heartbeat"""
+    caller = owner_only()
+    after = page.after(caller)
+    if after is not None and (len(after) != 1 or not isinstance(after[0], str)):
+        raise invalid_cursor()
+    found = fleet.node_page(
+        services().sessions,
+        services().redis,
+        caller,
+        after=after[0] if after is not None else None,
+        size=page.size,
+    )
+    if page.cursor is None:
+        page.total = str(found.total)
+    if found.more:
+        page.next_key = (found.views[-1]["name"],)
+    return found.views
 
 
 @blp.route("/<node>/manifest")
-@blp.response(200, SignedManifestSchema)
-def manifest(node: str) -> dict[str, Any]:
-    """The node's signed manifest: every package it should hold, with its SHA-256"""
+@blp.response(200, SignedManifestSchema, headers={"ETag": ETAG_HEADER})
+@blp.doc(
+    parameters=[{"in": "header", "name": "If-None-Match", "schema": {"type": "string"},
+                 "description": "The ETag of the manifest the node holds"}],
+    responses={"304": {"description": "The node's manifest is the one it holds (If-None-Match)",
+                       "headers": {"ETag": ETAG_HEADER}}},
+)  # fmt: skip
+def manifest(node: str) -> Any:
+    """The node's signed manifest: every package it should hold, with its SHA-256; answered
+    304 without a body when `If-None-Match` names the one the node holds"""
     _check_node(node)
     found = services().packages.manifest_for(node, services().sessions)
-    return sign_manifest(services().signing_key, found)
+    tag = manifest_tag(services().signing_key, found)
+    headers = {"ETag": f'"{tag}"'}
+    if request.if_none_match.contains(tag):
+        return Response(status=304, headers=headers)
+    return sign_manifest(services().signing_key, found), 200, headers
 
 
 @blp.route("/<node>/packages/<package>")
@@ -72,19 +117,99 @@ def run_secrets(node: str, run_id: str) -> Response:
     return secrets.run_secrets(node, run_id)
 
 
+@blp.route("/<node>/runs/<run_id>/files/<file_id>")
+@blp.response(200, content_type=files.BINARY)
+@blp.doc(responses={"200": file_response("The input file's bytes", files.BINARY)})
+def run_file(node: str, run_id: str, file_id: str) -> Response:
+    """An input file of a run this node's agent is running (its node token only)"""
+    run = _running_here(node, run_id)
+    if file_id not in {entry.get("id") for entry in (run.input_files or {}).values()}:
+        raise ApiError(404, "file_not_found", f"The run '{run_id}' has no input file '{file_id}'.")
+    assert run.owner_id is not None
+    return files.download(services().files.find(run.owner_id, file_id))
+
+
+@blp.route("/<node>/runs/<run_id>/files", methods=["POST"])
+@blp.doc(
+    parameters=[{"in": "query", "name": "path", "required": True, "schema": {"type": "string"},
+                 "description": "Its path in the run's working directory, such as out/a.pdf"}],
+    requestBody={"required": True, "content": {files.BINARY: {
+        "schema": {"type": "string", "format": "binary"}}}},
+)  # fmt: skip
+@blp.response(201, StoredFileSchema)
+def run_files(node: str, run_id: str) -> Any:
+    """Keep a file a running run made, as its owner's (this node's agent, with its node token):
+    its bytes are the body, its path in the run's working directory the query's `path`"""
+    run = _running_here(node, run_id)  # before anything of the request is read
+    path = work_path_or_422(request.args.get("path"))
+    assert run.owner_id is not None
+    with services().sessions() as session:
+        kept, size = session.execute(
+            select(func.count(), func.coalesce(func.sum(StoredFile.size), 0)).where(
+                StoredFile.run_id == run.id
+            )
+        ).one()
+    if kept >= MAX_OUTPUT_FILES or size >= MAX_OUTPUT_FILE_BYTES:
+        raise ApiError(
+            409, "run_files_full", f"The run '{run_id}' has sent back all the files it may."
+        )
+    if request.mimetype != files.BINARY:
+        message = f"Send the file's bytes as the body, with Content-Type {files.BINARY}."
+        raise ApiError(415, "unsupported_media_type", message)
+    name = clean_name(path.rsplit("/", 1)[-1])
+    return services().files.save(run.owner_id, name, request.stream, run_id=run.id, path=path)
+
+
+def _running_here(node: str, run_id: str) -> Run:
+    """The run `node`'s agent is running now, to that node's token only (an agent is refused
+    as on every node route; anyone else, the run's owner included, finds nothing)."""
+    found = node_or_owner(node)
+    _check_name(node)
+    with services().sessions() as session:
+        run = session.get(Run, run_id)
+    queue = node if node in (naming.SPARK, naming.SANDBOX) else naming.node_queue(node)
+    if (
+        found.kind != "node"
+        or found.node_name != node
+        or run is None
+        or run.queue != queue
+        or run.status != RunStatus.RUNNING
+        or run.owner_id is None
+    ):
+        raise ApiError(404, "run_not_found", f"No run '{run_id}' is running on '{node}'.")
+    return run
+
+
+def work_path_or_422(path: str | None) -> str:
+    try:
+        return work_path(path)
+    except InvalidCall as e:
+        raise ApiError(422, "invalid_path", e.message.removeprefix("HOST: ")) from e
+
+
 @blp.route("/<node>/sync", methods=["POST"])
 @blp.response(202, SyncRequestSchema)
 def sync(node: str) -> dict[str, Any]:
     """Ask the node's agent to sync its packages now"""
-    owner_only()
     _check_name(node)
-    receivers = services().redis.publish(naming.node_sync(node), "sync")
+    _check_offered(node, owner_only())
+    client = services().redis
+    receivers = client.publish(naming.node_sync(node, database_number(client)), "sync")
     return {"node": node, "receivers": int(receivers)}
 
 
 def _check_node(node: str) -> None:
-    node_or_owner(node)
+    found = node_or_owner(node)
     _check_name(node)
+    if found.owner_id is not None:
+        _check_offered(node, found.owner_id)
+
+
+def _check_offered(node: str, owner_id: int) -> None:
+    """An owner reaches only the nodes offered to it: another's holds others' skills."""
+    with services().sessions() as session:
+        if owner_id not in nodes.owners_of(session, node):
+            raise ApiError(404, "node_not_found", f"No node is named '{node}'.")
 
 
 def _check_name(node: str) -> None:
@@ -95,6 +220,7 @@ def _check_name(node: str) -> None:
 def broadcast_sync() -> None:
     """Ask every node agent to sync now; a store change never fails because Redis is away."""
     try:
-        services().redis.publish(naming.nodes_sync(), "sync")
+        client = services().redis
+        client.publish(naming.nodes_sync(database_number(client)), "sync")
     except redis.RedisError as e:
         log.warning("could not ask nodes to sync", error=str(e))

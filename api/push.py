@@ -9,8 +9,9 @@ from flask import Response
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
-from api.paging import paginate
+from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
+from api.schemas import HTTPS_URL_PATTERN
 from api.services import services
 from relay import push
 from relay.events import start_listening
@@ -37,7 +38,12 @@ class SubscriptionKeysSchema(ma.Schema):
 class SubscriptionSchema(ma.Schema):
     id = ma.fields.String(dump_only=True)
     endpoint = ma.fields.String(
-        required=True, validate=ma.validate.Length(min=1, max=MAX_URL_CHARS)
+        required=True,
+        validate=ma.validate.Length(min=1, max=MAX_URL_CHARS),
+        metadata={
+            "description": "The push service's https URL; only allowed push services' are kept",
+            "pattern": HTTPS_URL_PATTERN,
+        },
     )
     keys = ma.fields.Nested(SubscriptionKeysSchema, required=True, load_only=True)
     created_at = ma.fields.DateTime(dump_only=True)
@@ -59,11 +65,13 @@ def push_key() -> dict[str, str]:
 @blp.route("/subscriptions")
 @owner_route
 @blp.response(200, SubscriptionSchema(many=True))
-@paginate(blp, in_memory=True)
-def list_subscriptions() -> list[PushSubscription]:
-    """List the owner's push subscriptions"""
+@keyset(blp)
+def list_subscriptions(page: Page) -> list[PushSubscription]:
+    """List the owner's push subscriptions, oldest first"""
+    caller = owner_only()
     with services().sessions() as session:
-        return notifications.subscriptions(session, owner_only())
+        found = notifications.subscriptions(session, caller)
+    return memory_page(found, page, caller, lambda s: (s.created_at, s.id))
 
 
 @blp.route("/subscriptions", methods=["POST"])

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from api.auth import owner_only, owner_or_agent
 from api.blueprint import Blueprint
-from api.paging import paginate, sql_page
+from api.paging import Page, keyset, sql_page
 from api.roles import owner_route
 from api.schemas import QuestionAnswerSchema, QuestionQuerySchema, QuestionSchema
 from api.services import services
@@ -18,17 +18,37 @@ from relay.dispatch import carry_on_job_run
 from store.db import transaction
 from store.models import Question
 from store.secrets import Sealer
+from store.skills import current_hashes
 
 blp = Blueprint("questions", __name__, url_prefix="/api/questions", description="Questions")
+
+
+class QuestionCard:
+    """What the owner is shown: the question and, when it names a skill, whether that skill is
+    still the version it asked about (else what changed, and how to answer knowingly)."""
+
+    def __init__(self, question: Question, now: str | None) -> None:
+        self._question = question
+        named = question.skill_name is not None
+        self.skill_hash_now = now
+        self.skill_changed = (now != question.skill_hash) if named else None
+        self.skill_change = questions.changed_since(question, now) if self.skill_changed else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._question, name)
+
+
+def cards(session: Session, caller: int, found: list[Question]) -> list[QuestionCard]:
+    named = {question.skill_name for question in found if question.skill_name is not None}
+    now = current_hashes(session, caller, named)
+    return [QuestionCard(q, now.get(q.skill_name) if q.skill_name else None) for q in found]
 
 
 @blp.route("")
 @blp.arguments(QuestionQuerySchema(), location="query")
 @blp.response(200, QuestionSchema(many=True))
-@paginate(blp)
-def list_questions(
-    query: dict[str, Any], pagination_parameters: PaginationParameters
-) -> list[Question]:
+@keyset(blp)
+def list_questions(query: dict[str, Any], page: Page) -> list[QuestionCard]:
     """List your questions, newest first; `?status=pending` for the open ones"""
     caller = owner_or_agent()
     statement = select(Question).where(Question.owner_id == caller)
@@ -36,25 +56,25 @@ def list_questions(
         statement = statement.where(Question.status == query["status"])
     with transaction(services().sessions) as session:
         questions.expire_due(session, caller)
-        newest_first = statement.order_by(Question.created_at.desc(), Question.id.desc())
-        return sql_page(session, newest_first, pagination_parameters)
+        newest_first = (Question.created_at, Question.id)
+        return cards(session, caller, sql_page(session, statement, page, caller, newest_first))
 
 
 @blp.route("/<question_id>")
 @blp.response(200, QuestionSchema)
-def get_question(question_id: str) -> Question:
+def get_question(question_id: str) -> QuestionCard:
     """Show one question (a secret question never shows the secret)"""
     caller = owner_or_agent()
     with transaction(services().sessions) as session:
         questions.expire_due(session, caller)
-        return questions.owned(session, caller, question_id)
+        return cards(session, caller, [questions.owned(session, caller, question_id)])[0]
 
 
 @blp.route("/<question_id>", methods=["POST"])
 @owner_route
 @blp.arguments(QuestionAnswerSchema())
 @blp.response(200, QuestionSchema)
-def answer_question(body: dict[str, Any], question_id: str) -> Question:
+def answer_question(body: dict[str, Any], question_id: str) -> QuestionCard:
     """Answer a question (`answer`), or give the secret it asks for (`secret`); the call ends"""
     caller = owner_only()
     found = services()
@@ -66,7 +86,9 @@ def answer_question(body: dict[str, Any], question_id: str) -> Question:
             question_id,
             body["answer"],
             body["secret"],
+            body["skill_hash"],
         )
+        card = cards(session, caller, [question])[0]
     if question.job_run_id is not None:
         carry_on_job_run(found.celery, question.job_run_id)
-    return question
+    return card

@@ -1,9 +1,10 @@
 """Role checks that come before a view's arguments are read.
 
-flask-smorest reads a view's body, query and page (`@blp.arguments`, `@paginate`) before the view
-runs, so a check made inside the view comes after them: an agent token sending `{}` to an
-owner-only route would learn what the body lacks (422) instead of being refused (403). Placed
-between `@blp.route` and those decorators, `owner_route` refuses it first, whatever it sent.
+flask-smorest reads a view's body and query (`@blp.arguments`), and `api.paging.keyset` its
+page (`@keyset`), before the view runs, so a check made inside the view comes after them: an
+agent token sending `{}` to an owner-only route would learn what the body lacks (422) instead
+of being refused (403). Placed between `@blp.route` and those decorators, `owner_route`
+refuses it first, whatever it sent.
 What each token may do is still decided in one place, api/auth.py.
 """
 

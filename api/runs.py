@@ -6,7 +6,6 @@ from typing import Any
 
 import redis
 from flask import Response
-from flask_smorest.pagination import PaginationParameters
 from sqlalchemy import select
 
 from api.auth import owner_or_agent
@@ -14,7 +13,7 @@ from api.blueprint import Blueprint
 from api.live import hand_off
 from api.livejobs import FollowRun
 from api.livestreams import exit_of
-from api.paging import paginate, sql_page
+from api.paging import Page, keyset, sql_page
 from api.schemas import RunQuerySchema, RunSchema, sse_response
 from api.services import services
 from api.sse import FROM_START, event_stream, frame, resume_after
@@ -28,7 +27,7 @@ from relay.streams import (
 )
 from store.lifecycle.runs import END_STATES
 from store.limits import KEPT_OUTPUT_CHARS
-from store.models import Chat, Run, ToolCall
+from store.models import Chat, Run
 
 blp = Blueprint("runs", __name__, url_prefix="/api/runs", description="Script runs")
 
@@ -85,10 +84,11 @@ def _from_row(run: Run) -> list[str]:
 @blp.route("")
 @blp.arguments(RunQuerySchema(), location="query")
 @blp.response(200, RunSchema(many=True))
-@paginate(blp)
-def list_runs(query: dict[str, Any], pagination_parameters: PaginationParameters) -> list[Run]:
+@keyset(blp)
+def list_runs(query: dict[str, Any], page: Page) -> list[Run]:
     """List your runs, newest first; filter by status, skill, node, chat and since"""
-    statement = select(Run).where(Run.owner_id == owner_or_agent())
+    caller = owner_or_agent()
+    statement = select(Run).where(Run.owner_id == caller)
     if "status" in query:
         statement = statement.where(Run.status == query["status"])
     if "skill" in query:
@@ -98,11 +98,8 @@ def list_runs(query: dict[str, Any], pagination_parameters: PaginationParameters
     if "since" in query:
         statement = statement.where(Run.created_at >= query["since"])
     if "chat" in query:
-        chat_calls = (
-            select(ToolCall.id).join(Chat, ToolCall.chat_id == Chat.id)
-            .where(Chat.external_id == query["chat"])
-        )  # fmt: skip
-        statement = statement.where(Run.call_id.in_(chat_calls))
+        # Equal to one chat's id (not IN a set): the runs' chat index gives its runs in order.
+        chat = select(Chat.id).where(Chat.owner_id == caller, Chat.external_id == query["chat"])
+        statement = statement.where(Run.chat_id == chat.scalar_subquery())
     with services().sessions() as session:
-        newest_first = statement.order_by(Run.created_at.desc(), Run.id.desc())
-        return sql_page(session, newest_first, pagination_parameters)
+        return sql_page(session, statement, page, caller, (Run.created_at, Run.id))

@@ -11,6 +11,15 @@ import marshmallow as ma
 from broker.approvals import ANSWERS
 from broker.questions import ASKING
 from store.hashing import shown_key
+from store.limits import (
+    MAX_JOB_NAME_CHARS,
+    MAX_JOB_STEPS,
+    MAX_NAME_CHARS,
+    MAX_SIGNIN_ID_CHARS,
+    MAX_SKILLS,
+    MAX_TOKEN_LABEL_CHARS,
+)
+from store.names import EXECUTIONS, NAME
 from store.states import (
     ApprovalStatus,
     CallStatus,
@@ -19,6 +28,19 @@ from store.states import (
     RunStatus,
     TurnStatus,
 )
+from store.tokens import Role, check_label, check_role
+from store.visible import shown_json, visible
+
+# What the store accepts, as OpenAPI patterns: a skill's name (store/names.py), text without
+# line breaks or other control characters, text that is not only spaces, and the start of an
+# http(s) URL (its scheme read in any case, as urllib reads it).
+NAME_PATTERN = f"^{NAME.pattern}$"
+NO_CONTROL_CHARACTERS = "^[^\\u0000-\\u001f\\u007f]*$"
+NOT_BLANK_PATTERN = "\\S"
+HTTP_URL_PATTERN = "^[Hh][Tt][Tt][Pp][Ss]?://"
+HTTPS_URL_PATTERN = "^[Hh][Tt][Tt][Pp][Ss]://"
+# OpenAPI 3.0 has no null type: a value that may only be null, for one branch of an anyOf.
+NULL_ONLY = {"type": "string", "nullable": True, "enum": [None]}
 
 
 def states(machine: type[StrEnum], *hidden: StrEnum) -> list[str]:
@@ -42,6 +64,26 @@ JOB_RUN_STATES = states(JobRunStatus)
 TURN_STATES = states(TurnStatus)
 
 
+class ShownText(ma.fields.String):
+    """Text an agent wrote that an owner reads: control and format characters go out written as
+    escapes (`\\x1b`, `\\u202e`; store/visible.py), so no page or terminal shows it as
+    something else."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str | None:
+        text = super()._serialize(value, attr, obj, **kwargs)
+        return None if text is None else visible(text)
+
+
+class JsonBoolean(ma.fields.Boolean):
+    """A boolean in a JSON body: `true` or `false`, as the document says, never 0, 1 or a string
+    (marshmallow's Boolean reads those too, for query strings and forms)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
 class HealthSchema(ma.Schema):
     status = ma.fields.String()
     database = ma.fields.String()
@@ -60,6 +102,14 @@ class DeclaredSecretSchema(ma.Schema):
     )
 
 
+def _shown_origin(skill: Any) -> str | None:
+    """An owned skill's origin. A shared skill's is its folder on the server (built in, or on
+    a configured path), which is the operator's business and no caller's."""
+    read: Any = skill.get if isinstance(skill, dict) else lambda key: getattr(skill, key)
+    origin: str | None = read("origin")
+    return None if read("read_only") else origin
+
+
 class SkillSchema(ma.Schema):
     name = ma.fields.String()
     description = ma.fields.String()
@@ -69,9 +119,26 @@ class SkillSchema(ma.Schema):
     source = ma.fields.String(
         metadata={"description": "builtin, path, upload, github, copy or draft"}
     )
-    origin = ma.fields.String(allow_none=True)
+    origin = ma.fields.Function(
+        _shown_origin,
+        allow_none=True,
+        metadata={
+            "type": "string",
+            "description": "Where an owned skill came from (a GitHub URL, 'copy of x'); null "
+            "for shared skills, whose folder on the server is not shown",
+        },
+    )
     author = ma.fields.String()
-    execution = ma.fields.String()
+    execution = ma.fields.String(
+        metadata={
+            "description": "Where its scripts run: node, spark, sandbox, or auto (the Spark "
+            "while a Spark worker serves, else the node a call names)"
+        }
+    )
+    execution_choice = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "The owner's choice of where it runs; null: as SKILL.md says"},
+    )
     tier = ma.fields.String()
     file_count = ma.fields.Integer()
     size_bytes = ma.fields.Integer()
@@ -92,8 +159,22 @@ class SkillSchema(ma.Schema):
     )
 
 
+class DeclaredDependenciesSchema(ma.Schema):
+    file = ma.fields.String(
+        metadata={"description": "requirements.txt, or a script with a PEP 723 block"}
+    )
+    requirements = ma.fields.List(ma.fields.String())
+
+
 class SkillDetailSchema(SkillSchema):
     files = ma.fields.List(ma.fields.Nested(SkillFileSchema))
+    dependencies = ma.fields.List(
+        ma.fields.Nested(DeclaredDependenciesSchema),
+        metadata={
+            "description": "Python packages its scripts declare beyond the standard "
+            "environment, installed for this version by the runner"
+        },
+    )
     declared_name = ma.fields.String(
         allow_none=True,
         metadata={"description": "The name SKILL.md gives, when installed under another"},
@@ -148,7 +229,7 @@ class ReviewEditSchema(ma.Schema):
     base_hash = ma.fields.String()
     rationale = ma.fields.String()
     lint_warnings = ma.fields.List(ma.fields.String())
-    diff = ma.fields.String()
+    diff = ShownText()
     created_at = ma.fields.DateTime()
     expires_at = ma.fields.DateTime()
 
@@ -164,12 +245,24 @@ class ReviewSchema(ma.Schema):
     )
 
 
+class ExecutionSchema(ma.Schema):
+    execution = ma.fields.String(
+        required=True,
+        allow_none=True,
+        validate=ma.validate.OneOf(EXECUTIONS),
+        metadata={"description": "node, spark or sandbox; null goes back to what SKILL.md says"},
+    )
+
+
 class ImportedSkillSchema(ma.Schema):
     name = ma.fields.String()
     hash = ma.fields.String()
     enabled = ma.fields.Boolean()
     files = ma.fields.List(ma.fields.String())
     warnings = ma.fields.List(ma.fields.String())
+    lint_warnings = ma.fields.List(
+        ma.fields.String(), metadata={"description": "Review warnings: where to look first"}
+    )
 
 
 class BundleImportedSchema(ImportedSkillSchema):
@@ -196,6 +289,11 @@ class ImportQuerySchema(ma.Schema):
     replace = ma.fields.Boolean(
         load_default=False, metadata={"description": "Replace an owned skill of that name"}
     )
+    execution = ma.fields.String(
+        load_default=None,
+        validate=ma.validate.OneOf(EXECUTIONS),
+        metadata={"description": "Where its scripts run, whatever SKILL.md says (each skill's)"},
+    )
     name = ma.fields.String(
         load_default=None,
         metadata={"description": "Install a single skill under this name, not its header's"},
@@ -207,7 +305,7 @@ class GitHubImportSchema(ma.Schema):
         required=True,
         metadata={"description": "https://github.com/<owner>/<repo>/tree/<ref>/<path>"},
     )
-    enable = ma.fields.Boolean(load_default=True)
+    enable = JsonBoolean(load_default=True)
 
 
 class ZipUploadSchema(ma.Schema):
@@ -217,12 +315,45 @@ class ZipUploadSchema(ma.Schema):
     enable = ma.fields.Boolean(load_default=True)
 
 
+class FileUploadSchema(ma.Schema):
+    file = ma.fields.Raw(
+        required=True,
+        metadata={
+            "type": "string",
+            "format": "binary",
+            "description": "The file; its name is kept",
+        },
+    )
+
+
+class StoredFileSchema(ma.Schema):
+    id = ma.fields.String(metadata={"description": "Name it in a run's `files` by this id"})
+    name = ma.fields.String()
+    size = ma.fields.Integer(metadata={"description": "Bytes"})
+    sha256 = ma.fields.String(metadata={"description": "The SHA-256 of the bytes, in hex"})
+    created_at = ma.fields.DateTime()
+    expires_at = ma.fields.DateTime(metadata={"description": "When it is deleted"})
+    run_id = ma.fields.String(
+        allow_none=True, metadata={"description": "The run that made it (null: uploaded)"}
+    )
+    path = ma.fields.String(
+        allow_none=True, metadata={"description": "Its path in that run's working directory"}
+    )
+
+
 class DuplicateSchema(ma.Schema):
-    name = ma.fields.String(required=True, metadata={"description": "Name of the copy"})
+    name = ma.fields.String(
+        required=True,
+        metadata={
+            "description": "Name of the copy",
+            "pattern": NAME_PATTERN,
+            "maxLength": MAX_NAME_CHARS,
+        },
+    )
 
 
 class EnabledSchema(ma.Schema):
-    enabled = ma.fields.Boolean(required=True)
+    enabled = JsonBoolean(required=True)
     hash = ma.fields.String(
         load_default=None, metadata={"description": "The hash you reviewed; 409 if it moved"}
     )
@@ -230,10 +361,31 @@ class EnabledSchema(ma.Schema):
 
 class ToolCallSchema(ma.Schema):
     arguments = ma.fields.Raw(load_default=None, metadata={"type": "object"})
-    chat_id = ma.fields.String(load_default=None)
+    chat_id = ma.fields.String(
+        load_default=None,
+        metadata={"description": "The chat the call belongs to; not with job_run_id (400)"},
+    )
     turn_id = ma.fields.String(load_default=None)
-    job_run_id = ma.fields.String(load_default=None)
+    job_run_id = ma.fields.String(
+        load_default=None,
+        metadata={"description": "The job run the call is a step of; not with chat_id (400)"},
+    )
     mode = ma.fields.String(load_default="execute", validate=ma.validate.OneOf(["execute", "plan"]))
+    full_loads = ma.fields.Boolean(
+        load_default=False,
+        metadata={
+            "description": "load_skill always answers with the skill's content, never "
+            "already_loaded: for a chat_id that names no one context the model keeps"
+        },
+    )
+    chat_guessed = ma.fields.Boolean(
+        load_default=False,
+        metadata={
+            "description": "The chat_id is the caller's guess, not one conversation (an MCP "
+            "client that named none): the chat's grants don't apply and \"approve for this chat\" "
+            "is not offered for the call (send full_loads too, unless turn_id names the turn)"
+        },
+    )
 
 
 class ToolErrorSchema(ma.Schema):
@@ -301,6 +453,13 @@ class WaitSchema(ma.Schema):
         validate=ma.validate.Range(min=0, max=60),
         metadata={"description": "Seconds to wait for an end state (long poll, at most 60)"},
     )
+    keep_pending = ma.fields.Boolean(
+        load_default=False,
+        metadata={
+            "description": "A client that leaves while the call waits for the owner's "
+            "approval withdraws the approval (nothing runs), unless this is true"
+        },
+    )
 
 
 class ApprovalSchema(ma.Schema):
@@ -309,7 +468,7 @@ class ApprovalSchema(ma.Schema):
     run_id = ma.fields.String(
         allow_none=True, metadata={"description": "The script run the call started once approved"}
     )
-    asked_by = ma.fields.String(
+    asked_by = ShownText(
         metadata={"description": "Who asked, in words: chat 'c1', turn t7 or job 'nightly', run …"}
     )
     chat_id = ma.fields.String(
@@ -326,9 +485,28 @@ class ApprovalSchema(ma.Schema):
     status = status_field(APPROVAL_STATES)
     tool = ma.fields.String()
     tier = ma.fields.String()
-    arguments = ma.fields.Raw()
+    arguments = ma.fields.Raw(metadata={"description": "Exactly what the approved call runs"})
+    arguments_shown = ma.fields.Function(
+        lambda card: shown_json(card.arguments),
+        metadata={"type": "string", "description": "The arguments as indented JSON text to "
+                  "show, control and format characters written as escapes (\\x1b, \\u202e)"},
+    )  # fmt: skip
     skill_name = ma.fields.String(allow_none=True)
-    skill_hash = ma.fields.String(allow_none=True)
+    skill_hash = ma.fields.String(
+        allow_none=True, metadata={"description": "The skill's full hash when it was asked"}
+    )
+    skill_hash_now = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "A pending approval's skill hash now; null when it is gone"},
+    )
+    skill_changed = ma.fields.Boolean(
+        allow_none=True,
+        metadata={"description": "A pending approval: its skill is no longer the version asked "
+                  "about, so approving runs nothing (null: answered, or no skill)"},
+    )  # fmt: skip
+    skill_change = ma.fields.String(
+        allow_none=True, metadata={"description": "What changed, and what answering does then"}
+    )
     node = ma.fields.String(allow_none=True)
     grant_key = ma.fields.Function(
         lambda approval: shown_key(approval.grant_key) if approval.grant_key else None,
@@ -336,7 +514,7 @@ class ApprovalSchema(ma.Schema):
         metadata={"description": "The grant key as shown, skill:<name>@<hash8>"},
     )
     rule = ma.fields.String(allow_none=True)
-    warning = ma.fields.String()
+    warning = ShownText(metadata={"description": "What the call does, in words"})
     offers_chat_grant = ma.fields.Boolean(
         metadata={"description": "Whether approving always is offered (see grant_scope)"}
     )
@@ -347,13 +525,36 @@ class ApprovalSchema(ma.Schema):
             "(approve_for_job) or null (approve once only)"
         },
     )
-    diff = ma.fields.String(
+    chat_guessed = ma.fields.Boolean(
+        metadata={
+            "description": "The call's chat was guessed (its MCP client named no "
+            "conversation): approving for it is not offered (see grant_note)"
+        }
+    )
+    grant_note = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "Why approving for the chat is not offered, when a guessed "
+                  "chat is the reason"},
+    )  # fmt: skip
+    withdrawn_note = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "A withdrawn approval: the agent stopped waiting for it"},
+    )
+    diff = ShownText(
         allow_none=True, metadata={"description": "edit_skill: the unified diff to approve"}
     )
     lint_warnings = ma.fields.List(
         ma.fields.String(),
         allow_none=True,
         metadata={"description": "edit_skill: review warnings of the edited skill"},
+    )
+    dependencies = ma.fields.List(
+        ma.fields.String(),
+        allow_none=True,
+        metadata={
+            "description": "run_skill_script: the Python packages the skill's version declares, "
+            "which the run installs (null: another tool, or a version no longer stored)"
+        },
     )
     created_at = ma.fields.DateTime()
     expires_at = ma.fields.DateTime()
@@ -376,10 +577,27 @@ class QuestionSchema(ma.Schema):
     id = ma.fields.String(metadata={"description": "The id of the call that asks"})
     call_id = ma.fields.String()
     kind = ma.fields.String(metadata={"description": "question, or secret (request_secret)"})
-    text = ma.fields.String(metadata={"description": "The question, or why the secret is needed"})
+    text = ShownText(metadata={"description": "The question, or why the secret is needed"})
     choices = ma.fields.List(ma.fields.String(), allow_none=True)
     secret_name = ma.fields.String(allow_none=True)
     skill_name = ma.fields.String(allow_none=True)
+    skill_hash = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "The skill's full content hash when it was asked: the version "
+                  "storing the secret allows"},
+    )  # fmt: skip
+    skill_hash_now = ma.fields.String(
+        allow_none=True, metadata={"description": "The skill's hash now; null when it is gone"}
+    )
+    skill_changed = ma.fields.Boolean(
+        allow_none=True,
+        metadata={"description": "Whether the skill is no longer the version asked about "
+                  "(null: the question names no skill)"},
+    )  # fmt: skip
+    skill_change = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "What changed, and how to answer knowingly (skill_hash)"},
+    )
     answer = ma.fields.String(allow_none=True, metadata={"description": "Never a secret's value"})
     status = status_field(QUESTION_STATES)
     turn_id = ma.fields.String(allow_none=True)
@@ -400,6 +618,17 @@ class QuestionAnswerSchema(ma.Schema):
     secret = ma.fields.String(
         load_default=None,
         metadata={"description": "A secret question's value; stored sealed, never shown"},
+    )
+    skill_hash = ma.fields.String(
+        load_default=None,
+        validate=ma.validate.Regexp(
+            r"^[0-9a-f]{8,64}$", error="A hash, or its first 8 characters."
+        ),
+        metadata={
+            "description": "A secret for a skill: the version you allow (its hash or first 8 "
+            "characters); left out, the version asked about. 409 skill_changed when the skill "
+            "is not that version now"
+        },
     )
 
 
@@ -425,13 +654,30 @@ class SettingsSchema(ma.Schema):
         required=True,
         metadata={"description": "Change tools (or skill grant keys) that run without asking"},
     )
-    run_command_shell = ma.fields.Boolean(
+    run_command_shell = JsonBoolean(
         load_default=None,
         metadata={
             "description": "run_command runs its command through /bin/sh -c (pipes, $VARS) "
             "instead of as a plain argv; left out of a PUT, it stays as it is"
         },
     )
+
+
+class RunFileSchema(ma.Schema):
+    id = ma.fields.String(metadata={"description": "The file's id: GET /api/files/<id>"})
+    size = ma.fields.Integer()
+    sha256 = ma.fields.String()
+
+
+RUN_FILE_ITEM = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "id": {"type": "string"},
+        "size": {"type": "integer"},
+        "sha256": {"type": "string"},
+    },
+}
 
 
 class RunSchema(ma.Schema):
@@ -446,6 +692,27 @@ class RunSchema(ma.Schema):
         allow_none=True,
         metadata={"description": "run_command's argv, run without a shell (null: a script)"},
     )
+    args = ma.fields.List(
+        ma.fields.String(),
+        allow_none=True,
+        metadata={"description": "The script's command line as the call gave it (`args`)"},
+    )
+    input_files = ma.fields.Dict(
+        keys=ma.fields.String(),
+        values=ma.fields.Nested(RunFileSchema),
+        allow_none=True,
+        metadata={"description": "The call's files, by path in the working directory"},
+    )
+    files = ma.fields.Method(
+        "made_files",
+        metadata={"type": "array", "items": RUN_FILE_ITEM,
+                  "description": "The files the run created or changed, each by id"},
+    )  # fmt: skip
+    files_note = ma.fields.Method(
+        "made_note",
+        metadata={"type": "string", "nullable": True,
+                  "description": "What of those did not come back, and why"},
+    )  # fmt: skip
     execution = ma.fields.String()
     queue = ma.fields.String()
     node = ma.fields.String(allow_none=True)
@@ -459,6 +726,13 @@ class RunSchema(ma.Schema):
     created_at = ma.fields.DateTime()
     started_at = ma.fields.DateTime(allow_none=True)
     finished_at = ma.fields.DateTime(allow_none=True)
+
+    def made_files(self, run: Any) -> list[dict[str, Any]]:
+        return [entry for entry in (run.output_files or []) if "note" not in entry]
+
+    def made_note(self, run: Any) -> str | None:
+        notes = [entry["note"] for entry in (run.output_files or []) if "note" in entry]
+        return notes[0] if notes else None
 
 
 class RunSummarySchema(RunSchema):
@@ -496,6 +770,16 @@ class NodeSchema(ma.Schema):
         metadata={"description": "Skill name to the package hashes the node holds"},
     )
     last_heartbeat = ma.fields.String(allow_none=True)
+    shared = ma.fields.Boolean(
+        metadata={"description": "Offered to more owners than you (`skillfleet nodes share`)"}
+    )
+    runs_as = ma.fields.String(
+        allow_none=True,
+        metadata={
+            "description": "How its workers run scripts: uid (a user of each run's own) or "
+            "worker (the worker's user); null when no worker was heard from"
+        },
+    )
 
 
 class SignedManifestSchema(ma.Schema):
@@ -509,15 +793,26 @@ class SyncRequestSchema(ma.Schema):
 
 
 class TokenCreateSchema(ma.Schema):
-    # Raw, so the store's checks answer with their own codes (invalid_role, invalid_label).
-    role = ma.fields.Raw(
-        load_default=None,
-        metadata={"type": "string", "enum": ["owner", "agent"], "description": "Required"},
-    )
+    """Read by the store's own checks, so that their codes answer (invalid_role,
+    invalid_label); the fields say what those checks accept."""
+
+    role = ma.fields.Raw(required=True, metadata={"type": "string", "enum": [str(r) for r in Role]})
     label = ma.fields.Raw(
         load_default=None,
-        metadata={"type": "string", "maxLength": 200, "description": "What the token is for"},
+        metadata={
+            "type": "string",
+            "maxLength": MAX_TOKEN_LABEL_CHARS,
+            "pattern": NO_CONTROL_CHARACTERS,
+            "description": "What the token is for",
+        },
     )
+
+    @ma.pre_load
+    def _checked(self, data: Any, **kwargs: Any) -> Any:
+        if isinstance(data, dict):
+            check_role(data.get("role"))
+            check_label(data.get("label"))
+        return data
 
 
 class TokenSchema(ma.Schema):
@@ -526,6 +821,17 @@ class TokenSchema(ma.Schema):
     label = ma.fields.String(allow_none=True)
     created_at = ma.fields.DateTime()
     last_used_at = ma.fields.DateTime(allow_none=True)
+    resource = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "An MCP host's OAuth token: the /mcp URL it is bound to"},
+    )
+    expires_at = ma.fields.DateTime(
+        allow_none=True,
+        metadata={
+            "description": "Refused from then on (an MCP host's token until refreshed, a GitHub "
+            "sign-in's until GitHub's expires); null: until deleted"
+        },
+    )
 
 
 class NewTokenSchema(ma.Schema):
@@ -563,7 +869,13 @@ class JobGrantsSchema(ma.Schema):
 
 
 class JobBodySchema(ma.Schema):
-    name = ma.fields.String(required=True)
+    """Checked by the broker (broker/jobs.py: 422 `job_invalid`, `cron_invalid`…); the fields
+    say what it accepts but for what it reads in the store: tools, skills, time zones."""
+
+    name = ma.fields.String(
+        required=True,
+        metadata={"pattern": NOT_BLANK_PATTERN, "maxLength": MAX_JOB_NAME_CHARS},
+    )
     cron = ma.fields.String(
         required=True, metadata={"description": "Five-field cron, in the job's time zone"}
     )
@@ -573,15 +885,26 @@ class JobBodySchema(ma.Schema):
     steps = ma.fields.List(
         ma.fields.Dict(),
         required=True,
-        metadata={"description": '1-10 of {"tool": name, "arguments": {…}} or {"prompt": text}'},
+        metadata={
+            "description": '1-10 of {"tool": name, "arguments": {…}} or {"prompt": text}',
+            "minItems": 1,
+            "maxItems": MAX_JOB_STEPS,
+        },
     )
     grants = ma.fields.Nested(JobGrantsSchema, load_default=lambda: {"tools": [], "skills": []})
     skills = ma.fields.Raw(
         load_default=None,
         validate=_job_skills,
-        metadata={"description": 'null or [] for none, "*" for every enabled skill, or names'},
+        metadata={
+            "description": 'null or [] for none, "*" for every enabled skill, or names',
+            "anyOf": [
+                {"type": "string", "enum": ["*"]},
+                {"type": "array", "items": {"type": "string"}, "maxItems": MAX_SKILLS},
+                NULL_ONLY,
+            ],
+        },
     )
-    enabled = ma.fields.Boolean(load_default=True)
+    enabled = JsonBoolean(load_default=True)
     updated_at = ma.fields.DateTime(
         load_default=None,
         metadata={
@@ -649,9 +972,23 @@ class CallQuerySchema(ListFilterSchema):
     tool = ma.fields.String(metadata={"description": "Only calls of this tool"})
 
 
+# One Server-Sent Event as a client reads it off a stream (its fields, without comment lines).
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "event": {"type": "string"},
+        "data": {"type": "string", "description": "JSON text"},
+        "retry": {"type": "integer"},
+    },
+    "required": ["event", "data"],
+}
+
+
 def sse_response(description: str, example: str) -> dict[str, Any]:
-    """The OpenAPI description of a Server-Sent Events response."""
-    content = {"schema": {"type": "string"}, "example": example}
+    """The OpenAPI description of a Server-Sent Events response: its schema is one event's,
+    its example the stream as it is written."""
+    content = {"schema": SSE_EVENT, "example": example}
     return {"description": description, "content": {"text/event-stream": content}}
 
 
@@ -659,3 +996,36 @@ def file_response(description: str, *media_types: str) -> dict[str, Any]:
     """The OpenAPI description of a file download."""
     schema = {"type": "string", "format": "binary"}
     return {"description": description, "content": {t: {"schema": schema} for t in media_types}}
+
+
+class GitHubSignInInfoSchema(ma.Schema):
+    enabled = ma.fields.Boolean(metadata={"description": "Whether owners may sign in with GitHub"})
+
+
+class SignInCodeSchema(ma.Schema):
+    signin = ma.fields.String(metadata={"description": "This sign-in's id, for the polls"})
+    user_code = ma.fields.String(metadata={"description": "The code the owner enters on GitHub"})
+    verification_uri = ma.fields.String(metadata={"description": "Where to enter it"})
+    expires_in = ma.fields.Integer(metadata={"description": "Seconds the code stays good"})
+    interval = ma.fields.Integer(metadata={"description": "Seconds to wait between polls"})
+
+
+class SignInPollSchema(ma.Schema):
+    signin = ma.fields.String(
+        required=True,
+        validate=[
+            ma.validate.Length(min=1, max=MAX_SIGNIN_ID_CHARS),
+            ma.validate.Regexp(r"^[A-Za-z0-9_-]+$", error="A sign-in id is letters, digits, -, _."),
+        ],
+        metadata={"description": "The id /api/signin/github/start answered"},
+    )
+
+
+class SignInResultSchema(ma.Schema):
+    status = ma.fields.String(metadata={"description": "pending or signed_in"})
+    interval = ma.fields.Integer(metadata={"description": "pending: seconds until the next poll"})
+    token = ma.fields.String(metadata={"description": "The owner token, shown this once"})
+    token_id = ma.fields.Integer()
+    owner = ma.fields.String()
+    github_login = ma.fields.String()
+    expires_at = ma.fields.DateTime(metadata={"description": "Refresh before then"})

@@ -40,11 +40,24 @@ class SecretPutSchema(ma.Schema):
     value = ma.fields.String(
         required=True,
         validate=[ma.validate.Length(min=1), _value],
-        metadata={"description": "The value, kept encrypted and never shown again"},
+        metadata={
+            "description": f"The value, kept encrypted and never shown again; at most "
+            f"{MAX_SECRET_BYTES // KIB} KiB as UTF-8",
+            "pattern": "^[^\\u0000]*$",
+            "maxLength": MAX_SECRET_BYTES,
+        },
     )
     skill = ma.fields.String(
         load_default=None,
         metadata={"description": "The skill it belongs to; left out, any allowed skill's"},
+    )
+    hash = ma.fields.String(
+        load_default=None,
+        validate=ma.validate.Length(min=8, max=64),
+        metadata={
+            "description": "With skill: the version you reviewed (its hash or first 8 "
+            "characters), which storing allows; 409 skill_changed when it is not current"
+        },
     )
 
 
@@ -112,27 +125,33 @@ def list_secrets() -> dict[str, Any]:
     return {"secrets": [_secret_view(row, current, keys) for row in rows], "skills": views}
 
 
-@blp.route("/<path:name>", methods=["PUT"])
+@blp.route("/<secret_name:name>", methods=["PUT"])
 @owner_route
 @blp.arguments(SecretPutSchema())
 @blp.response(200, SecretSchema)
 def put_secret(body: dict[str, Any], name: str) -> dict[str, Any]:
-    """Set a secret; given for a skill, it also allows that skill's current version"""
+    """Set a secret; given for a skill, it also allows that skill's version (`hash`, or the
+    current one)"""
     caller = owner_only()
     _check_name(name)
     skill = _skill(caller, body["skill"]) if body["skill"] is not None else None
+    if body["hash"] is not None:
+        if skill is None:
+            raise ApiError(422, "invalid_request", "'hash' names a version of the 'skill' given.")
+        _check_version(skill, body["hash"])
     sealer = Sealer(services().settings.keys_dir)
     with transaction(services().sessions) as session:
         row = ownersecrets.put(
-            session, sealer, caller, name, body["value"], skill.name if skill else None
-        )
+            session, sealer, caller, name, body["value"],
+            skill.name if skill else None, skill.hash if skill else None,
+        )  # fmt: skip
         shown = _secret_view(row, {skill.name: skill.hash} if skill else {}, None)
     if skill is not None:
         shown["allowed"] = True
     return shown
 
 
-@blp.route("/<path:name>", methods=["DELETE"])
+@blp.route("/<secret_name:name>", methods=["DELETE"])
 @owner_route
 @blp.arguments(SecretQuerySchema(), location="query")
 @blp.response(204)
@@ -153,14 +172,7 @@ def allow_skill(body: dict[str, Any], skill: str) -> dict[str, Any]:
     """Let this version of a skill (its hash) have the secrets it declares"""
     caller = owner_only()
     found = _skill(caller, skill)
-    given = body["hash"]
-    if not found.hash.startswith(given):
-        raise ApiError(
-            409,
-            "skill_changed",
-            f"'{skill}' is now version {found.hash[:8]}, not {given[:64]}; review it and "
-            "allow that one.",
-        )
+    _check_version(found, body["hash"])
     with transaction(services().sessions) as session:
         ownersecrets.allow(session, caller, found.name, found.hash)
     return {"skill": found.name, "hash": found.hash, "allowed": True}
@@ -228,6 +240,17 @@ def _check_name(name: str) -> None:
     if not is_secret_name(name):
         shown = name if len(name) <= 64 else name[:61] + "..."
         raise ApiError(422, "invalid_secret_name", f"{NAME_RULE} {shown!r} is not one.")
+
+
+def _check_version(skill: Skill, given: str) -> None:
+    """409 skill_changed unless `given` is the skill's current hash (or its first characters)."""
+    if not skill.hash.startswith(given):
+        raise ApiError(
+            409,
+            "skill_changed",
+            f"'{skill.name}' is now version {skill.hash[:8]}, not {given[:64]}; review it and "
+            "allow that one.",
+        )
 
 
 def _skill(caller: int, name: str) -> Skill:

@@ -13,8 +13,10 @@ from sqlalchemy import Engine
 from broker.broker import Broker
 from broker.wiring import wire
 from relay import naming
+from relay.clients import Clients
 from relay.generations import GenerationWatch
 from store.db import SessionFactory
+from store.files import FileStore
 from store.packagestore import PackageStore
 from store.settings import Settings
 from store.signing import load_or_create_key
@@ -32,6 +34,7 @@ class Services:
     celery: Celery
     packages: PackageStore
     signing_key: Ed25519PrivateKey
+    files: FileStore
     # The token, skills and lockouts generations every request reads, from memory while it can.
     generations: GenerationWatch = field(init=False)
 
@@ -45,8 +48,9 @@ class Services:
 
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
-        """Connect to the database and register the read-only skills (fails on a bad path)."""
-        wired = wire(settings, engine)
+        """Connect to the database, Redis and Celery once for this app, and register the
+        read-only skills (fails on a bad path); `engine` is reused when given."""
+        wired = wire(Clients.build(settings, engine))
         signing_key = load_or_create_key(settings.keys_dir)
         return cls(
             settings,
@@ -58,6 +62,7 @@ class Services:
             wired.celery,
             wired.packages,
             signing_key,
+            wired.files,
         )
 
 

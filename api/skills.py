@@ -12,12 +12,13 @@ from api.auth import owner_only, owner_or_agent
 from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.nodes import broadcast_sync
-from api.paging import paginate
+from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
 from api.schemas import (
     BundleImportSchema,
     DuplicateSchema,
     EnabledSchema,
+    ExecutionSchema,
     FileDeleteQuerySchema,
     FileEditSchema,
     GitHubImportSchema,
@@ -31,6 +32,7 @@ from api.schemas import (
 )
 from api.services import services
 from store import ownersecrets
+from store.dependencies import declared_for
 from store.drafts import encoded
 from store.edits import install_edit
 from store.hashing import regular_files
@@ -42,6 +44,11 @@ BUNDLE_OK = "A folder of skills: every skill folder was imported"
 BUNDLE_PARTLY = "A folder of skills: some skill folders were refused, each with its reason"
 
 blp = Blueprint("skills", __name__, url_prefix="/api/skills", description="The skill store")
+
+TEXT = "text/plain; charset=utf-8"
+BINARY = "application/octet-stream"
+# Text whatever the platform's type table says of them: a skill's scripts and data files.
+TEXT_SUFFIXES = (".md", ".py", ".sh", ".js", ".mjs", ".ts", ".cs", ".json", ".yaml", ".yml")
 
 IMPORT_BODY = {
     "required": True,
@@ -56,13 +63,14 @@ IMPORT_BODY = {
 class Skills(MethodView):
     @blp.arguments(SkillListQuerySchema(), location="query")
     @blp.response(200, SkillSchema(many=True))
-    @paginate(blp, in_memory=True)
-    def get(self, query: dict[str, Any]) -> list[Skill]:
-        """List your skills and the shared ones (built-ins, configured paths)"""
-        skills = services().store.installed(owner_or_agent())
+    @keyset(blp)
+    def get(self, query: dict[str, Any], page: Page) -> list[Skill]:
+        """List your skills and the shared ones (built-ins, configured paths), by name"""
+        caller = owner_or_agent()
+        skills = services().store.installed(caller)
         if "enabled" in query:
             skills = [s for s in skills if s.enabled == query["enabled"]]
-        return skills
+        return memory_page(skills, page, caller, lambda s: (s.name,))
 
     @owner_route
     @blp.arguments(ImportQuerySchema(), location="query")
@@ -76,7 +84,7 @@ class Skills(MethodView):
         store = services().store
         result: Skill | BundleReport
         if request.mimetype == "multipart/form-data":
-            result = _import_upload(caller, query["replace"], query["name"])
+            result = _import_upload(caller, query)
         elif request.is_json:
             body = GitHubImportSchema().load(_json_object())
             settings = services().settings
@@ -89,6 +97,7 @@ class Skills(MethodView):
                 enable=body["enable"],
                 replace=query["replace"],
                 name=query["name"],
+                execution=query["execution"],
             )
         else:
             raise ApiError(
@@ -102,7 +111,7 @@ class Skills(MethodView):
         return _imported(result)
 
 
-def _import_upload(owner_id: int, replace: bool, name: str | None) -> Skill | BundleReport:
+def _import_upload(owner_id: int, query: dict[str, Any]) -> Skill | BundleReport:
     upload = request.files.get("file")
     if upload is None:
         raise ApiError(400, "file_missing", "The multipart form has no 'file' field.")
@@ -112,9 +121,10 @@ def _import_upload(owner_id: int, replace: bool, name: str | None) -> Skill | Bu
         upload.stream,
         owner_id=owner_id,
         enable=enable,
-        replace=replace,
+        replace=query["replace"],
         filename=upload.filename,
-        name=name,
+        name=query["name"],
+        execution=query["execution"],
     )
 
 
@@ -144,6 +154,7 @@ def _imported(skill: Skill) -> dict[str, Any]:
         "enabled": skill.enabled,
         "files": regular_files(folder),
         "warnings": list(skill.warnings or []),
+        "lint_warnings": list(skill.lint_warnings or []),
     }
 
 
@@ -163,6 +174,7 @@ def _detail(owner_id: int, skill: Skill) -> dict[str, Any]:
     detail = {key: getattr(skill, key) for key in SkillSchema().fields}
     detail["warnings"] = list(skill.warnings or [])
     detail["files"] = [{"path": f.path, "size": f.size} for f in store.files(skill)]
+    detail["dependencies"] = declared_for(str(store.folder(skill)), skill.hash).as_dicts()
     info = store.info(skill)
     detail["declared_name"] = info.declared_name
     detail["allowed_tools"] = info.allowed_tools
@@ -190,18 +202,15 @@ class SkillItem(MethodView):
         broadcast_sync()
 
 
-@blp.route("/<name>/files/<path:path>")
+@blp.route("/<name>/files/<skill_file:path>")
 class SkillFile(MethodView):
-    @blp.response(200, content_type="application/octet-stream")
-    @blp.doc(responses={"200": file_response("The file", "text/plain", "application/octet-stream")})
+    @blp.response(200, content_type=BINARY)
+    @blp.doc(responses={"200": file_response("The file", "text/plain", BINARY)})
     def get(self, name: str, path: str) -> Response:
-        """Download one file of a skill"""
+        """Download one file of a skill: text as text/plain, anything else as bytes"""
         store = services().store
         clean, data = store.read_file(store.get(owner_or_agent(), name), path, MAX_FILE_BYTES)
-        mimetype = mimetypes.guess_type(clean)[0] or "application/octet-stream"
-        if mimetype.startswith("text/") or clean.endswith((".md", ".py", ".sh", ".js", ".mjs")):
-            mimetype = "text/plain; charset=utf-8"
-        return Response(data, mimetype=mimetype)
+        return Response(data, content_type=TEXT if _is_text(clean) else BINARY)
 
     @owner_route
     @blp.arguments(FileEditSchema())
@@ -223,6 +232,13 @@ class SkillFile(MethodView):
     def delete(self, query: dict[str, Any], name: str, path: str) -> dict[str, Any]:
         """Delete one file of your skill; the skill gets a new hash"""
         return _owner_edit(name, {path: None}, query["hash"])
+
+
+def _is_text(path: str) -> bool:
+    """Whether a skill's file is served as text. Nothing else is given a type a browser could
+    render (an SVG, an HTML page) on the API's origin."""
+    guessed = mimetypes.guess_type(path)[0] or ""
+    return guessed.startswith("text/") or path.endswith(TEXT_SUFFIXES)
 
 
 def _owner_edit(name: str, changes: dict[str, str | None], expected: str | None) -> dict[str, Any]:
@@ -253,5 +269,16 @@ def duplicate(body: dict[str, Any], name: str) -> Skill:
 def set_enabled(body: dict[str, Any], name: str) -> Skill:
     """Enable or disable a skill; with `hash`, only if it is still the content you reviewed"""
     skill = services().store.set_enabled(owner_only(), name, body["enabled"], body["hash"])
+    broadcast_sync()
+    return skill
+
+
+@blp.route("/<name>/execution", methods=["PUT"])
+@owner_route
+@blp.arguments(ExecutionSchema())
+@blp.response(200, SkillSchema)
+def set_execution(body: dict[str, Any], name: str) -> Skill:
+    """Choose where your skill's scripts run (null: as its SKILL.md says); its hash stays"""
+    skill = services().store.set_execution(owner_only(), name, body["execution"])
     broadcast_sync()
     return skill

@@ -10,7 +10,7 @@ from flask.views import MethodView
 
 from api.auth import bump_token_generation, owner_only
 from api.blueprint import Blueprint
-from api.paging import paginate
+from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
 from api.schemas import NewTokenSchema, TokenCreateSchema, TokenSchema
 from api.services import services
@@ -27,12 +27,13 @@ blp = Blueprint("tokens", __name__, url_prefix="/api/tokens", description="API t
 class Tokens(MethodView):
     @owner_route
     @blp.response(200, TokenSchema(many=True))
-    @paginate(blp, in_memory=True)
-    def get(self) -> list[ApiToken]:
-        """List your owner and agent tokens (never the tokens themselves)"""
+    @keyset(blp)
+    def get(self, page: Page) -> list[ApiToken]:
+        """List your owner and agent tokens, oldest first (never the tokens themselves)"""
         caller = owner_only()
         with services().sessions() as session:
-            return owner_tokens(session, caller)
+            tokens = owner_tokens(session, caller)
+        return memory_page(tokens, page, caller, lambda t: (t.id,))
 
     @owner_route
     @blp.arguments(TokenCreateSchema())

@@ -10,9 +10,9 @@ from flask.views import MethodView
 
 from api.auth import owner_or_agent
 from api.blueprint import Blueprint
-from api.live import hand_off
+from api.live import hand_off, threads_to_spare
 from api.livejobs import WaitCall
-from api.paging import paginate
+from api.paging import Page, keyset, memory_page
 from api.schemas import ToolCallSchema, ToolDefinitionSchema, ToolResultSchema, WaitSchema
 from api.services import services
 from broker.calls import OPEN_STATES, CallRequest
@@ -27,11 +27,11 @@ blp = Blueprint("tools", __name__, url_prefix="/api/tools", description="Tools f
 @blp.route("")
 class ToolList(MethodView):
     @blp.response(200, ToolDefinitionSchema(many=True))
-    @paginate(blp, in_memory=True)
-    def get(self) -> list[dict[str, Any]]:
+    @keyset(blp)
+    def get(self, page: Page) -> list[dict[str, Any]]:
         """List every tool as an OpenAI-style function definition"""
-        owner_or_agent()
-        return services().broker.registry.definitions()
+        caller = owner_or_agent()
+        return memory_page(services().broker.registry.definitions(), page, caller)
 
 
 CALL = "6f1c2d3e-0000-4000-8000-000000000001"
@@ -73,14 +73,21 @@ ENVELOPE_EXAMPLES = {
 @blp.response(200, ToolResultSchema, examples=ENVELOPE_EXAMPLES)
 def call_tool(query: dict[str, Any], body: dict[str, Any], tool: str) -> dict[str, Any] | Response:
     """Call one tool; the envelope says done, failed, denied, running or pending_approval"""
-    return call_and_wait(owner_or_agent(), tool, body, query["wait"], http_request.get_data())
+    raw = http_request.get_data()
+    return call_and_wait(owner_or_agent(), tool, body, query["wait"], raw, query["keep_pending"])
 
 
 def call_and_wait(
-    caller: int, tool: str, body: dict[str, Any], wait: float, raw_body: bytes
+    caller: int,
+    tool: str,
+    body: dict[str, Any],
+    wait: float,
+    raw_body: bytes,
+    keep_pending: bool = False,
 ) -> dict[str, Any] | Response:
     """The envelope of a call of `tool` with `body` (ToolCallSchema's fields), waiting up to
-    `wait` seconds for its end; `raw_body` is the JSON text the body was read from."""
+    `wait` seconds for its end; `raw_body` is the JSON text the body was read from. A client
+    that leaves while the call waits for approval withdraws it, unless `keep_pending`."""
     arguments = body["arguments"]
     if arguments is None:
         arguments = {}
@@ -95,21 +102,30 @@ def call_and_wait(
         turn_id=body["turn_id"],
         job_run_id=body["job_run_id"],
         mode=body["mode"],
+        full_loads=body["full_loads"],
+        chat_guessed=body["chat_guessed"],
         repeated=repeated_fields(raw_body) if exact else (),
     )
     if wait <= 0:
         return broker.call(caller, request).envelope()
     grace = min(wait, services().settings.wait_grace)
+    waited = grace
     # A run that ends within the grace is answered in this thread: one blocking read of its
     # end, which also carries the call's events (relay.held). Only what outlasts it goes
     # to the live tier, so a short run doesn't pay for a hand-off and a long wait holds no
-    # thread.
+    # thread; while the process has threads to spare, the wait goes on here a grace at a time.
     with held.holding():
         outcome = broker.call(caller, request)
         if outcome.status in OPEN_STATES and outcome.run_id is not None and grace > 0:
             outcome = broker.outcome(caller, outcome.call_id, grace, outcome.run_id)
-    if outcome.status not in OPEN_STATES or wait <= grace:
+            while outcome.status in OPEN_STATES and wait > waited and threads_to_spare():
+                step = min(grace, wait - waited)
+                outcome = broker.outcome(caller, outcome.call_id, step, outcome.run_id)
+                waited += step
+    if outcome.status not in OPEN_STATES or wait <= waited:
         return outcome.envelope()
     # Without a slot to wait in, the call (already made) is answered as it stands.
-    job = WaitCall(caller, outcome.call_id, outcome.run_id, wait - grace, "envelope")
+    job = WaitCall(
+        caller, outcome.call_id, outcome.run_id, wait - waited, "envelope", not keep_pending
+    )
     return hand_off(job, instead=outcome.envelope())

@@ -9,13 +9,15 @@ from flask import Response
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
-from api.paging import paginate
+from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
+from api.schemas import HTTP_URL_PATTERN
 from api.services import services
 from relay.events import WEBHOOK_KINDS, start_listening
 from store import notifications
 from store.db import transaction
 from store.egress import Egress
+from store.limits import MAX_URL_CHARS
 from store.models import Webhook
 from store.secrets import Sealer
 
@@ -23,15 +25,22 @@ blp = Blueprint("webhooks", __name__, url_prefix="/api/webhooks", description="W
 
 
 class WebhookSchema(ma.Schema):
+    """Checked by the store (store/notifications.py: 422 `notification_invalid`,
+    `webhook_url_refused`); the fields say what it accepts, but for the host being public."""
+
     id = ma.fields.String(dump_only=True)
     url = ma.fields.String(
         required=True,
-        metadata={"description": "An http(s) URL of a public host; other addresses are refused"},
+        metadata={
+            "description": "An http(s) URL of a public host; other addresses are refused",
+            "pattern": HTTP_URL_PATTERN,
+            "maxLength": MAX_URL_CHARS,
+        },
     )
     events = ma.fields.List(
-        ma.fields.String(),
+        ma.fields.String(metadata={"enum": [*WEBHOOK_KINDS, "*"]}),
         required=True,
-        metadata={"description": "Event kinds to deliver, or ['*'] for all"},
+        metadata={"description": "Event kinds to deliver, or ['*'] for all", "minItems": 1},
     )
     created_at = ma.fields.DateTime(dump_only=True)
 
@@ -45,11 +54,13 @@ class NewWebhookSchema(WebhookSchema):
 @blp.route("")
 @owner_route
 @blp.response(200, WebhookSchema(many=True))
-@paginate(blp, in_memory=True)
-def list_webhooks() -> list[Webhook]:
-    """List the owner's webhooks (never their secrets)"""
+@keyset(blp)
+def list_webhooks(page: Page) -> list[Webhook]:
+    """List the owner's webhooks, oldest first (never their secrets)"""
+    caller = owner_only()
     with services().sessions() as session:
-        return notifications.webhooks(session, owner_only())
+        hooks = notifications.webhooks(session, caller)
+    return memory_page(hooks, page, caller, lambda w: (w.created_at, w.id))
 
 
 @blp.route("", methods=["POST"])

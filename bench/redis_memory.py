@@ -137,7 +137,7 @@ def per_node(client: redis.Redis, url: str) -> None:
     print("a node worker (20 skills held):")
     key = naming.worker_key(instance.id)
     print(f"  {'heartbeat hash':<22} {int(client.memory_usage(key, samples=0) or 0):>10,} bytes")
-    print(f"  {'all keys, used_memory':<22} {used(client) - before:>10,} bytes (hash + 2 sets)")
+    print(f"  {'all keys, used_memory':<22} {used(client) - before:>10,} bytes (hash + 4 sets)")
     binding = queue_binding(client, url, instance.queue)
     print(f"  {'kombu queue binding':<22} {binding:>10,} bytes")
     celery = create_celery(Settings(redis_url=url))

@@ -130,7 +130,9 @@ def p95_ms(samples: list[float]) -> float:
 class System:
     """The API and workers as real processes on a temporary data dir."""
 
-    def __init__(self, root: Path, spark: bool, task_events: bool = False) -> None:
+    def __init__(
+        self, root: Path, spark: bool, task_events: bool = False, run_as: str = "uid"
+    ) -> None:
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -141,6 +143,13 @@ class System:
             "SKILLFLEET_URL": self.url,
             "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14"),
             "PYTHONPATH": str(ROOT),
+            # The node's scripts start the host's python3, as every other side's do: the
+            # standard environment's interpreter starts slower on some hosts (a system .pth
+            # file), and building it in the bench's data dir would count as the scripts' CPU.
+            "SKILLFLEET_STANDARD_ENV": "false",
+            # How the node runs scripts: a uid, a folder and namespaces of their own a run (the
+            # default), or `worker`: as the worker's user in a folder of the run's own.
+            "SKILLFLEET_NODE_RUN_AS": run_as,
         }
         if task_events:
             self.env["SKILLFLEET_TASK_EVENTS"] = "true"
@@ -175,7 +184,7 @@ class System:
         self.servers["api"] = self.start("api", "--workers", "2")
         self._wait(lambda: httpx.get(f"{self.url}/api/health").status_code == 200)
         node_env = dict(self.env, SKILLFLEET_MANIFEST_KEY=key)
-        node_env["SKILLFLEET_NODE_TOKEN"] = self.cli("nodes", "add", NODE)
+        node_env["SKILLFLEET_NODE_TOKEN"] = self.cli("nodes", "add", NODE, "--owner", NODE)
         self.labelled["node"] = self.start("worker", "node", "--name", NODE, env=node_env)
         if self.spark:
             spark_env = dict(node_env, SKILLFLEET_NODE_TOKEN=self.cli("nodes", "add", "spark"))
@@ -566,6 +575,12 @@ def main() -> None:
     parser.add_argument(
         "--task-events", action="store_true", help="both sides with Celery task events on"
     )
+    parser.add_argument(
+        "--node-run-as",
+        choices=("uid", "worker"),
+        default="uid",
+        help="the node's SKILLFLEET_NODE_RUN_AS (default uid: a uid of their own a run)",
+    )
     options = parser.parse_args()
     options.spark = options.spark or options.spark_only
     image = os.environ.get("SKILLFLEET_RUNNER_IMAGE", "skillfleet/runner:latest")
@@ -573,7 +588,7 @@ def main() -> None:
         root = Path(tmp)
         script = root / "ok.py"
         script.write_text(TRIVIAL)
-        with System(root, options.spark, options.task_events) as system:
+        with System(root, options.spark, options.task_events, options.node_run_as) as system:
             system.install("trivial", "node", {"scripts/ok.py": TRIVIAL})
             system.install("stamped", "node", {"scripts/stamp.py": STAMPED})
             if options.spark:

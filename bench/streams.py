@@ -116,7 +116,7 @@ class System:
         self.start("api", "--workers", "2")
         self._wait(lambda: httpx.get(f"{self.url}/api/health").status_code == 200)
         node_env = dict(self.env, SKILLFLEET_MANIFEST_KEY=key)
-        node_env["SKILLFLEET_NODE_TOKEN"] = self.cli("nodes", "add", NODE)
+        node_env["SKILLFLEET_NODE_TOKEN"] = self.cli("nodes", "add", NODE, "--owner", NODE)
         self.start("worker", "node", "--name", NODE, "--concurrency", "16", env=node_env)
         self._wait(self._node_ready)
         for name, tier in (("stamped", "read"), ("wiper", "destructive")):

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from broker.classify import CallPlan
 from broker.editplans import refuse_expired
-from broker.errors import ApprovalAnswered, ApprovalNotFound, GrantNotOffered
+from broker.errors import ApprovalAnswered, ApprovalNotFound, ApprovalWithdrawn, GrantNotOffered
 from broker.grants import CHAT, JOB
 from broker.warnings import warning_for
 from store import ownerevents
@@ -28,6 +28,16 @@ DECISIONS = tuple(approvals.ANSWERED)
 FOR_JOB = "approve_for_job"
 ANSWERS = (*DECISIONS, FOR_JOB)
 GRANTING = {"approve_for_chat": CHAT, FOR_JOB: JOB}
+WITHDRAWN = (
+    "approval_withdrawn",
+    "The agent stopped waiting for the owner's answer (it cancelled the call, or its "
+    "connection closed), so the approval was withdrawn and the call did not run.",
+)
+GUESSED_CHAT = (
+    "The agent's client named no conversation, so skillfleet had to guess this call's chat "
+    "(one for every conversation of that client): approving for it could let calls of "
+    "conversations you never saw go ahead. Approve it once instead."
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,42 @@ def grant_scope(approval: Approval) -> str | None:
     return None
 
 
+def skill_change(approval: Approval, now: str | None) -> str | None:
+    """What changed about a pending approval's skill since it was asked (`now`: its hash now,
+    None when it is gone), and what answering does then; None when nothing did."""
+    name, asked = approval.skill_name, approval.skill_hash
+    if approval.status != PENDING or name is None or now == asked:
+        return None
+    what = (
+        f"The skill '{name}' was removed after you were asked"
+        if now is None
+        else f"The skill '{name}' changed after you were asked: version {str(asked)[:8]} "
+        f"is now {now[:8]}"
+    )
+    return (
+        f"{what}. Approving runs nothing (the call fails with skill_changed, so the agent can "
+        "ask again about the version there is now); deny it to say no."
+    )
+
+
+def grant_note(approval: Approval) -> str | None:
+    """Why approving always is not offered for a pending approval asked in a chat, when it is
+    the chat's doing (a guessed one); None otherwise."""
+    if approval.chat_guessed and approval.job_run_id is None and approval.chat_id is not None:
+        return GUESSED_CHAT
+    return None
+
+
+def withdrawn_note(approval: Approval) -> str | None:
+    """What a withdrawn approval's card says."""
+    if approval.status != ApprovalStatus.WITHDRAWN:
+        return None
+    return (
+        "The agent stopped waiting for your answer (it cancelled the call, or its connection "
+        "closed): the approval was withdrawn, nothing ran, and it can no longer be answered."
+    )
+
+
 def decision_for(approval: Approval, answer: str) -> str:
     """The broker's decision for the owner's answer to a pending approval.
 
@@ -100,6 +146,8 @@ def decision_for(approval: Approval, answer: str) -> str:
     would grant nothing: a call made outside any chat or job, or a job's answer in a chat.
     """
     scope = GRANTING.get(answer)
+    if scope == CHAT and approval.status == PENDING and grant_note(approval) is not None:
+        raise GrantNotOffered(GUESSED_CHAT)
     if scope is None or approval.status != PENDING or not approval.offers_chat_grant:
         return "approve_for_chat" if scope else answer  # the broker answers these itself
     offered = grant_scope(approval)
@@ -115,8 +163,11 @@ def decision_for(approval: Approval, answer: str) -> str:
     return "approve_for_chat"
 
 
-def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str | None) -> Approval:
-    """A pending approval bound to this call's tool, arguments, full skill hash and node."""
+def create_approval(
+    session: Session, call: ToolCall, plan: CallPlan, rule: str | None, chat_guessed: bool = False
+) -> Approval:
+    """A pending approval bound to this call's tool, arguments, full skill hash and node;
+    `chat_guessed`: the call's chat is the caller's guess, for which no grant is offered."""
     now = utcnow()
     approval = approvals.new(
         id=str(uuid.uuid4()),
@@ -133,7 +184,9 @@ def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str 
         grant_key=plan.grant_key,
         rule=rule,
         warning=warning_for(plan),
-        offers_chat_grant=plan.offers_grant(in_job=call.job_run_id is not None),
+        offers_chat_grant=plan.offers_grant(in_job=call.job_run_id is not None)
+        and not (chat_guessed and call.job_run_id is None),
+        chat_guessed=chat_guessed and call.job_run_id is None,
         created_at=now,
         expires_at=now + APPROVAL_LIFE,
     )
@@ -142,12 +195,15 @@ def create_approval(session: Session, call: ToolCall, plan: CallPlan, rule: str 
     return approval
 
 
-def expire_due(session: Session, owner_id: int | None = None) -> int:
-    """Mark pending approvals past their time `expired`, and their calls too."""
+def expire_due(session: Session, owner_id: int | None = None, limit: int | None = None) -> int:
+    """Mark pending approvals past their time `expired` (up to `limit` of them, the oldest
+    first), and their calls too."""
     now = utcnow()
     query = select(Approval).where(Approval.status == PENDING, Approval.expires_at <= now)
     if owner_id is not None:
         query = query.where(Approval.owner_id == owner_id)
+    if limit is not None:
+        query = query.order_by(Approval.expires_at).limit(limit)
     expired = list(session.scalars(query.with_for_update(skip_locked=True)))
     for approval in expired:
         approvals.move(approval, ApprovalStatus.EXPIRED, now)
@@ -168,6 +224,11 @@ def claim_for_answer(session: Session, owner_id: int, approval_id: str) -> Appro
     if approval is None or approval.owner_id != owner_id:
         raise ApprovalNotFound(f"You have no approval '{approval_id}'.")
     refuse_expired(approval)
+    if approval.status == ApprovalStatus.WITHDRAWN:
+        raise ApprovalWithdrawn(
+            "The agent stopped waiting for this approval (it cancelled the call, or its "
+            "connection closed): it was withdrawn and nothing ran."
+        )
     if approval.status != PENDING:
         raise ApprovalAnswered(f"This approval was already answered: it is {approval.status}.")
     # The conditional update is the claim: of two answers racing, exactly one changes the row.
@@ -175,6 +236,21 @@ def claim_for_answer(session: Session, owner_id: int, approval_id: str) -> Appro
         raise ApprovalAnswered("This approval was answered by another request just now.")
     session.refresh(approval)
     ownerevents.note_approval(session, approval)  # published with the answer, after commit
+    return approval
+
+
+def withdraw(session: Session, owner_id: int, call_id: str) -> Approval | None:
+    """Withdraw the pending approval of the owner's call `call_id`: the approval ends
+    `withdrawn` and the call `expired` (approval_withdrawn). None when the call has no pending
+    approval (an answer, the expiry or another withdrawal came first)."""
+    approval = session.scalar(
+        select(Approval).where(Approval.call_id == call_id, Approval.owner_id == owner_id)
+    )
+    if approval is None or not approvals.withdraw_pending(session, approval.id, utcnow()):
+        return None
+    session.refresh(approval)
+    ownerevents.note_approval(session, approval)
+    calls.answer(session, call_id, CallStatus.EXPIRED, error=WITHDRAWN)
     return approval
 
 

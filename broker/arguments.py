@@ -24,13 +24,16 @@ DISAGREE = (
     "HOST: arguments.node ({inner}) and node ({outer}) disagree; "
     "name the server once, inside arguments."
 )
-NODE_NOT_TEXT = 'HOST: arguments.node must be the server\'s name as a string, such as "lucialab01".'
+NODE_NOT_TEXT = (
+    "HOST: arguments.node must be the server's name as a string, as list_nodes names it "
+    '(or "spark" or "sandbox").'
+)
 NO_NODE = (
-    'HOST: arguments has no "node" key; add the server to run on, '
-    'such as {"node": "lucialab01", ...}.'
+    'HOST: arguments has no "node" key; add the server to run on, as list_nodes names it: '
+    '{"node": "<node>", ...}.'
 )
 TOO_LONG = "HOST: arguments text is over 32 KiB; send a smaller JSON object."
-NOT_AN_OBJECT = 'HOST: arguments must be a JSON object, such as {"node": "lucialab01", ...}.'
+NOT_AN_OBJECT = 'HOST: arguments must be a JSON object, such as {"node": "<node>", ...}.'
 
 log = structlog.get_logger(__name__)
 

@@ -31,11 +31,13 @@ from broker.policy import CallFacts, Decision, Policy
 from broker.questions import QuestionAsked
 from broker.registry import Registry
 from broker.results import shape_result, tool_failure
+from broker.runs import answer_of
 from broker.turns import admit, count_into, turn_key
 from relay import feed
 from relay.counters import POLICY_DECISIONS
 from store.db import SessionFactory, core_transaction, detached, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
+from store.files import FileStore
 from store.lifecycle import calls, jobruns
 from store.lifecycle.calls import OPEN_STATES
 from store.limits import MAX_CALLS_PER_TURN, MAX_WAIT_SECONDS
@@ -68,6 +70,8 @@ class Broker:
     # Where the recorded calls' owner events go (relay/feed.py) and policy decisions are counted
     # for /metrics (relay/counters.py); None sends and counts nothing.
     redis: redis.Redis | None = None
+    # The owners' files a script call may place in its run (None: no files here).
+    files: FileStore | None = None
 
     # -- a call -------------------------------------------------------------------
 
@@ -96,13 +100,15 @@ class Broker:
         try:
             if request.repeated and tool.name in READ_EXACTLY:
                 raise InvalidCall(repeated_message(request.repeated))
-            plan = plan_call(tool, request.arguments, self.store, owner_id, self.redis)
+            plan = plan_call(tool, request.arguments, self.store, owner_id, self.redis, self.files)
         except SkillfleetError as e:  # a call that can only fail fails before any policy
             return self._fail(call, None, e)
         if job is not None and plan.skill is not None and not skill_allowed(job, plan.skill):
             return self._fail(call, plan, SkillNotInJob(plan.skill.name))
         _describe(call, plan)
-        decision = self._decide(owner_id, call, chat, job, plan, number)
+        # A guessed chat's grants were given in other conversations: they decide nothing here.
+        granting = None if request.chat_guessed else chat
+        decision = self._decide(owner_id, call, granting, job, plan, number)
         if number > MAX_CALLS_PER_TURN and decision.action != "deny":
             # The limit holds even under an operator's policy that forgot the rule.
             decision = Decision("deny", TURN_LIMIT_RULE)
@@ -116,8 +122,8 @@ class Broker:
                     _before_asking(plan)
                 except SkillfleetError as e:  # it could only fail: the owner is not asked
                     return self._fail(call, plan, e, count=count)
-                return self._ask(call, plan, decision, count)
-            return self._run(call, chat, plan, new=True, count=count)
+                return self._ask(call, plan, decision, count, request.chat_guessed)
+            return self._run(call, chat, plan, new=True, count=count, full_loads=request.full_loads)
         finally:  # counted on its own only if no round trip of the call's carried it
             if not count.sent:
                 POLICY_DECISIONS.add(self.redis, count.rule, count.action)
@@ -183,13 +189,20 @@ class Broker:
         return self._record(call, CallStatus.DENIED, count)
 
     def _ask(
-        self, call: ToolCall, plan: CallPlan, decision: Decision, count: _Count
+        self,
+        call: ToolCall,
+        plan: CallPlan,
+        decision: Decision,
+        count: _Count,
+        chat_guessed: bool = False,
     ) -> CallOutcome:
         with transaction(self.sessions) as session:
             self._count_with(session, count)
             calls.record(session, call, CallStatus.PENDING_APPROVAL)
             session.flush()
-            approval = approvals.create_approval(session, call, plan, decision.rule)
+            approval = approvals.create_approval(
+                session, call, plan, decision.rule, chat_guessed and call.chat_id is not None
+            )
             call.approval_id = approval.id
             if plan.edit is not None:
                 editplans.hold(session, call, approval, plan.edit)
@@ -223,6 +236,7 @@ class Broker:
         *,
         new: bool,
         count: _Count | None = None,
+        full_loads: bool = False,
     ) -> CallOutcome:
         """Run an allowed call; `new` when the call has no row yet (not asked first)."""
         context = ToolContext(
@@ -239,6 +253,7 @@ class Broker:
             mode=call.mode,
             riders=(count.add_to,) if count is not None and self.redis is not None else (),
             redis=self.redis,
+            full_loads=full_loads,
         )
         ids = {"call_id": call.id}
         if call.job_run_id:
@@ -388,6 +403,8 @@ class Broker:
                 approvals.deny(session, approval)
                 editplans.settle(session, approval.id, editplans.DENIED)
                 return approval
+            if decision == "approve_for_chat" and approvals.grant_note(approval) is not None:
+                raise GrantNotOffered(approvals.GUESSED_CHAT)
             if decision == "approve_for_chat" and not approval.offers_chat_grant:
                 raise GrantNotOffered(
                     f"{approval.tool} ({approval.tier}) is never offered for a whole chat; "
@@ -456,7 +473,9 @@ class Broker:
         assert call is not None
         tool = self.registry.get(approval.tool)
         try:
-            plan = plan_call(tool, _replayable(approval), self.store, approval.owner_id, self.redis)
+            plan = plan_call(
+                tool, _replayable(approval), self.store, approval.owner_id, self.redis, self.files
+            )
         except SkillfleetError as e:
             return self._fail(call, None, e, new=False)
         if plan.skill is not None and plan.skill.hash != approval.skill_hash:
@@ -468,24 +487,39 @@ class Broker:
     def outcome(self, owner_id: int, call_id: str, wait: float, run_id: str | None) -> CallOutcome:
         """The envelope of a call this request just made, once it ended or `wait` ran out.
 
-        A call that started a run is answered from its run's end entry, which carries what the
-        worker recorded (the answer of every `?wait=` run: no database read); when the entry
+        A call that started a run is answered from its run's end entry, which carries the run's
+        end as the worker recorded it (every `?wait=` run: no database read); when the entry
         has none, it is read by its envelope's columns, a plain SELECT.
         """
         deadline = time.monotonic() + min(max(wait, 0), MAX_WAIT_SECONDS)
         if run_id is not None and self.run_waiter is not None and wait > 0:
-            answer = self.run_waiter(run_id, deadline - time.monotonic())
-            if isinstance(answer, dict):
+            end = self.run_waiter(run_id, deadline - time.monotonic())
+            if isinstance(end, dict):
+                answer = answer_of(end)
                 error = answer.get("error")
                 return CallOutcome(
                     call_id, answer["status"], answer.get("result"), error, None, run_id
                 )
             with self.sessions() as session:
                 row = session.execute(_ENVELOPE, {"call_id": call_id, "owner_id": owner_id}).first()
-            if row is not None and row.status not in OPEN_STATES:
+            # Ended, or still running with no time left (the grace before a hand-off ran out):
+            # the row answers as it stands, with no second read.
+            if row is not None and (row.status not in OPEN_STATES or deadline <= time.monotonic()):
                 return CallOutcome.of(row)
         left = max(0.0, deadline - time.monotonic())
         return CallOutcome.of(self.get_call(owner_id, call_id, wait=left))
+
+    def withdraw(self, owner_id: int, call_id: str) -> Approval | None:
+        """The agent stopped waiting for the owner's answer to its call: its pending approval
+        is withdrawn (the call ends expired, approval_withdrawn) and can no longer be answered.
+        None when the call has none pending (answered, expired or withdrawn already)."""
+        with transaction(self.sessions) as session:
+            approval = approvals.withdraw(session, owner_id, call_id)
+            if approval is not None:
+                editplans.settle(session, approval.id, editplans.EXPIRED)
+        if approval is not None:
+            log.info("approval withdrawn", call_id=call_id, approval_id=approval.id)
+        return approval
 
     def get_call(self, owner_id: int, call_id: str, wait: float = 0) -> ToolCall:
         """The owner's call; with `wait`, after it reached an end state or the time ran out."""

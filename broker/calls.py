@@ -28,6 +28,12 @@ class CallRequest:
     turn_id: str | None = None
     job_run_id: str | None = None
     mode: str = "execute"
+    # load_skill gives the content every time: the chat id names no context the server can
+    # follow (the MCP gateway's name for a client, whose host may hold many conversations).
+    full_loads: bool = False
+    # The chat id is the caller's guess, not one conversation (an MCP client that named none):
+    # the chat's grants don't apply to the call and "approve for this chat" is not offered.
+    chat_guessed: bool = False
     # Dotted names under `arguments` the JSON body gave more than once (see broker.editargs).
     repeated: tuple[str, ...] = ()
 
@@ -42,6 +48,10 @@ class CallRequest:
                 isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
             ):
                 raise InvalidCall(f"'{key}' must be a string of 1 to {MAX_ID_CHARS} characters.")
+            if value is not None and not value.isprintable():  # the owner reads it on cards
+                raise InvalidCall(
+                    f"'{key}' must be printable: no control, format or separator characters."
+                )
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,18 @@ from broker.errors import (
     ToolNotImplemented,
 )
 from broker.grants import tool_key
+from broker.placement import RUNNERS, place, with_target
 from broker.registry import Tool
+from broker.runinputs import read_args, read_files
 from broker.tiers import Tier
 from broker.webtools import PageReader
 from store import ownersecrets
 from store.commandline import CommandLineError, command_line
 from store.errors import SkillNotFound
+from store.files import FileStore
 from store.hashing import grant_key
 from store.models import Skill
-from store.names import is_valid_name
+from store.names import AUTO, is_valid_name
 from store.schemas import argv_of, schema_for
 from store.skills import SkillStore
 from store.validation import SkillInfo
@@ -69,9 +72,16 @@ class CallPlan:
     script: str | None = None
     script_arguments: dict[str, Any] = field(default_factory=dict)
     node: str | None = None
+    # run_skill_script: where the run goes (`node`, `spark`, `sandbox`; broker/placement.py).
+    execution: str | None = None
     network: str = "none"
     edit: EditDraft | None = None  # edit_skill: the checked plan the owner is shown
     command: Command | None = None  # run_command: the argv, node and timeout it runs with
+    # run_skill_script: the call's own command line (`args`; None: from the argv schema), the
+    # command line the script gets either way, and the files placed in its working directory.
+    args: tuple[str, ...] | None = None
+    argv: tuple[str, ...] = ()
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def offers_grant(self, in_job: bool) -> bool:
         """Whether "approve always" may be offered: in a chat, never for destructive calls.
@@ -87,6 +97,7 @@ def plan_call(
     store: SkillStore,
     owner_id: int,
     client: redis.Redis | None = None,
+    files: FileStore | None = None,
 ) -> CallPlan:
     """Classify a call; a call that could only fail fails here, before any policy or owner.
 
@@ -103,7 +114,7 @@ def plan_call(
     skill = _named_skill(tool, arguments, store, owner_id)
     if tool.name == RUN:
         assert skill is not None
-        return _plan_run(tool, arguments, store, skill, owner_id)
+        return _plan_run(tool, arguments, store, skill, owner_id, client, files)
     edit = None
     if tool.name == EDIT:
         assert skill is not None
@@ -172,7 +183,13 @@ def _named_skill(
 
 
 def _plan_run(
-    tool: Tool, arguments: dict[str, Any], store: SkillStore, skill: Skill, owner_id: int
+    tool: Tool,
+    arguments: dict[str, Any],
+    store: SkillStore,
+    skill: Skill,
+    owner_id: int,
+    client: redis.Redis | None,
+    file_store: FileStore | None,
 ) -> CallPlan:
     script = arguments.get("script")
     if not isinstance(script, str) or not script:
@@ -185,41 +202,60 @@ def _plan_run(
         raise ScriptNotFound(
             f"HOST: the skill '{skill.name}' has no script {script[:200]!r}; it has: {listed}."
         )
-    if skill.execution == "sandbox" and PurePosixPath(script).suffix not in SANDBOX_SUFFIXES:
-        raise ScriptNotSupported(
-            f"HOST: sandboxed skills run .py, .js and .mjs scripts only; '{script}' can't run."
-        )
     normalised = normalize(
         arguments.get("arguments"),
         arguments.get("node", MISSING),
-        execution=skill.execution,
+        execution=AUTO,  # a missing node is placement's to refuse, naming the owner's nodes
         skill=skill.name,
         script=script,
     )
+    placed = place(store.sessions, client, owner_id, skill, normalised.arguments.get("node"))
+    if placed.execution == "sandbox" and PurePosixPath(script).suffix not in SANDBOX_SUFFIXES:
+        raise ScriptNotSupported(
+            f"HOST: sandboxed skills run .py, .js and .mjs scripts only; '{script}' can't run."
+        )
     info = store.info(skill)
     validator = _validator(info, skill.hash, script)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(normalised.arguments))
+    checked = normalised.arguments
+    if skill.execution in RUNNERS:  # a node naming the skill's own runner says nothing more
+        checked = {k: v for k, v in checked.items() if k != "node"}
+    error = jsonschema.exceptions.best_match(validator.iter_errors(checked))
     if error is not None:
         raise SchemaMismatch(f"HOST: arguments don't match {script}'s parameters: {error.message}.")
     script_arguments = {k: v for k, v in normalised.arguments.items() if k != "node"}
+    declared = argv_of(info, script)
+    args = read_args(arguments.get("args"), bool(declared), script)
     try:  # what JSON Schema can't say of a command line, before anyone is asked to approve
-        command_line(argv_of(info, script), script_arguments)
+        argv = tuple(command_line(declared, script_arguments)) if args is None else args
     except CommandLineError as e:
         raise SchemaMismatch(e.message) from e
     check_secrets(store, owner_id, skill, info.secrets)
-    node = normalised.arguments.get("node")
+    files = read_files(arguments.get("files"), file_store, owner_id)
+    # The arguments name where it runs: the owner approves that, and a resumed call runs there.
+    shown: dict[str, Any] = {
+        "skill_name": skill.name, "script": script,
+        "arguments": with_target(normalised.arguments, placed),
+    }  # fmt: skip
+    if args is not None:
+        shown["args"] = list(args)
+    if files:
+        shown["files"] = files
     return CallPlan(
         tool=tool,
         tier=skill.tier,
-        arguments={"skill_name": skill.name, "script": script, "arguments": normalised.arguments},
+        arguments=shown,
         grant_key=grant_key(skill.name, skill.hash),
         skill=skill,
         skill_enabled=skill.enabled,
         script=script,
         # The node says where to run; the rest of the arguments go to the script (seed 000).
         script_arguments=script_arguments,
-        node=node if isinstance(node, str) else None,
-        network=run_network(info.execution, info.allowed_domains),
+        node=placed.target,
+        execution=placed.execution,
+        network=run_network(placed.execution, info.allowed_domains),
+        args=args,
+        argv=argv,
+        files=files,
     )
 
 
@@ -232,15 +268,16 @@ def check_secrets(store: SkillStore, owner_id: int, skill: Skill, names: tuple[s
         ownersecrets.check(session, owner_id, skill.name, skill.hash, names)
 
 
-# Compiled validators of scripts' schemas, by content hash and script: the schema is read from
-# the skill's files, so a hash names it for good. Cleared when full (MAX_VALIDATORS).
-_VALIDATORS: dict[tuple[str, str], jsonschema.Draft202012Validator] = {}
+# Compiled validators of scripts' schemas, by content hash, script and execution: the schema is
+# read from the skill's files, so a hash names it for good. Cleared when full (MAX_VALIDATORS).
+_VALIDATORS: dict[tuple[str, str, str], jsonschema.Draft202012Validator] = {}
 MAX_VALIDATORS = 512
 
 
 def _validator(info: SkillInfo, skill_hash: str, script: str) -> jsonschema.Draft202012Validator:
-    """The compiled validator of the script's schema, built once per content hash."""
-    key = (skill_hash, script)
+    """The compiled validator of the script's schema, built once per content hash and
+    execution (which adds `node`)."""
+    key = (skill_hash, script, info.execution)
     found = _VALIDATORS.get(key)
     if found is None:
         if len(_VALIDATORS) >= MAX_VALIDATORS:

@@ -14,13 +14,14 @@ from typing import Any
 
 import redis
 
-from broker.errors import InvalidCall, NodeNotFound, NodeOffline
-from broker.fleet import is_registered, node_is_live
+from broker.errors import InvalidCall, NodeOffline
+from broker.fleet import node_is_live, runs_as, usable_node
 from relay import naming
 from relay.errors import BackendUnavailable
 from store.db import SessionFactory
 from store.limits import MAX_COMMAND_BYTES, MAX_COMMAND_TIMEOUT_SECONDS
 from store.models import Owner
+from store.names import RUNNERS
 
 SHELL = ("/bin/sh", "-c")
 EXECUTION = "node"  # a command runs on its node's queue, by the node runner
@@ -36,6 +37,7 @@ class Command:
     argv: tuple[str, ...]
     shell: bool
     timeout: int | None  # None: the operator's run timeout
+    runs_as: str | None = None  # how the node's worker runs it: "uid", "worker" (None: unknown)
 
     def as_json(self) -> dict[str, Any]:
         """The normalised arguments: what the owner approves and the approved call replays."""
@@ -64,8 +66,12 @@ def read_command(
             f"(run_command_shell is {str(shell).lower()} now); nothing ran."
         )
     argv = _split(text)
-    node = _node(arguments.get("node"), sessions, client)
-    return Command(node, text, SHELL + (text,) if shell else argv, shell, _timeout(arguments))
+    node = _node(arguments.get("node"), sessions, owner_id, client)
+    how = runs_as(client, node) if client is not None else set()
+    return Command(
+        node, text, SHELL + (text,) if shell else argv, shell, _timeout(arguments),
+        runs_as="worker" if "worker" in how else ("uid" if how else None),
+    )  # fmt: skip
 
 
 def _text(command: object) -> str:
@@ -92,20 +98,19 @@ def _split(text: str) -> tuple[str, ...]:
     return argv
 
 
-def _node(node: object, sessions: SessionFactory, client: redis.Redis | None) -> str:
-    if not isinstance(node, str) or not naming.is_node_name(node):
+def _node(node: object, sessions: SessionFactory, owner_id: int, client: redis.Redis | None) -> str:
+    if not isinstance(node, str) or not naming.is_node_name(node) or node in RUNNERS:
         raise InvalidCall(
             "HOST: 'node' must name a node as list_nodes gives it (a-z, 0-9 and '-', "
-            "at most 64 characters)."
+            "at most 64 characters; not a shared runner)."
         )
+    usable_node(sessions, client, owner_id, node)
     try:
         live = client is not None and node_is_live(client, node)
     except redis.RedisError as e:
         raise BackendUnavailable("Redis can't be reached to see which nodes run.") from e
     if live:
         return node
-    if not is_registered(sessions, node):
-        raise NodeNotFound(f"HOST: there is no node named '{node}'; call list_nodes.")
     if client is not None:
         raise NodeOffline(
             f"HOST: the node '{node}' is not running a worker now, so nothing can run there; "

@@ -46,6 +46,8 @@ class ToolContext:
     riders: Sequence[Callable[[Any], object]] = ()
     # The fleet's heartbeats (list_nodes); None where the broker has no Redis.
     redis: redis.Redis | None = None
+    # load_skill answers with the content even when the chat loaded it (broker/loaded.py).
+    full_loads: bool = False
 
 
 class RecordingDispatcher:
@@ -70,8 +72,10 @@ class RecordingDispatcher:
                 "skill": plan.skill.name,
                 "hash": plan.skill.hash,
                 "script": plan.script,
-                "execution": plan.skill.execution,
+                "execution": plan.execution or plan.skill.execution,
                 "node": plan.node,
                 "arguments": plan.script_arguments,
+                "args": list(plan.argv),
+                "files": plan.files,
             },
         }

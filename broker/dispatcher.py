@@ -13,6 +13,7 @@ from celery import Celery
 from broker.classify import CallPlan
 from broker.commands import EXECUTION, Command
 from broker.context import RunStarted, ToolContext
+from broker.fleet import nodes_hint
 from broker.runs import abandon
 from relay import dispatch, feed, heartbeat, naming
 from relay.errors import BackendUnavailable, NoRunner
@@ -20,8 +21,8 @@ from store import ownerevents
 from store.db import SessionFactory, core_transaction, insert_row
 from store.lifecycle import calls
 from store.lifecycle import runs as runstates
-from store.limits import RUN_SAVE_SECONDS
-from store.models import Run, utcnow
+from store.models import Run, ToolCall, utcnow
+from store.names import AUTO
 from store.ownerevents import OwnerEvent
 from store.packagestore import PackageStore
 from store.states import CallStatus
@@ -29,7 +30,6 @@ from store.states import CallStatus
 EXECUTE_TASK = "skillfleet.execute_run"
 LIVE_CHECK_SECONDS = 1.0
 UNREACHABLE = "The run queue (Redis) can't be reached, so the script was not started."
-SAVE_TOO_SLOW = "The database took too long to save the run, so the script was not started."
 SANDBOX_FIX = (
     "start `skillfleet worker sandbox` on an x86_64 host with KVM, or on a host with Docker "
     "with SKILLFLEET_SANDBOX_ISOLATION=container (hardened containers instead of micro-VMs)"
@@ -74,20 +74,19 @@ class CeleryDispatcher:
 
     def dispatch(self, context: ToolContext) -> RunStarted:
         plan = context.plan
-        execution = plan.skill.execution if plan.skill is not None else EXECUTION
+        execution = plan.execution or EXECUTION
         queue = naming.queue_for(execution, plan.node)
         if not self._served(queue):
-            raise NoRunner(_no_runner_message(self.client, execution, plan.node))
+            raise NoRunner(self._no_runner(context, execution))
         if plan.skill is not None:
             # Built now, while this hash is current: the runner may fetch it after an edit.
             self.packages.ensure_built(plan.skill)
-        run = new_run(plan, context.call_id, context.owner_id, self.timeout)
+        run = new_run(plan, context.call, self.timeout)
         context.call.run_id = run.id
-        # The message goes out first and the rows are saved while it travels: the worker claims
-        # the run only once they are there (broker.runs.claim waits for them), and finds nothing
-        # to run if they never are. The call is saved with its run: the worker answers it.
-        refused = self._send(run.id, queue)
-        sent_at = time.monotonic()
+        # The call's and the run's rows are committed first; only then does the message leave,
+        # so the worker that takes it reads a saved run at once (broker.runs.claim reads once),
+        # and a save that fails sends nothing. The call is saved with its run: the worker
+        # answers it.
         events: list[OwnerEvent] = []
         with core_transaction(self.sessions) as connection:
             if context.call.status == CallStatus.DECIDING:
@@ -102,10 +101,7 @@ class CeleryDispatcher:
                     call=context.call,
                 )
             insert_row(connection, run)
-            if time.monotonic() - sent_at > RUN_SAVE_SECONDS:
-                # Its worker may have stopped waiting for the rows: saved now, it would stay
-                # queued for good. Rolled back, the message finds nothing to run.
-                raise BackendUnavailable(SAVE_TOO_SLOW)
+        refused = self._send(run.id, queue)
         if refused is not None:
             # Claimed already (the reply was lost, not the message)? Then abandon changes nothing.
             abandon(self.sessions, run.id, UNREACHABLE)
@@ -114,6 +110,21 @@ class CeleryDispatcher:
         ownerevents.add_run_state(events, run)
         feed.publish_all(self.client, events, context.riders)
         return RunStarted(run.id)
+
+    def _no_runner(self, context: ToolContext, execution: str) -> str:
+        """Why no worker takes the run, and where the owner's calls may run instead."""
+        skill = context.plan.skill
+        if execution == naming.SANDBOX:
+            return _no_sandbox_message(self.client)
+        hint = nodes_hint(self.sessions, self.client, context.owner_id)
+        if execution == naming.SPARK:
+            if skill is not None and skill.execution == AUTO:
+                return f"HOST: no Spark worker is running now; name a node to run it on ({hint})."
+            return "No Spark worker is running, so spark skills can't run now."
+        return (
+            f"HOST: no node agent named '{context.plan.node}' is running, so nothing can run "
+            f"there now; {hint}."
+        )
 
     def _send(self, run_id: str, queue: str) -> Exception | None:
         """The run's task message (after Flower's "sent" event, when there is one); what kept
@@ -125,17 +136,18 @@ class CeleryDispatcher:
         return None
 
 
-def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
-    """A queued Run for an allowed call's plan (not saved yet)."""
+def new_run(plan: CallPlan, call: ToolCall, timeout: int) -> Run:
+    """A queued Run for an allowed call's plan (not saved yet), in the call's chat."""
     if plan.command is not None:
-        return _command_run(plan.command, call_id, owner_id, timeout)
+        return _command_run(plan.command, call, timeout)
     assert plan.skill is not None and plan.script is not None
-    execution = plan.skill.execution
+    execution = plan.execution or plan.skill.execution
     return runstates.new(
         {
             "id": str(uuid.uuid4()),
-            "call_id": call_id,
-            "owner_id": owner_id,
+            "call_id": call.id,
+            "owner_id": call.owner_id,
+            "chat_id": call.chat_id,
             "skill_name": plan.skill.name,
             "skill_hash": plan.skill.hash,
             "script": plan.script,
@@ -144,19 +156,22 @@ def new_run(plan: CallPlan, call_id: str, owner_id: int, timeout: int) -> Run:
             "queue": naming.queue_for(execution, plan.node),
             "node": plan.node if execution == "node" else None,
             "network": plan.network,
+            "args": list(plan.args) if plan.args is not None else None,
+            "input_files": plan.files or None,
             "timeout_seconds": timeout,
             "created_at": utcnow(),
         },
     )
 
 
-def _command_run(command: Command, call_id: str, owner_id: int, timeout: int) -> Run:
+def _command_run(command: Command, call: ToolCall, timeout: int) -> Run:
     """A queued run of run_command's argv on its node; it never outlasts the run timeout."""
     return runstates.new(
         {
             "id": str(uuid.uuid4()),
-            "call_id": call_id,
-            "owner_id": owner_id,
+            "call_id": call.id,
+            "owner_id": call.owner_id,
+            "chat_id": call.chat_id,
             "command": list(command.argv),
             "arguments": {},
             "execution": EXECUTION,
@@ -169,21 +184,14 @@ def _command_run(command: Command, call_id: str, owner_id: int, timeout: int) ->
     )
 
 
-def _no_runner_message(client: redis.Redis, execution: str, node: str | None) -> str:
-    if execution == naming.SANDBOX:
-        return _no_sandbox_message(client)
-    if execution == naming.SPARK:
-        return "No Spark worker is running, so spark skills can't run now."
-    return f"HOST: no node agent named '{node}' is running; check the node name."
-
-
 def _no_sandbox_message(client: redis.Redis) -> str:
     """NO_SANDBOX, or, when a sandbox worker runs but serves nothing (it could not start a
     micro-VM, say), the reason its heartbeat gives."""
     try:
         found = [
             worker
-            for worker in heartbeat.workers(client)
+            # The sandbox workers' own heartbeats, not the fleet's.
+            for worker in heartbeat.workers_named(client, [naming.SANDBOX])
             if worker["queue"] == naming.SANDBOX and worker["alive"] and worker["serving"] == "0"
         ]
     except redis.RedisError:

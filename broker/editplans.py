@@ -42,6 +42,7 @@ EDIT_PLAN_LIFE = timedelta(hours=2)
 PENDING = EditPlanStatus.PENDING
 DENIED = EditPlanStatus.DENIED
 STALE = EditPlanStatus.STALE
+EXPIRED = EditPlanStatus.EXPIRED
 
 
 @dataclass(frozen=True)

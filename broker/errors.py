@@ -73,6 +73,20 @@ class ApprovalAnswered(BrokerError):
     status = 409
 
 
+class ApprovalWithdrawn(BrokerError):
+    """Raised when the owner answers an approval its agent withdrew by no longer waiting."""
+
+    code = "approval_withdrawn"
+    status = 409
+
+
+class NotWaiting(BrokerError):
+    """Raised when a call to withdraw is not waiting for the owner's approval."""
+
+    code = "call_not_waiting"
+    status = 409
+
+
 class ApprovalStale(BrokerError):
     """Raised when the skill changed after the owner was asked, so the approval no longer fits."""
 
@@ -144,6 +158,14 @@ class NodeNotFound(BrokerError):
 
     code = "node_not_found"
     status = 404
+
+
+class NodeShared(BrokerError):
+    """Raised when a call names a node shared by several owners whose worker runs scripts as
+    its own user: one owner's script could read another's."""
+
+    code = "node_shared"
+    status = 409
 
 
 class NodeOffline(BrokerError):

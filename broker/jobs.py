@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -92,7 +93,7 @@ class Jobs:
         """Replace the job with `spec`; with `read_at` (its `updated_at` as the caller read it),
         JobChanged if it changed since, so no change in between is undone unseen."""
         self.get(owner_id, job_id)  # another owner's job is not found, whatever the body says
-        keys = self._check(owner_id, spec)
+        keys = self._check(owner_id, spec, kept=self._grant_keys(owner_id, job_id))
         with transaction(self.sessions) as session:
             job = _owned(session, owner_id, job_id, lock=True)
             if read_at is not None:
@@ -147,8 +148,16 @@ class Jobs:
 
     # -- checks -------------------------------------------------------------------
 
-    def _check(self, owner_id: int, spec: JobSpec) -> list[str]:
-        """Every rule a job must keep; the grant keys to save."""
+    def _grant_keys(self, owner_id: int, job_id: str) -> set[str]:
+        query = select(Grant.key).where(
+            Grant.owner_id == owner_id, Grant.scope == JOB, Grant.subject == job_id
+        )
+        with self.sessions() as session:
+            return set(session.scalars(query))
+
+    def _check(self, owner_id: int, spec: JobSpec, kept: Collection[str] = ()) -> list[str]:
+        """Every rule a job must keep; the grant keys to save. `kept` are the job's grants
+        now: one sent back as it was read stays, whatever versions are recorded."""
         if not spec.name.strip() or len(spec.name) > MAX_JOB_NAME_CHARS:
             raise JobInvalid(f"'name' must be 1 to {MAX_JOB_NAME_CHARS} characters.")
         check_cron(spec.cron)
@@ -161,7 +170,7 @@ class Jobs:
         if len(spec.grant_tools) + len(spec.grant_skills) + len(spec.grant_hosts) > MAX_JOB_GRANTS:
             raise GrantInvalid(f"A job has at most {MAX_JOB_GRANTS} grants.")
         keys = [self._tool_grant(name) for name in spec.grant_tools]
-        keys += [self._skill_grant(owner_id, entry) for entry in spec.grant_skills]
+        keys += [self._skill_grant(owner_id, entry, kept) for entry in spec.grant_skills]
         keys += [_host_grant(entry) for entry in spec.grant_hosts]
         return sorted(set(keys))
 
@@ -239,8 +248,9 @@ class Jobs:
             )
         return tool_key(tool.name)
 
-    def _skill_grant(self, owner_id: int, entry: str) -> str:
-        """`name` (its current version) or `name@<full hash>` (exactly that version)."""
+    def _skill_grant(self, owner_id: int, entry: str, kept: Collection[str]) -> str:
+        """`name` (its current version) or `name@<full hash>` (exactly that version, one the
+        skill has or had)."""
         name, at, skill_hash = entry.partition("@")
         if at and not HASH.match(skill_hash):
             raise GrantInvalid(f"'{entry}': a skill grant is 'name' or 'name@<64-hex hash>'.")
@@ -255,7 +265,16 @@ class Jobs:
                 f"The skill '{name}' is a {skill.tier} skill; only change and destructive skills "
                 "are granted to a job."
             )
-        return grant_key(name, skill_hash if at else skill.hash)
+        if not at:
+            return grant_key(name, skill.hash)
+        key = grant_key(name, skill_hash)
+        if key not in kept and not self.store.had(skill, skill_hash):
+            raise GrantInvalid(
+                f"'grants.skills' names {name}@{skill_hash[:8]}…, which is no version the skill "
+                f"'{name}' has or had; it is {name}@{skill.hash} now (or give the name alone "
+                "for its current version)."
+            )
+        return key
 
 
 def _host_grant(entry: str) -> str:

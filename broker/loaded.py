@@ -16,7 +16,9 @@ current hash:
   it).
 
 So an agent that manages its own context and sends a new `turn_id` gets the content again on
-its first load in that turn.
+its first load in that turn. A call with `full_loads` (the MCP gateway's, for the chat it names
+after a client whose conversations it can't tell apart) gets the content every time; its load
+is recorded all the same.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ from store.db import SessionFactory, core_transaction
 from store.errors import SkillfleetError
 from store.limits import CARRIED_READS, CARRIED_RESOURCE_BYTES, MAX_RESOURCE_BYTES
 from store.models import Chat, ChatActivation, Skill, ToolCall, Turn, utcnow
-from store.schemas import schema_for
+from store.schemas import argv_of, schema_for
 from store.skills import SkillStore
 from store.states import CallStatus
+from store.validation import SkillInfo
 
 CARRIED_HEAD = (
     "Skills loaded earlier in this chat stay in your context for every turn: follow them as "
@@ -50,12 +53,21 @@ CARRIED_HEAD = (
 NOT_CARRIED = "Resources read earlier but too long to keep here (read them again if needed):"
 
 
+# Where a run finds its skill, from the working directory it starts in, on every tier: a node
+# run's folder holds work/ and skill/ side by side, a container's /work and /skill.
+BASE_PATH = "../skill"
+
+
 def skill_content(store: SkillStore, skill: Skill) -> dict[str, Any]:
     """load_skill's answer: the SKILL.md body in `<skill_content>`, resources and scripts."""
     info = store.info(skill)
     files = [entry.path for entry in store.files(skill) if entry.path != "SKILL.md"]
-    scripts = [{"path": p, "schema": schema_for(info, p)} for p in store.scripts(skill)]
-    base_path = f"skills/{skill.name}"
+    reads = store.script_inputs(skill)
+    scripts = [
+        {"path": p, "input": _input(info, p, reads.get(p)), "schema": schema_for(info, p)}
+        for p in store.scripts(skill)
+    ]
+    base_path = BASE_PATH
     return {
         "name": skill.name,
         "hash": skill.hash,
@@ -85,12 +97,29 @@ def resource_content(name: str, path: str, text: str) -> str:
     return f'<skill_resource name="{name}" path="{html.escape(path)}">\n{text}\n</skill_resource>'
 
 
+def _input(info: SkillInfo, path: str, read: str | None) -> str:
+    """How a script takes its input: `args` (it reads its command line and declares none),
+    `arguments` (JSON, or a command line its schema builds from them)."""
+    if read is not None and not argv_of(info, path):
+        return "args"
+    return "arguments"
+
+
+# What each kind of script wants in run_skill_script, for the model reading the skill.
+INPUT_HINTS = {
+    "args": "reads its command line: send it as args, as SKILL.md writes it after the script",
+    "arguments": "takes arguments (JSON) matching this schema",
+}
+
+
 def _wrapped(
     name: str, body: str, base_path: str, files: list[str], scripts: list[dict[str, Any]]
 ) -> str:
     resources = "\n".join(f"  <file>{path}</file>" for path in files)
     available = "\n".join(
-        f'  <script path="{s["path"]}">{_compact(s["schema"])}</script>' for s in scripts
+        f'  <script path="{s["path"]}" input="{s["input"]}">{INPUT_HINTS[s["input"]]}: '
+        f"{_compact(s['schema'])}</script>"
+        for s in scripts
     )
     parts = [
         f'<skill_content name="{name}">',
@@ -98,7 +127,9 @@ def _wrapped(
         "",
         f"Skill directory: {base_path}",
         "Relative paths in this skill are relative to the skill directory; read them with "
-        "read_skill_resource and run scripts with run_skill_script.",
+        "read_skill_resource and run scripts with run_skill_script. A script runs in a "
+        f"working directory of its own, with the skill at {base_path}: run_skill_script's "
+        "files are placed there, and every file the script writes there comes back by id.",
         "",
         f"<skill_resources>\n{resources}\n</skill_resources>",
     ]

@@ -1,11 +1,10 @@
 """The tools that reach the owner: ask_owner, request_secret (their calls wait for an answer,
-broker/questions.py) and notify_owner (a push, at most a few per turn and per hour, counted in
-Redis)."""
+broker/questions.py) and notify_owner. Each sends the owner a notice (a push), and all their
+notices together are at most a few per turn and per hour (relay/notices.py)."""
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,13 +26,14 @@ from broker.questions import (
 )
 from broker.registry import Tool
 from broker.tiers import Tier
-from relay import feed, naming
+from broker.turns import turn_key
+from relay import feed, notices
 from store.db import transaction
 from store.errors import ServiceUnavailable, SkillNotFound
 from store.lifecycle import calls
 from store.lifecycle import questions as questionstates
 from store.limits import MAX_CHOICE_CHARS, MAX_CHOICES, MAX_NOTICE_CHARS, MAX_QUESTION_CHARS
-from store.models import utcnow
+from store.models import Question, Skill, ToolCall, utcnow
 from store.names import is_valid_name
 from store.settings import (
     DEFAULT_NOTIFY_PER_HOUR,
@@ -42,19 +42,19 @@ from store.settings import (
     Settings,
 )
 from store.states import CallStatus
+from store.visible import first_hidden
 
 log = structlog.get_logger(__name__)
 
 NOTIFY_OWNER = "notify_owner"
 LEVELS = ("info", "warning", "urgent")
 SECRET_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
-HOUR = 3600
-TURN_COUNT_SECONDS = 86_400  # a turn's notice count outlives any turn
 Publish = Callable[[int, str, dict[str, Any]], object]
 
 
 class NotifyLimit(BrokerError):
-    """Raised when notify_owner was called more often than a turn or an hour allows."""
+    """Raised when notify_owner, ask_owner or request_secret would send the owner more notices
+    than a turn or an hour allows."""
 
     code = "notify_limit"
     status = 429
@@ -84,11 +84,13 @@ class OwnerDesk:
     # -- the tools ------------------------------------------------------------------
 
     def ask_owner(self, context: ToolContext, arguments: dict[str, Any]) -> QuestionAsked:
+        _only(ASK_OWNER, arguments)
         text = _text(arguments, "question", MAX_QUESTION_CHARS)
         choices = _choices(arguments.get("choices"))
         return self._ask(context, kind=QUESTION, text=text, choices=choices)
 
     def request_secret(self, context: ToolContext, arguments: dict[str, Any]) -> QuestionAsked:
+        _only(REQUEST_SECRET, arguments)
         name = arguments.get("name")
         if not isinstance(name, str) or not SECRET_NAME.fullmatch(name):
             raise InvalidCall(
@@ -96,17 +98,20 @@ class OwnerDesk:
                 "(A-Z, 0-9 and _, starting with a letter, at most 64 characters)."
             )
         reason = _text(arguments, "reason", MAX_QUESTION_CHARS)
-        skill = arguments.get("skill")
-        if skill is not None:
-            skill = _owned_skill(context, skill)
-        return self._ask(context, kind=SECRET, text=reason, secret_name=name, skill_name=skill)
+        named = arguments.get("skill")
+        skill = _owned_skill(context, named) if named is not None else None
+        return self._ask(
+            context, kind=SECRET, text=reason, secret_name=name,
+            skill_name=skill.name if skill else None, skill_hash=skill.hash if skill else None,
+        )  # fmt: skip
 
     def notify_owner(self, context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
+        _only(NOTIFY_OWNER, arguments)
         message = _text(arguments, "message", MAX_NOTICE_CHARS)
         level = arguments.get("level", "info")
         if level not in LEVELS:
             raise InvalidCall("HOST: 'level' must be info, warning or urgent.")
-        self._count_notice(context)
+        self._count_notice(context, "put the rest in your answer")
         call = context.call
         self._tell(
             call.owner_id, "owner.notified", call_id=call.id, turn_id=call.turn_id,
@@ -117,7 +122,25 @@ class OwnerDesk:
     # -- asking -------------------------------------------------------------------------
 
     def _ask(self, context: ToolContext, **values: Any) -> QuestionAsked:
-        """Save the question with its call, now `pending_question`, and tell the owner."""
+        """Save the question with its call, now `pending_question`, and tell the owner: a
+        notice, counted as notify_owner's are (past a limit nothing is asked)."""
+        turn = self._count_notice(context, "ask in your answer instead")
+        try:
+            question = self._save_question(context, values)
+        except BaseException:
+            self._uncount_notice(context, turn)
+            raise
+        call = context.call
+        log.info("call waits for the owner's answer", call_id=call.id, tool=call.tool)
+        self._tell(
+            call.owner_id, "question.waiting", question_id=question.id, call_id=call.id,
+            tool=call.tool, question_kind=question.kind, turn_id=call.turn_id,
+            job_run_id=call.job_run_id,
+            secret_name=question.secret_name, message=waiting_message(question),
+        )  # fmt: skip
+        return QuestionAsked(question.id)
+
+    def _save_question(self, context: ToolContext, values: dict[str, Any]) -> Question:
         call = context.call
         now = utcnow()
         question = questionstates.new(
@@ -135,14 +158,7 @@ class OwnerDesk:
             session.flush()
             session.add(question)
             note(session, question)
-        log.info("call waits for the owner's answer", call_id=call.id, tool=call.tool)
-        self._tell(
-            call.owner_id, "question.waiting", question_id=question.id, call_id=call.id,
-            tool=call.tool, question_kind=question.kind, turn_id=call.turn_id,
-            job_run_id=call.job_run_id,
-            secret_name=question.secret_name, message=waiting_message(question),
-        )  # fmt: skip
-        return QuestionAsked(question.id)
+        return question
 
     def _tell(self, owner_id: int, event: str, **data: Any) -> None:
         """Add a notice to the owner's feed; never fails the call (the rows are saved)."""
@@ -153,49 +169,66 @@ class OwnerDesk:
         except Exception as e:  # noqa: BLE001 - only the notice is lost
             log.warning("owner not told", kind=event, error_type=type(e).__name__)
 
-    def _count_notice(self, context: ToolContext) -> None:
-        """Count one notice against the turn and the hour; past either limit, uncount it and
-        refuse."""
+    def _count_notice(self, context: ToolContext, instead: str) -> str | None:
+        """Count one notice against its turn and the hour (the turn it counted against, None
+        when nothing counts); past either limit, refuse it uncounted, saying what to do
+        `instead`."""
         if self.client is None:
-            return
+            return None
         call = context.call
-        turn = call.turn_id or call.job_run_id
-        hour_key = naming.notices_of_hour(call.owner_id, int(time.time()) // HOUR)
-        turn_key = naming.notices_of_turn(call.owner_id, turn) if turn else None
+        turn = notice_turn(call)
         try:
-            counts = _add_notice(self.client, hour_key, turn_key, 1)
-            hour_count, turn_count = counts[0], counts[1] if turn_key else 0
-            if turn_count > self.notify_per_turn or hour_count > self.notify_per_hour:
-                _add_notice(self.client, hour_key, turn_key, -1)
-                raise NotifyLimit(self._limit_message(turn_count > self.notify_per_turn))
+            passed = notices.take(
+                self.client, call.owner_id, turn, self.notify_per_turn, self.notify_per_hour
+            )
         except redis.RedisError as e:
             raise ServiceUnavailable("The owner's notices can't be counted now.") from e
-
-    def _limit_message(self, per_turn: bool) -> str:
-        if per_turn:
-            return (
-                f"HOST: this turn already sent {self.notify_per_turn} notices to the owner, the "
-                "most a turn may send; put the rest in your answer."
+        if passed == notices.Passed.TURN:
+            raise NotifyLimit(
+                f"HOST: this turn already sent {self.notify_per_turn} notices to the owner "
+                f"(questions count too), the most a turn may send; {instead}."
             )
-        return (
-            f"HOST: the owner was already sent {self.notify_per_hour} notices this hour, the "
-            "most an hour allows; put this in your answer instead."
-        )
+        if passed == notices.Passed.HOUR:
+            raise NotifyLimit(
+                f"HOST: the owner was already sent {self.notify_per_hour} notices this hour "
+                f"(questions count too), the most an hour allows; {instead}."
+            )
+        return turn
+
+    def _uncount_notice(self, context: ToolContext, turn: str | None) -> None:
+        if self.client is None or turn is None:
+            return
+        try:
+            notices.give_back(self.client, context.call.owner_id, turn)
+        except redis.RedisError as e:  # the count is a little high for this hour: logged
+            log.warning("notice not uncounted", error_type=type(e).__name__)
 
 
-def _add_notice(client: redis.Redis, hour_key: str, turn_key: str | None, by: int) -> list[int]:
-    """Add `by` to the hour's count (and the turn's); the counts after, hour first."""
-    with client.pipeline(transaction=False) as pipe:
-        pipe.incrby(hour_key, by)
-        pipe.expire(hour_key, HOUR + 60)
-        if turn_key is not None:
-            pipe.incrby(turn_key, by)
-            pipe.expire(turn_key, TURN_COUNT_SECONDS)
-        replies: list[Any] = pipe.execute()
-    return [int(reply) for reply in replies[::2]]
+def notice_turn(call: ToolCall) -> str:
+    """The turn a call's notice counts against: its turn or job run; without either, its
+    chat's clock hour (as its calls are counted, broker/turns.py), or, outside any chat, every
+    such call of the owner in that hour. Leaving out `turn_id` never lifts the turn's limit."""
+    given = call.turn_id or call.job_run_id
+    if given:
+        return given
+    return turn_key(None, call.chat_id) or f"no-chat:{utcnow().strftime('%Y-%m-%dT%H')}"
 
 
 # -- arguments ----------------------------------------------------------------------------
+
+
+FIELDS = {
+    ASK_OWNER: ("question", "choices"),
+    REQUEST_SECRET: ("name", "reason", "skill"),
+    NOTIFY_OWNER: ("message", "level"),
+}
+
+
+def _only(tool: str, arguments: dict[str, Any]) -> None:
+    """Refuse fields the tool's schema doesn't have (`additionalProperties: false`)."""
+    unknown = sorted(str(key)[:64] for key in arguments if key not in FIELDS[tool])
+    if unknown:
+        raise InvalidCall(f"HOST: {tool} takes {', '.join(FIELDS[tool])}, not {unknown}.")
 
 
 def _text(arguments: dict[str, Any], key: str, most: int) -> str:
@@ -219,17 +252,24 @@ def _choices(value: Any) -> list[str] | None:
             raise InvalidCall("HOST: each choice must be a non-empty string without NUL.")
         if len(choice) > MAX_CHOICE_CHARS:
             raise InvalidCall(f"HOST: each choice must be at most {MAX_CHOICE_CHARS} characters.")
+        hidden = first_hidden(choice)
+        if hidden is not None:  # a choice is a button's label, and the answer it sends
+            raise InvalidCall(
+                f"HOST: a choice must be plain text; one holds {hidden}, a control or format "
+                "character."
+            )
     if len(set(value)) != len(value):
         raise InvalidCall("HOST: the choices must differ from each other.")
     return list(value)
 
 
-def _owned_skill(context: ToolContext, skill: Any) -> str:
-    """The name of a skill the owner has; a secret of a skill belongs to that skill alone."""
+def _owned_skill(context: ToolContext, skill: Any) -> Skill:
+    """A skill the owner has, as it is now; a secret of a skill belongs to that skill alone,
+    and the owner's answer allows exactly this version of it."""
     if not isinstance(skill, str) or not is_valid_name(skill):
         raise InvalidCall("HOST: 'skill' must name one of your skills, as list_skills gives it.")
     try:
-        return context.store.get(context.owner_id, skill).name
+        return context.store.get(context.owner_id, skill)
     except SkillNotFound:
         raise SkillNotFound(f"HOST: there is no skill named {skill!r}; call list_skills.") from None
 

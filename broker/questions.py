@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from broker.errors import BrokerError
 from store import ownerevents, ownersecrets
+from store.errors import SkillChanged
 from store.lifecycle import calls
 from store.lifecycle import questions as questionstates
 from store.limits import MAX_ANSWER_CHARS, MAX_SECRET_BYTES
@@ -106,23 +107,28 @@ def answer(
     question_id: str,
     text: str | None,
     secret: str | None,
+    skill_hash: str | None = None,
 ) -> Question:
     """The owner's answer (or secret) to their pending question; its call ends `done`.
 
-    Of two answers racing, the claim lets exactly one through; the other gets 409.
+    A secret for a skill allows the version the card showed (`skill_hash`, the owner's explicit
+    choice, else the one asked about), and only while the skill is still that version: else
+    SkillChanged, and nothing is stored. Of two answers racing, the claim lets exactly one
+    through; the other gets 409.
     """
     expire_due(session, owner_id)
     question = owned(session, owner_id, question_id)
     result = _result(question, text, secret)
     if question.status != PENDING:
         raise QuestionAnswered(f"This question was already settled: it is {question.status}.")
+    version = _version_allowed(session, question, skill_hash)
     if not questionstates.claim(session, question.id):
         raise QuestionAnswered("This question was answered by another request just now.")
     session.refresh(question)
     if question.kind == SECRET:
         assert secret is not None and question.secret_name is not None
         ownersecrets.put(
-            session, sealer, owner_id, question.secret_name, secret, question.skill_name
+            session, sealer, owner_id, question.secret_name, secret, question.skill_name, version
         )
     else:
         question.answer = text
@@ -152,6 +158,50 @@ def _result(question: Question, text: str | None, secret: str | None) -> dict[st
     return {"answer": text}
 
 
+def _version_allowed(session: Session, question: Question, chosen: str | None) -> str | None:
+    """The full hash of the skill version the answer allows: the one the owner chose, else the
+    one asked about; SkillChanged when the skill is no longer that version (or is gone)."""
+    if question.skill_name is None:
+        if chosen is not None:
+            raise AnswerInvalid("This question names no skill: send no 'skill_hash'.")
+        return None
+    now = skill_now(session, question)
+    if now is not None and (now.startswith(chosen) if chosen else now == question.skill_hash):
+        return now
+    if chosen is not None and now is not None:
+        raise SkillChanged(
+            f"The skill '{question.skill_name}' is version {now[:8]} now, not the version "
+            f"{chosen[:8]} you chose. Nothing was stored. Review it, then answer with "
+            f"skill_hash {now[:8]} to allow that one."
+        )
+    raise SkillChanged(changed_since(question, now) + " Nothing was stored.")
+
+
+def skill_now(session: Session, question: Question) -> str | None:
+    """The hash of the question's skill now (None: it names none, or the skill is gone)."""
+    if question.skill_name is None:
+        return None
+    return ownersecrets.current_hash(session, question.owner_id, question.skill_name)
+
+
+def changed_since(question: Question, now: str | None) -> str:
+    """What changed about the question's skill since it was asked, and how to answer knowingly."""
+    name = question.skill_name
+    if now is None:
+        return f"The skill '{name}' was removed after you were asked: no version can be allowed."
+    if question.skill_hash is None:
+        asked = "This question was asked before skill versions were recorded"
+    else:
+        asked = (
+            f"The skill '{name}' changed after you were asked: you were asked about version "
+            f"{question.skill_hash[:8]}"
+        )
+    return (
+        f"{asked}; it is version {now[:8]} now. Storing the secret allows only a version "
+        f"you chose: review it, then answer with skill_hash {now[:8]} to allow that one."
+    )
+
+
 def _check_value(value: str, what: str) -> None:
     if not value:
         raise AnswerInvalid(f"{what} must not be empty.")
@@ -175,14 +225,17 @@ def _is_id(text: str) -> bool:
     return 0 < len(text) <= ID_CHARS and text.isprintable()
 
 
-def expire_due(session: Session, owner_id: int | None = None) -> int:
-    """Pending questions past their time become `unanswered`, their calls `expired`."""
+def expire_due(session: Session, owner_id: int | None = None, limit: int | None = None) -> int:
+    """Pending questions past their time become `unanswered` (up to `limit` of them, the
+    oldest first), their calls `expired`."""
     now = utcnow()
     query = select(
         Question.id, Question.owner_id, Question.kind, Question.created_at, Question.expires_at
     ).where(Question.status == PENDING, Question.expires_at <= now)
     if owner_id is not None:
         query = query.where(Question.owner_id == owner_id)
+    if limit is not None:
+        query = query.order_by(Question.expires_at).limit(limit)
     ended = 0
     for question_id, owner, kind, created_at, expires_at in session.execute(query).all():
         if not questionstates.end_pending(session, question_id, QuestionStatus.UNANSWERED, now):

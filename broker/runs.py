@@ -5,8 +5,10 @@ the tool call a run answers, cancelling, reaping and announcing ends to the owne
 from __future__ import annotations
 
 import shlex
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -16,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from broker.results import shape_result
 from relay import events, feed, heartbeat, naming
+from relay.counters import RUN_DURATION, RUN_QUEUE_WAIT
 from relay.errors import RunFinished, RunNotFound
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import RunStream, collected_output
@@ -23,16 +26,22 @@ from store import ownerevents
 from store.db import (
     CoreConnection,
     SessionFactory,
-    core_connection,
     core_transaction,
     transaction,
 )
 from store.lifecycle import calls
 from store.lifecycle import runs as lifecycle
-from store.limits import KEPT_OUTPUT_CHARS, RUN_SAVE_WAIT_SECONDS
-from store.models import Run, RunFacts
+from store.limits import KEPT_OUTPUT_CHARS
+from store.models import Run, RunFacts, utcnow
 from store.ownerevents import OwnerEvent
 from store.states import CallStatus, RunStatus
+
+# A run still queued this long after its row was committed may have lost its message: the API
+# stopped between its commit and its send (broker/dispatcher.py). The sweep sends it once more,
+# at most RESEND_BATCH a round; the mark that it did lasts RESENT_MARK_SECONDS.
+RESEND_AFTER_SECONDS = 120
+RESEND_BATCH = 500
+RESENT_MARK_SECONDS = 24 * 3600
 
 # Ends the owner hears about (push, webhooks).
 ANNOUNCED = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.INTERRUPTED)
@@ -46,6 +55,10 @@ class Outcome:
     stderr: str
     error: str | None = None
     code: str | None = None  # the stable code of an error that ended the run before its script
+    # The files the run made or changed in its working directory, as saved (store/files.py),
+    # and a note when some were left out (caps, links, special files).
+    files: tuple[dict[str, Any], ...] = ()
+    files_note: str | None = None
 
 
 def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
@@ -71,27 +84,16 @@ def _facts(row: dict[str, Any]) -> RunFacts:
 def claim(
     sessions: SessionFactory, run_id: str, worker: str, events: list[OwnerEvent]
 ) -> RunFacts | None:
-    """Move a queued run to running for this worker; None if it was claimed or ended before.
+    """Move a queued run to running for this worker; None if it was claimed or ended before,
+    or was never saved.
 
-    The API sends a run's message before it saves the run (broker/dispatcher.py), so a message
-    can come before its row: the claim then waits for the row, up to RUN_SAVE_WAIT_SECONDS
-    (the API saves it well within that or not at all). The owner's event for the move goes to
-    `events`, for the caller to publish.
+    The API commits a run's row before it sends its message (broker/dispatcher.py), so one
+    read decides: the conditional UPDATE lets exactly one claim of a run win, however many
+    times its message is delivered. The owner's event for the move goes to `events`, for the
+    caller to publish.
     """
-    pause = 0.0005
-    deadline = time.monotonic() + RUN_SAVE_WAIT_SECONDS
-    saved = False
-    while True:
-        with core_transaction(sessions) as connection:
-            rows = lifecycle.claim(connection, run_id, worker)
-        if rows or saved or time.monotonic() > deadline:
-            break
-        # Saved since the claim missed it, the next claim finds it; saved before, it was
-        # claimed or ended, and the next claim says so.
-        saved = _saved(sessions, run_id)
-        if not saved:
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+    with core_transaction(sessions) as connection:
+        rows = lifecycle.claim(connection, run_id, worker)
     if not rows:
         return None
     claimed = _facts(rows[0])
@@ -99,18 +101,38 @@ def claim(
     return claimed
 
 
-def _saved(sessions: SessionFactory, run_id: str) -> bool:
-    with core_connection(sessions) as connection:
-        return connection.scalar(select(Run.id).where(Run.id == run_id)) is not None
+def resend_unsent(
+    sessions: SessionFactory, client: redis.Redis, send: Callable[[str, str], object]
+) -> list[str]:
+    """Send (`send(run_id, queue)`) the message of each run queued for more than
+    RESEND_AFTER_SECONDS once more, in case it never left; the ids sent.
+
+    A second message of a run whose first one is still waiting in a busy queue costs nothing
+    but its delivery: one claim wins, the other finds the run claimed.
+    """
+    cutoff = utcnow() - timedelta(seconds=RESEND_AFTER_SECONDS)
+    with sessions() as session:
+        queued = session.execute(
+            select(Run.id, Run.queue)
+            .where(Run.status == RunStatus.QUEUED, Run.created_at < cutoff)
+            .order_by(Run.created_at)
+            .limit(RESEND_BATCH)
+        ).all()
+    sent = []
+    for run_id, queue in queued:
+        if client.set(naming.run_resent(run_id), "1", nx=True, ex=RESENT_MARK_SECONDS):
+            send(run_id, queue)
+            sent.append(run_id)
+    return sent
 
 
 @dataclass(frozen=True)
 class Finished:
-    """A run's end as recorded, and the answer its tool call got from it (None: the call was
-    no longer open, or the run has none)."""
+    """A run's end as recorded, and `end` (`run_end`) when its tool call was answered with it
+    (None: the call was no longer open, or the run has none)."""
 
     run: RunFacts
-    answer: dict[str, Any] | None
+    end: dict[str, Any] | None
 
 
 def finish(
@@ -130,6 +152,7 @@ def finish(
         "stderr": outcome.stderr[-KEPT_OUTPUT_CHARS:],
         "error": outcome.error,
         "isolation": isolation,
+        "output_files": _output_files(outcome),
     }
     ended: list[OwnerEvent] = []
     with core_transaction(sessions) as connection:
@@ -138,9 +161,32 @@ def finish(
             return None
         run = _facts(rows[0])
         ownerevents.add_run_state(ended, run)
-        answer = _answer_call(connection, run, outcome.code, ended)
+        end = _answer_call(connection, run, outcome.code, ended)
     events.extend(ended)  # only once committed
-    return Finished(run, answer)
+    return Finished(run, end)
+
+
+def observe_start(pipe: Any, run: RunFacts) -> None:
+    """Count a claimed run's wait in its queue (relay/counters.py), with `pipe`."""
+    if run.started_at is not None and run.created_at is not None:
+        waited = (run.started_at - run.created_at).total_seconds()
+        RUN_QUEUE_WAIT.observe_to(pipe, waited, run.execution)
+
+
+def observe_end(pipe: Any, run: RunFacts) -> None:
+    """Count an ended run's duration (relay/counters.py), with `pipe`."""
+    if run.started_at is not None and run.finished_at is not None:
+        lasted = (run.finished_at - run.started_at).total_seconds()
+        RUN_DURATION.observe_to(pipe, lasted, run.execution)
+
+
+def _output_files(outcome: Outcome) -> list[dict[str, Any]] | None:
+    if not outcome.files and outcome.files_note is None:
+        return None
+    files = [dict(entry) for entry in outcome.files]
+    if outcome.files_note is not None:
+        files.append({"note": outcome.files_note})
+    return files
 
 
 def _answer_call(
@@ -149,30 +195,57 @@ def _answer_call(
     code: str | None = None,
     events: list[OwnerEvent] | None = None,
 ) -> dict[str, Any] | None:
-    """The tool call that started the run ends with the run's result; returns the call's
-    answer (status, result, error) when this gave it.
+    """The tool call that started the run ends with the run's result (`answer_of`); returns
+    the run's end (`run_end`) it was answered from, or None when the call was no longer open.
 
     `code` names why a run failed before its script ran; without it a failure is the script's.
     """
     if run.call_id is None:
         return None
-    result = shape_result(run_result(run))
-    error = None
-    status = CallStatus.DONE
-    if run.status != RunStatus.SUCCEEDED:
-        status = CallStatus.FAILED
-        code = code or ("script_failed" if run.status == RunStatus.FAILED else run.status)
-        error = (code, run.error or f"The script ended {run.status.replace('_', ' ')}.")
-    if not calls.answer(session, run.call_id, status, result=result, error=error, events=events):
-        return None
-    answer: dict[str, Any] = {"status": str(status), "result": result}
-    if error is not None:
-        answer["error"] = {"code": error[0], "message": error[1]}
+    end = run_end(run, code)
+    answer = answer_of(end)
+    error = answer.get("error")
+    answered = calls.answer(
+        session,
+        run.call_id,
+        answer["status"],
+        result=answer["result"],
+        error=(error["code"], error["message"]) if error else None,
+        events=events,
+    )
+    return end if answered else None
+
+
+def run_end(run: RunFacts, code: str | None = None) -> dict[str, Any]:
+    """What a run's end entry says of the run (relay.streams.RunStream.exit): its status, its
+    result as its call keeps it (credentials redacted, capped: `shape_result`), its error and
+    the error's stable code. Whoever answers the run's call makes the answer from it
+    (`answer_of`): the worker for the call's row, the API for a waiting client."""
+    return {
+        "status": run.status,
+        "result": shape_result(run_result(run)),
+        "error": run.error,
+        "code": code,
+    }
+
+
+def answer_of(end: dict[str, Any]) -> dict[str, Any]:
+    """The answer a run's tool call gets from the run's end (`run_end`): its status, the
+    result and, unless the run succeeded, the error."""
+    status = end["status"]
+    answer: dict[str, Any] = {"result": end["result"]}
+    if status == RunStatus.SUCCEEDED:
+        answer["status"] = str(CallStatus.DONE)
+        return answer
+    answer["status"] = str(CallStatus.FAILED)
+    code = end.get("code") or ("script_failed" if status == RunStatus.FAILED else status)
+    message = end.get("error") or f"The script ended {status.replace('_', ' ')}."
+    answer["error"] = {"code": code, "message": message}
     return answer
 
 
 def run_result(run: RunFacts) -> dict[str, Any]:
-    return {
+    result: dict[str, Any] = {
         "run_id": run.id,
         "status": run.status,
         "exit_code": run.exit_code,
@@ -181,6 +254,12 @@ def run_result(run: RunFacts) -> dict[str, Any]:
         "node": run.node,
         "isolation": run.isolation,
     }
+    made = run.output_files or []
+    result["files"] = [entry for entry in made if "note" not in entry]
+    notes = [entry["note"] for entry in made if "note" in entry]
+    if notes:
+        result["files_note"] = notes[0]
+    return result
 
 
 def get_run(sessions: SessionFactory, run_id: str, owner_id: int | None = None) -> Run:
@@ -224,18 +303,20 @@ def reap(
         running = list(
             session.execute(select(Run.id, Run.worker).where(Run.status == RunStatus.RUNNING))
         )
-    lost = [
-        run_id for run_id, worker in running if worker and not heartbeat.is_alive(client, worker)
-    ]
+    gone = heartbeat.lost_among(client, [worker for _, worker in running if worker])
+    lost = [run_id for run_id, worker in running if worker in gone]
     reaped = []
     for run_id in lost:
         stdout, stderr = collected_output(client, run_id)
         message = "The worker running this script stopped; it will not run again."
         outcome = Outcome(RunStatus.INTERRUPTED, None, stdout, stderr, message)
         ended: list[OwnerEvent] = []
-        if finish(sessions, run_id, outcome, None, ended):
+        finished = finish(sessions, run_id, outcome, None, ended)
+        if finished:
             feed.publish_all(client, ended)
-            RunStream(client, run_id, caps).exit(RunStatus.INTERRUPTED, None, error=outcome.error)
+            stream = RunStream(client, run_id, caps)
+            stream.also(partial(observe_end, run=finished.run))
+            stream.exit(RunStatus.INTERRUPTED, None, error=outcome.error)
             announce(sessions, client, run_id)
             reaped.append(run_id)
     return reaped

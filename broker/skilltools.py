@@ -77,7 +77,9 @@ def load_skill(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any
     context holds them already (broker/loaded.py says when)."""
     name = _string_arg(arguments, "skill_name")
     skill = _enabled_skill(context, name)
-    if context.chat is not None and loaded.holds(context, skill):
+    # The activation is recorded either way: the chat's turns and web grants read it.
+    held = context.chat is not None and loaded.holds(context, skill)
+    if held and not context.full_loads:
         return {
             "name": name,
             "already_loaded": True,
@@ -206,14 +208,45 @@ TOOLS = (
     Tool(
         "run_skill_script",
         Tier.CHANGE,
-        "Runs one of a skill's scripts with a JSON object of arguments, on the skill's runner. "
-        "Node skills need the server's name in arguments.node.",
+        "Runs one of a skill's scripts on the skill's runner, in a working directory of its "
+        "own. A script that reads its command line gets `args`, as SKILL.md shows it (`python "
+        'scripts/x.py in.pdf out.json` is script scripts/x.py with args ["in.pdf", '
+        '"out.json"]); one that reads JSON gets `arguments`. `files` places files in the '
+        "working directory: a path to a file id (POST /api/files, or a file an earlier run "
+        'made) or to {"content_base64": ...} for a small one. Every file the run creates '
+        "or changes comes back in the result's `files`, each with an id. `node` says where: "
+        'one of your nodes (list_nodes), or "spark" or "sandbox" as the skill\'s execution '
+        "allows; node skills need it, and a skill whose execution is auto runs on the Spark "
+        "without it while a Spark worker serves.",
         _object(
             {
                 "skill_name": SKILL_NAME,
                 "script": {"type": "string", "description": "A script path such as scripts/x.py."},
-                "arguments": {"type": "object", "description": "The script's arguments."},
-                "node": {"type": "string", "description": "The server to run a node skill on."},
+                "args": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "The script's command line after its path, passed as given "
+                    '(no shell), such as ["in.pdf", "out.json"].',
+                },
+                "arguments": {"type": "object", "description": "The script's JSON arguments."},
+                "files": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "anyOf": [
+                            {"type": "string", "description": "A file id."},
+                            {
+                                "type": "object",
+                                "properties": {"content_base64": {"type": "string"}},
+                                "required": ["content_base64"],
+                            },
+                        ]
+                    },
+                    "description": "Files to place in the working directory, by relative path.",
+                },
+                "node": {
+                    "type": "string",
+                    "description": 'Where to run: a node\'s name, or "spark" or "sandbox".',
+                },
             },
             ["skill_name", "script"],
         ),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, bindparam, delete, insert, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -72,9 +72,14 @@ _COUNT = (
 )
 
 
-def forget_old(session: Session) -> int:
-    """Drop counts of turns that began over a day ago."""
-    result = session.execute(
-        delete(TurnCount).where(TurnCount.created_at < utcnow() - TURN_COUNT_LIFE)
+def forget_old(session: Session, limit: int) -> int:
+    """Drop up to `limit` counts of turns that began over a day ago (the oldest first)."""
+    old = (
+        select(TurnCount.owner_id, TurnCount.turn)
+        .where(TurnCount.created_at < utcnow() - TURN_COUNT_LIFE)
+        .order_by(TurnCount.created_at)
+        .limit(limit)
     )
+    key = tuple_(TurnCount.owner_id, TurnCount.turn)
+    result = session.execute(delete(TurnCount).where(key.in_(old)))
     return int(result.rowcount)  # type: ignore[attr-defined]

@@ -7,27 +7,28 @@ each hop's URL passes the same rules as the one the agent sent (`webtools.web_ta
 its host is checked and reached.
 
 The body is read as a stream and refused past MAX_WEB_PAGE_BYTES (after any Content-Encoding
-is undone, so a compressed bomb stops there too); the whole call, redirects included, has
-WEB_PAGE_SECONDS. HTML becomes text with its headings, list items and paragraphs on lines of
-their own; plain text, Markdown and JSON come back as they are; anything else is refused.
+is undone, so a compressed bomb stops there too). The whole call, redirects included, is one
+deadline of WEB_PAGE_SECONDS that the egress client holds every connect, header and body byte
+to (store/deadlines.py): a site trickling its headers can't hold a read past it.
+
+HTML becomes text with its headings, list items and paragraphs on lines of their own; plain
+text, Markdown and JSON come back as they are; anything else is refused.
 """
 
 from __future__ import annotations
 
 import codecs
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from bs4 import BeautifulSoup
-from bs4.element import Tag
 
 from broker.errors import BrokerError
 from broker.results import json_size
-from store.egress import Egress, EgressRefused
+from store.deadlines import Deadline
+from store.egress import Egress, EgressRefused, read_at_most
 from store.limits import (
     MAX_WEB_PAGE_BYTES,
     MAX_WEB_REDIRECTS,
@@ -35,6 +36,9 @@ from store.limits import (
     WEB_PAGE_SECONDS,
     WEB_PAGES_AT_ONCE,
 )
+
+if TYPE_CHECKING:
+    from bs4 import BeautifulSoup
 
 USER_AGENT = "skillfleet-read-web-page/1"
 ACCEPT = "text/html, application/xhtml+xml, text/plain, text/markdown, application/json;q=0.9"
@@ -136,10 +140,11 @@ def read_page(
 
     `check` applies the URL rules to each redirect's target and returns the URL to request.
     """
-    deadline = time.monotonic() + limits.seconds
+    deadline = Deadline.after(limits.seconds)
+    headers = {"User-Agent": USER_AGENT}
     try:
-        with egress.client(follow_redirects=False, headers={"User-Agent": USER_AGENT}) as client:
-            return _follow(client, url, check, limits, deadline)
+        with egress.client(deadline, follow_redirects=False, headers=headers) as client:
+            return _follow(client, url, check, limits)
     except EgressRefused as e:
         raise AddressRefused(f"HOST: {e.message}") from e
     except httpx.TimeoutException as e:
@@ -151,21 +156,15 @@ def read_page(
 
 
 def _follow(
-    client: httpx.Client,
-    url: str,
-    check: Callable[[str], str],
-    limits: PageLimits,
-    deadline: float,
+    client: httpx.Client, url: str, check: Callable[[str], str], limits: PageLimits
 ) -> dict[str, Any]:
     for _hop in range(limits.redirects + 1):
-        request = client.build_request(
-            "GET", url, headers={"Accept": ACCEPT}, timeout=_left(deadline, limits)
-        )
+        request = client.build_request("GET", url, headers={"Accept": ACCEPT})
         response = client.send(request, stream=True)
         try:
             location = response.headers.get("location") if response.is_redirect else None
             if location is None:
-                return _page(response, limits, deadline)
+                return _page(response, limits)
         finally:
             response.close()
         try:
@@ -176,14 +175,7 @@ def _follow(
     raise TooManyRedirects(f"HOST: {url} redirected more than {limits.redirects} times.")
 
 
-def _left(deadline: float, limits: PageLimits) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise httpx.TimeoutException("deadline")
-    return left
-
-
-def _page(response: httpx.Response, limits: PageLimits, deadline: float) -> dict[str, Any]:
+def _page(response: httpx.Response, limits: PageLimits) -> dict[str, Any]:
     url = str(response.url)
     if response.status_code >= 400:
         reason = f" {response.reason_phrase}" if response.reason_phrase else ""
@@ -194,7 +186,7 @@ def _page(response: httpx.Response, limits: PageLimits, deadline: float) -> dict
         raise ContentTypeRefused(
             f"HOST: {url} is {shown}; read_web_page reads HTML, plain text, Markdown and JSON."
         )
-    body = _body(response, limits, deadline)
+    body = _body(response, limits)
     charset = _known(response.charset_encoding)
     result: dict[str, Any] = {"url": url, "status": response.status_code}
     if kind in HTML_TYPES:
@@ -224,21 +216,12 @@ def _media_type(response: httpx.Response) -> str:
     return "application/json" if kind.endswith("+json") else kind
 
 
-def _body(response: httpx.Response, limits: PageLimits, deadline: float) -> bytes:
+def _body(response: httpx.Response, limits: PageLimits) -> bytes:
     """The decoded body, refused as soon as it is known to be over the limit."""
-    declared = response.headers.get("content-length", "")
-    encoded = response.headers.get("content-encoding", "identity").lower() != "identity"
-    if declared.isdigit() and not encoded and int(declared) > limits.max_bytes:
+    body = read_at_most(response, limits.max_bytes)
+    if body is None:
         raise PageTooLarge(_too_large(str(response.url), limits))
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in response.iter_bytes():
-        size += len(chunk)
-        if size > limits.max_bytes:
-            raise PageTooLarge(_too_large(str(response.url), limits))
-        chunks.append(chunk)
-        _left(deadline, limits)
-    return b"".join(chunks)
+    return body
 
 
 def _too_large(url: str, limits: PageLimits) -> str:
@@ -248,6 +231,10 @@ def _too_large(url: str, limits: PageLimits) -> str:
 
 def html_text(body: bytes, charset: str | None) -> tuple[str | None, str]:
     """The page's title and its visible text, one block per line."""
+    # Imported here: only a process that reads a page needs the parser (0.2 s to import).
+    from bs4 import BeautifulSoup
+    from bs4.element import Tag
+
     soup = BeautifulSoup(body, "html.parser", from_encoding=charset)
     title = _title(soup)
     for hidden in soup.find_all(HIDDEN):

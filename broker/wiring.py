@@ -6,6 +6,7 @@ skills registered, runs sent through Celery, or only recorded in dry-run mode.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import redis
@@ -19,14 +20,15 @@ from broker.dispatcher import CeleryDispatcher
 from broker.ownertools import OwnerDesk
 from broker.policy import Policy, load_builtin_policy
 from broker.toolset import build_registry
-from relay import events, feed, generations, naming
-from relay.app import create_celery
-from relay.connections import redis_client
+from relay import events, generations, naming
+from relay.clients import Clients
 from relay.streams import wait_for_end
 from store import indexcache
-from store.db import SessionFactory, make_engine, make_sessions
+from store.db import SessionFactory
+from store.dependencies import check_resolvable
 from store.discovery import read_only_skills
 from store.egress import Egress
+from store.files import FileStore
 from store.packagestore import PackageStore
 from store.settings import Settings
 from store.skills import BUILTIN_DIR, SkillStore
@@ -45,30 +47,31 @@ class Wiring:
     packages: PackageStore
     dispatcher: Dispatcher
     broker: Broker
+    files: FileStore
 
 
-def wire(settings: Settings, engine: Engine | None = None) -> Wiring:
-    """Connect to the database and Redis, register the read-only skills (fails on a bad path)
-    and build the broker; `engine` is reused when given."""
-    engine = engine or make_engine(settings.database)
-    sessions = make_sessions(engine)
-    store = SkillStore(sessions, settings.skills_dir)
-    client = redis_client(settings)
+def wire(clients: Clients) -> Wiring:
+    """Register the read-only skills (fails on a bad path) and build the broker on the
+    process's clients."""
+    settings = clients.settings
+    engine, sessions, client, celery = (
+        clients.engine, clients.sessions, clients.redis, clients.celery
+    )  # fmt: skip
+    check = functools.partial(check_resolvable, index=settings.package_index)
+    store = SkillStore(sessions, settings.skills_dir, check)
     # Every process forgets what it read of the skills index once a skill changes anywhere.
     indexcache.watch(
         sessions, store.index, lambda: generations.bump(client, naming.skills_generation())
     )
     store.sync_read_only(read_only_skills(BUILTIN_DIR, settings.skill_paths))
     policy = load_policy(settings)
-    # Calls, approvals and runs change in every process: the owner's feed must hear them all.
-    feed.attach(sessions, client)
-    celery = create_celery(settings)
     packages = PackageStore(settings.data_dir / "packages", store)
     dispatcher: Dispatcher = CeleryDispatcher(
         sessions, client, celery, settings.run_timeout, packages
     )
     if settings.dry_run:
         dispatcher = RecordingDispatcher()  # records what would run; runs nothing
+    files = FileStore(settings.files_dir, sessions, settings.file_max_bytes, settings.file_ttl)
     broker = Broker(
         build_registry(Egress(settings.egress_allow)),
         policy,
@@ -78,11 +81,14 @@ def wire(settings: Settings, engine: Engine | None = None) -> Wiring:
         run_waiter=lambda run_id, seconds: wait_for_end(client, run_id, seconds),
         publish=lambda owner, kind, data: events.publish(client, owner, kind, **data),
         redis=client,
+        files=files,
     )
     # The tools that reach the owner, with this process's wait and notice limits.
     for tool in ownertools.tools(OwnerDesk.of(settings, broker.publish, client)):
         broker.registry.add(tool)
-    return Wiring(engine, sessions, client, store, policy, celery, packages, dispatcher, broker)
+    return Wiring(
+        engine, sessions, client, store, policy, celery, packages, dispatcher, broker, files
+    )
 
 
 def load_policy(settings: Settings) -> Policy:

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Build the images docker-compose.yml uses, without an image registry.
 #
-# Where `postgres:16`, `redis:7` and `python:3.11-slim` can't be pulled, this makes equivalent
-# images from one Debian root filesystem (debootstrap, as workers/runner/build-offline.sh does
-# for the runner image): PostgreSQL and Redis are Debian's packages, and the application image
+# Where `postgres:16`, `redis:7`, `haproxy:2.6` and `python:3.11-slim` can't be pulled, this makes
+# equivalent images from one Debian root filesystem (debootstrap, as workers/runner/build-offline.sh
+# does for the runner image): PostgreSQL, Redis (also its sentinels) and HAProxy (the proxy in
+# front of the API replicas) are Debian's packages, and the application image
 # is Debian's python3 with skillfleet and its dependencies installed from this machine (wheels
 # for CPython 3.11, the same ABI as bookworm's python3). Nothing inside a build needs a network.
 #
 # Usage: build-images.sh [--force]
-#   --force   rebuild the Debian root and the PostgreSQL and Redis images even if they exist
+#   --force   rebuild the Debian root and the PostgreSQL, Redis and proxy images even if they
+#             exist (a Debian root without haproxy, from before the proxy, is rebuilt anyway)
 #             (the application image is always rebuilt: it holds this checkout's code)
 #
 # Environment (the image names docker-compose.yml reads):
 #   SKILLFLEET_APP_IMAGE       default skillfleet/app:latest
 #   SKILLFLEET_POSTGRES_IMAGE  default skillfleet/postgres:offline
 #   SKILLFLEET_REDIS_IMAGE     default skillfleet/redis:offline
+#   SKILLFLEET_PROXY_IMAGE     default skillfleet/proxy:offline
 #   SKILLFLEET_BASE_IMAGE      the shared Debian root (default skillfleet/debian:bookworm)
 #   SKILLFLEET_DEBIAN_MIRROR   default http://deb.debian.org/debian
 #   PYTHON                     the CPython 3.11 that installs the wheels (default python3)
@@ -23,13 +26,14 @@
 set -euo pipefail
 
 readonly SUITE=bookworm
-readonly PACKAGES=bash,ca-certificates,python3,postgresql,redis-server,curl,tini
+readonly PACKAGES=bash,ca-certificates,python3,postgresql,redis-server,haproxy,curl,tini
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 
 app_image=${SKILLFLEET_APP_IMAGE:-skillfleet/app:latest}
 postgres_image=${SKILLFLEET_POSTGRES_IMAGE:-skillfleet/postgres:offline}
 redis_image=${SKILLFLEET_REDIS_IMAGE:-skillfleet/redis:offline}
+proxy_image=${SKILLFLEET_PROXY_IMAGE:-skillfleet/proxy:offline}
 base_image=${SKILLFLEET_BASE_IMAGE:-skillfleet/debian:bookworm}
 mirror=${SKILLFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 python=${PYTHON:-python3}
@@ -63,8 +67,13 @@ exists() { docker image inspect "$1" >/dev/null 2>&1 && ((force == 0)); }
 docker info >/dev/null 2>&1 || die "no Docker engine answers; run workers/runner/start-docker.sh first."
 workdir=$(mktemp -d "${TMPDIR:-/var/tmp}/skillfleet-images.XXXXXX")
 
+# A Debian root made before the proxy image lacks haproxy: it is made again.
+base_complete() {
+  docker run --rm --entrypoint /bin/sh "$base_image" -c 'command -v haproxy' >/dev/null 2>&1
+}
+
 build_base() {
-  if exists "$base_image"; then say "$base_image exists."; return; fi
+  if exists "$base_image" && base_complete; then say "$base_image exists."; return; fi
   [[ $(id -u) -eq 0 ]] || die "debootstrap needs root."
   command -v debootstrap >/dev/null 2>&1 ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
@@ -137,5 +146,6 @@ build_app() {  # always: it holds this checkout's code
 build_base
 build_from_base "$postgres_image" "$here/postgres"
 build_from_base "$redis_image" "$here/redis"
+build_from_base "$proxy_image" "$here/proxy"
 build_app
-say "images: $base_image $postgres_image $redis_image $app_image"
+say "images: $base_image $postgres_image $redis_image $proxy_image $app_image"

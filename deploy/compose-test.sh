@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # `make compose-test`: build every image without a registry, bring docker-compose.yml up, prove
-# the deployment works across containers (deploy/compose_check.py), and tear it all down,
-# whatever happened.
+# the deployment works across containers (deploy/compose_check.py: two API replicas behind the
+# proxy, and the Redis primary killed mid-run), and tear it all down, whatever happened.
 #
 # Environment:
 #   PYTHON                    the Python with skillfleet's dependencies (default .venv/bin/python)
 #   COMPOSE_TEST_TIMEOUT      seconds the checks may take (default 900)
 #   COMPOSE_TEST_KEEP=1       leave the stack running after a failure, to look into it
+#   COMPOSE_TEST_ONLY=a,b     run only these checks (names in deploy/compose_check.py's main)
 #   SKILLFLEET_*_IMAGE        images to use (see deploy/build-images.sh)
 #
 # Needs root (debootstrap, apt-get) or a Docker engine and images that already exist.
@@ -20,9 +21,11 @@ export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-skillfleet-compose-test}
 export SKILLFLEET_APP_IMAGE=${SKILLFLEET_APP_IMAGE:-skillfleet/app:latest}
 export SKILLFLEET_POSTGRES_IMAGE=${SKILLFLEET_POSTGRES_IMAGE:-skillfleet/postgres:offline}
 export SKILLFLEET_REDIS_IMAGE=${SKILLFLEET_REDIS_IMAGE:-skillfleet/redis:offline}
+export SKILLFLEET_PROXY_IMAGE=${SKILLFLEET_PROXY_IMAGE:-skillfleet/proxy:offline}
 export SKILLFLEET_RUNNER_IMAGE=${SKILLFLEET_RUNNER_IMAGE:-skillfleet/runner:latest}
 # A killed worker's unacknowledged message comes back quickly, to prove it does not run twice.
 export SKILLFLEET_VISIBILITY_TIMEOUT=10
+# Two API replicas of two processes each.
 export SKILLFLEET_API_WORKERS=2
 
 bash workers/runner/start-docker.sh
@@ -69,5 +72,6 @@ SECONDS=0
 timeout 300 docker-compose --file docker-compose.yml up --detach --no-build --quiet-pull
 say "up in ${SECONDS}s; checking ..."
 timeout "${COMPOSE_TEST_TIMEOUT:-900}" "$python" deploy/compose_check.py \
-  --api "http://127.0.0.1:$SKILLFLEET_PORT" --flower "http://127.0.0.1:$SKILLFLEET_FLOWER_PORT"
+  --api "http://127.0.0.1:$SKILLFLEET_PORT" --flower "http://127.0.0.1:$SKILLFLEET_FLOWER_PORT" \
+  --only "${COMPOSE_TEST_ONLY:-}"
 say "passed in ${SECONDS}s."

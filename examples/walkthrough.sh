@@ -45,7 +45,7 @@ skillfleet runs logs -f "$RUN" || echo "(exit code $?)"
 skillfleet runs list --status cancelled --limit 1
 
 step "A destructive skill waits for the owner's approval; approved, the waiting call runs"
-SCRATCH=$(mktemp -d) && touch -d '10 days ago' "$SCRATCH/old.log" && touch "$SCRATCH/new.log"
+SCRATCH=$(mktemp -d) && chmod 0777 "$SCRATCH" && touch -d '10 days ago' "$SCRATCH/old.log" && touch "$SCRATCH/new.log"
 trap 'rm -rf "$SCRATCH"' EXIT
 CHAT="ops-$(date +%s)"
 PURGE='{"arguments": {"skill_name": "purge-tmp", "script": "scripts/purge.py", "arguments": {"folder": "'"$SCRATCH"'", "days": 7}, "node": "local"}, "chat_id": "'"$CHAT"'"}'

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
+from urllib.parse import quote
 
 from celery import Celery
 from celery.schedules import crontab
 
 from relay import naming
+from relay.connections import primary_options
 from relay.fenced import kombu_redis
+from store.limits import (
+    BROKER_HEALTH_CHECK_SECONDS,
+    REDIS_CONNECT_TIMEOUT_SECONDS,
+    REDIS_SOCKET_TIMEOUT_SECONDS,
+)
 from store.settings import Settings
 
 # Jobs are due on the minute (cron), so the tick that starts them comes at the start of each.
@@ -27,18 +35,50 @@ def kombu_url(redis_url: str) -> str:
     return redis_url
 
 
+def sentinel_url(settings: Settings) -> str:
+    """The `sentinel://` URL of kombu's and Celery's Sentinel transports: one URL a sentinel,
+    each with `REDIS_URL`'s database and credentials (for the primary), joined by `;`."""
+    options = primary_options(settings)
+    auth = ""
+    if options.get("password"):
+        user = quote(options.get("username") or "", safe="")
+        auth = f"{user}:{quote(options['password'], safe='')}@"
+    db = int(options.get("db") or 0)
+    return ";".join(
+        f"sentinel://{auth}{f'[{host}]' if ':' in host else host}:{port}/{db}"
+        for host, port in settings.redis_sentinels
+    )
+
+
 def create_celery(settings: Settings, current: bool = True, **overrides: Any) -> Celery:
-    """The Celery app for every skillfleet process: Redis broker and backend, late acks.
+    """The Celery app for every skillfleet process: Redis broker and backend (the primary the
+    sentinels name, with sentinels), late acks.
 
     `current=False` leaves the process's current app as it is (an app made only to send)."""
-    broker = kombu_url(settings.redis)
+    broker = backend = kombu_url(settings.redis)
+    transport: str | None = None
+    # With sentinels, the broker and the result backend ask them for the primary (kombu's and
+    # Celery's `sentinel://` transports); every option below applies to both.
+    sentinel_options: dict[str, Any] = {}
+    if settings.redis_sentinels:
+        broker = backend = sentinel_url(settings)
+        sentinel_options = {
+            "master_name": settings.redis_sentinel_master,
+            "sentinel_kwargs": {
+                "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_SECONDS,
+                "socket_timeout": REDIS_SOCKET_TIMEOUT_SECONDS,
+            },
+        }
     if settings.fenced_kombu:
         kombu_redis.register()
-        broker = kombu_redis.broker_url(settings.redis)
+        if settings.redis_sentinels:
+            transport = kombu_redis.SENTINEL_ALIAS
+        else:
+            broker = kombu_redis.broker_url(settings.redis)
     app = Celery(
         "skillfleet",
         broker=broker,
-        backend=kombu_url(settings.redis),
+        backend=backend,
         # Named, not imported: only a worker process loads its tasks.
         include=["workers.tasks"],
         set_as_current=current,
@@ -56,8 +96,24 @@ def create_celery(settings: Settings, current: bool = True, **overrides: Any) ->
         # A worker waits out a Redis outage of any length and serves again by itself.
         broker_connection_max_retries=None,
         # An unacknowledged message comes back after this long; claims make redelivery harmless.
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
-        result_backend_transport_options={"visibility_timeout": settings.visibility_timeout},
+        broker_transport=transport,
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout,
+            # A Redis that vanishes without closing its connections (its host or container
+            # gone, as in a failover) would hold a publish, and a worker's BRPOP, on a socket
+            # nothing answers: a publish gives up after the socket timeout, and kombu drops a
+            # BRPOP whose reply is overdue by the health check's interval, so a consumer
+            # reconnects (to the new primary) within about 1 + 2 x 5 s.
+            "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_SECONDS,
+            "socket_timeout": REDIS_SOCKET_TIMEOUT_SECONDS,
+            "socket_keepalive": True,
+            "health_check_interval": BROKER_HEALTH_CHECK_SECONDS,
+            **sentinel_options,
+        },
+        result_backend_transport_options={
+            "visibility_timeout": settings.visibility_timeout,
+            **sentinel_options,
+        },
         worker_hijack_root_logger=False,
         # Flower turns task events on when it starts (enable_events); off, they cost every run
         # three extra publishes.
@@ -109,8 +165,14 @@ class QuietEntries(logging.Filter):
         )
 
 
+@functools.cache
+def command_app() -> Celery:
+    """The app of a `celery -A relay.app …` (or `-A workers.app`) process: one a process."""
+    return create_celery(Settings.from_env())
+
+
 def __getattr__(name: str) -> Any:
     """`celery -A relay.app flower` finds `relay.app.celery`, built on first use."""
     if name == "celery":
-        return create_celery(Settings.from_env())
+        return command_app()
     raise AttributeError(name)

@@ -101,3 +101,15 @@ class ModelFailed(TurnError):
 
     code = "model_failed"
     status = 502
+
+
+class ModelTimedOut(ModelFailed):
+    """Raised when the model's answer was not over by its request's deadline."""
+
+
+class ModelRefused(ModelFailed):
+    """Raised when the model's address may not be reached (store/egress.py): it is, or now
+    resolves to, an address that is not public and the operator did not allow."""
+
+    code = "model_url_refused"
+    status = 422

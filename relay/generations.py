@@ -32,7 +32,7 @@ from redis.client import PubSub
 from redis.retry import Retry
 
 from relay import naming
-from relay.connections import database_number, reply_text
+from relay.connections import database_number, reply_text, same_server
 
 log = structlog.get_logger(__name__)
 
@@ -171,11 +171,7 @@ def _listener(client: redis.Redis) -> redis.Redis:
     """A client of `client`'s server for the watch's subscription that never retries: a lost
     connection is given up at once (the watch subscribes again after RETRY_SECONDS), so a
     request never waits out redis-py's backoff."""
-    pool = client.connection_pool
-    kwargs = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
-    return redis.Redis(
-        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-    )
+    return same_server(client, retry=Retry(NoBackoff(), 0))
 
 
 def _channel(client: redis.Redis) -> str:

@@ -29,7 +29,7 @@ import redis
 import redis.asyncio as aioredis
 import structlog
 
-from relay import naming
+from relay import connections, naming
 from relay.connections import reply_text
 from relay.streams import Event, parse_entry_id
 from store.limits import (
@@ -55,28 +55,28 @@ class Overflow(Exception):
 
 
 def async_client(settings: Settings, blocking: bool = False) -> aioredis.Redis:
-    """A `redis.asyncio` client of the same server; a blocking one outlasts the longest block.
+    """A `redis.asyncio` client of skillfleet's Redis (the primary Sentinel names, with
+    sentinels); a blocking one outlasts the longest block.
 
     Its commands share at most ASYNC_CONNECTIONS connections, waiting for a free one: a
     thousand streams ending at once queue their commands rather than open a thousand.
     """
     timeout = REDIS_SOCKET_TIMEOUT_SECONDS + (MAX_BLOCK_MS / 1000 if blocking else 0)
-    pool = aioredis.BlockingConnectionPool.from_url(
-        settings.redis,
+    return connections.async_client(
+        settings,
         max_connections=ASYNC_CONNECTIONS,
         timeout=REDIS_SOCKET_TIMEOUT_SECONDS,
         socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
         socket_timeout=timeout,
         health_check_interval=30,
     )
-    return aioredis.Redis(connection_pool=pool)
 
 
 def entry_event(entry_id: Any, fields: dict[Any, Any]) -> Event:
     decoded = {reply_text(k): reply_text(v) for k, v in fields.items()}
     data = json.loads(decoded.get("data", "{}"))
-    if "answer" in decoded:  # a run's end entry carries its call's answer (RunStream.exit)
-        data = {**data, "answer": json.loads(decoded["answer"])}
+    if "run" in decoded:  # a run's end entry carries the run's end (RunStream.exit)
+        data = {**data, "run": json.loads(decoded["run"])}
     return Event(reply_text(entry_id), decoded.get("kind", ""), data)
 
 

@@ -43,6 +43,11 @@ def run_end(run_id: str) -> str:
     return f"{PREFIX}:run:{run_id}:end"
 
 
+def run_resent(run_id: str) -> str:
+    """A key marking a queued run whose message the sweep sent once more (broker.runs)."""
+    return f"{PREFIX}:run:{run_id}:resent"
+
+
 def run_cancel(run_id: str) -> str:
     """A key whose existence asks the runner of a run to stop it."""
     return f"{PREFIX}:run:{run_id}:cancel"
@@ -58,19 +63,33 @@ def queue_workers(queue: str) -> str:
     return f"{PREFIX}:queue:{queue}:workers"
 
 
+def named_workers(name: str) -> str:
+    """Sorted set of the worker instances beating under a node's name (or a runner's: spark,
+    sandbox), serving or not, scored like `all_workers`: a node's workers without the fleet's."""
+    return f"{PREFIX}:name:{name}:workers"
+
+
+def beating_names() -> str:
+    """Sorted set of every node name and worker role heard from (an instance id's part before
+    `@`), scored by the deadline of its newest beat: the fleet's health in one key."""
+    return f"{PREFIX}:names"
+
+
 def all_workers() -> str:
     """Sorted set of every worker instance, scored by its last heartbeat."""
     return f"{PREFIX}:workers"
 
 
-def node_sync(node: str) -> str:
-    """Pub/sub channel asking a node agent to sync its skill packages now."""
-    return f"{PREFIX}:node:{node}:sync"
+def node_sync(node: str, db: int) -> str:
+    """Pub/sub channel asking a node agent to sync its skill packages now. Channels are the
+    server's, not a database's, hence the number: another deployment on the same server, in
+    another database, must not make this one's nodes sync."""
+    return f"{PREFIX}:node:{node}:sync:{db}"
 
 
-def nodes_sync() -> str:
-    """Pub/sub channel asking every node agent to sync its skill packages now."""
-    return f"{PREFIX}:nodes:sync"
+def nodes_sync(db: int) -> str:
+    """Pub/sub channel asking every node agent to sync its skill packages now (see node_sync)."""
+    return f"{PREFIX}:nodes:sync:{db}"
 
 
 def run_events_channel(run_id: str) -> str:
@@ -96,6 +115,26 @@ def failed_logins(address: str) -> str:
 def lockouts() -> str:
     """Redis Stream of the client addresses locked out for wrong tokens, and when each lock ends."""
     return f"{PREFIX}:auth:lockouts"
+
+
+def github_signin(signin_id: str) -> str:
+    """A hash: one GitHub device-flow sign-in under way (its device code, interval, next poll)."""
+    return f"{PREFIX}:signin:github:{signin_id}"
+
+
+def github_signin_lock(signin_id: str) -> str:
+    """Held while one request polls GitHub for that sign-in."""
+    return f"{PREFIX}:signin:github:{signin_id}:lock"
+
+
+def github_signin_starts(address: str) -> str:
+    """How many sign-ins a client address started in the current window."""
+    return f"{PREFIX}:signin:github:starts:{address}"
+
+
+def github_refresh_lock(token_id: int) -> str:
+    """Held while one request refreshes a GitHub sign-in (its refresh token works once)."""
+    return f"{PREFIX}:signin:github:refresh:{token_id}"
 
 
 def lockouts_generation() -> str:
@@ -139,6 +178,12 @@ def hub_wake(process: str) -> str:
 def stream_slots(token: str) -> str:
     """Sorted set of one token's open streams and waits, scored by when each lease lapses."""
     return f"{PREFIX}:streams:{token}"
+
+
+def listen_slots(token: str) -> str:
+    """Sorted set of one token's open MCP `subscriptions/listen` streams, scored by when each
+    lease lapses (api/mcp/listens.py)."""
+    return f"{PREFIX}:mcp-listens:{token}"
 
 
 # The consumer group of the control worker that turns owner events into push and webhooks.

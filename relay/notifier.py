@@ -21,13 +21,15 @@ from celery import Celery
 
 from relay import naming
 from relay.app import create_celery
+from relay.connections import settings_of
 from store.settings import Settings
 
 NOTIFY_TASK = "skillfleet.notify"
 DUE_SECONDS = 60
 
 log = structlog.get_logger(__name__)
-# The Celery app that sends the notify tasks of each Redis client, made on first use.
+# The Celery app that sends the notify tasks of each Redis client: the process's own
+# (relay/clients.py), or one made on first use for a client built without it.
 _senders: weakref.WeakKeyDictionary[redis.Redis, Celery] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -49,11 +51,17 @@ def woken(client: redis.Redis, owner_id: int) -> None:
     client.delete(naming.notify_due(owner_id))
 
 
+def send_through(client: redis.Redis, celery: Celery) -> None:
+    """Notices published through `client` send their task with `celery`."""
+    with _lock:
+        _senders[client] = celery
+
+
 def _sender(client: redis.Redis) -> Celery:
     with _lock:
         found = _senders.get(client)
         if found is None:
-            settings = Settings(redis_url=redis_url(client))
+            settings = settings_of(client) or Settings(redis_url=redis_url(client))
             found = _senders[client] = create_celery(settings, current=False)
         return found
 

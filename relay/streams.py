@@ -15,7 +15,7 @@ import redis
 import structlog
 
 from relay import held, naming, retention
-from relay.connections import reply_text
+from relay.connections import reply_text, same_server
 from relay.retention import DEFAULT_CAPS, Expiry, StreamCaps
 from store.limits import (
     CHUNK_BYTES,
@@ -118,20 +118,21 @@ class RunStream:
         self,
         state: str,
         exit_code: int | None,
-        call_answer: dict[str, Any] | None = None,
+        run_end: dict[str, Any] | None = None,
         **details: Any,
     ) -> str:
         """The last event of a run; the stream then expires after `caps.ttl` seconds, and it
         counts among the ended streams the housekeeping keeps at most `caps.kept` of.
 
         The same pipeline writes the run's end key, so a waiter for the end wakes once; with
-        `call_answer` (what the run's tool call was answered, already recorded) the end entry
-        carries it, so that waiter can answer without reading the database.
+        `run_end` (the run's result as recorded, broker.runs.run_end, given when its tool call
+        was answered with it) the end entry carries it, so that waiter can make the call's
+        answer without reading the database.
         """
         data = json.dumps({"status": state, "exit_code": exit_code, **details})
         end = {"kind": "exit", "data": data}
-        if call_answer is not None:
-            end["answer"] = json.dumps(call_answer)
+        if run_end is not None:
+            end["run"] = json.dumps(run_end)
         pipe = self._pipeline([], refresh=False)
         exit_at = len(pipe)
         pipe.xadd(self.key, {"kind": "exit", "data": data})
@@ -247,11 +248,8 @@ def blocking_client(client: redis.Redis) -> redis.Redis:
     """
     found = _blocking.get(client)
     if found is None:
-        pool = client.connection_pool
-        kwargs = dict(pool.connection_kwargs)
-        kwargs["socket_timeout"] = MAX_BLOCK_MS / 1000 + REDIS_SOCKET_TIMEOUT_SECONDS
-        found = redis.Redis(
-            connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        found = same_server(
+            client, socket_timeout=MAX_BLOCK_MS / 1000 + REDIS_SOCKET_TIMEOUT_SECONDS
         )
         _blocking[client] = found
     return found
@@ -332,8 +330,8 @@ def collected_output(client: redis.Redis, run_id: str) -> tuple[str, str]:
 def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> dict[str, Any] | None:
     """Block until the run's end key holds its exit event, or `timeout` seconds passed.
 
-    Returns the answer the run's call got when the end entry carries it (see RunStream.exit),
-    else None: the time ran out, or whoever ended the run left the answer to the database.
+    Returns the run's end when the end entry carries it (see RunStream.exit), else None: the
+    time ran out, or the run's call was not answered with it (the database tells).
     It wakes once, at the end, however much the run prints. A Redis outage is waited out too:
     the caller then reads the run's state from the database. Commands held for this request's
     next round trip (relay.held: the owner's events of the call) go before the first read.
@@ -364,4 +362,4 @@ def wait_for_end(client: redis.Redis, run_id: str, timeout: float) -> dict[str, 
             log.warning("owner events not published", error=str(failed))
         if reply:
             fields = {reply_text(k): v for k, v in reply[0][1][0][1].items()}
-            return json.loads(fields["answer"]) if "answer" in fields else None
+            return json.loads(fields["run"]) if "run" in fields else None

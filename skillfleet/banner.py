@@ -66,6 +66,45 @@ def cli_folder() -> Path | None:
     return folder.absolute()
 
 
+def node_status(settings: Settings) -> str | None:
+    """None when the `local` node can run scripts as the settings ask, else the banner's line
+    saying why not and what to do."""
+    from workers.runners.isolation import unusable
+    from workers.runners.node import isolation_missing
+
+    why = unusable(settings.node_run_as) or isolation_missing(settings.node_run_as)
+    if why is None:
+        return None
+    return f"  node local:  runs no scripts: {why}"
+
+
+def environment_status(redis_url: str) -> str | None:
+    """The banner's line when the `local` node's runs lack the standard environment (its build
+    failed, or is still under way), from its heartbeat; None once they have it."""
+    import redis
+
+    from relay import heartbeat
+    from workers.runners.environments import FEATURE_MISSING, FEATURE_READY
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+    try:
+        found = [
+            w for w in heartbeat.workers(client) if w["queue"] == naming.node_queue(LOCAL_NODE)
+        ]
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+    if not found or FEATURE_READY in found[0]["features"]:
+        return None
+    if FEATURE_MISSING in found[0]["features"]:
+        reason = str(found[0].get("reason") or "it gave no reason")
+        if len(reason) > REASON_CHARS:
+            reason = reason[: REASON_CHARS - 1] + "…"
+        return f"  node local:  {reason}"
+    return "  node local:  building the standard environment (Python packages, node); runs wait"
+
+
 def sandbox_status(settings: Settings, spark: bool) -> str | None:
     """None when a sandbox worker may start here, else the banner's line saying why not.
 

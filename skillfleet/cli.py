@@ -2,30 +2,59 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import click
 
 from skillfleet import __version__
-from skillfleet.cli_approvals import approvals
-from skillfleet.cli_jobs import jobs
-from skillfleet.cli_mcp import mcp
-from skillfleet.cli_nodes import keys, nodes
-from skillfleet.cli_policy import policy
-from skillfleet.cli_questions import questions
-from skillfleet.cli_run import run
-from skillfleet.cli_runs import runs
-from skillfleet.cli_secrets import secrets
 from skillfleet.cli_settings import load_settings
-from skillfleet.cli_skills import skills
-from skillfleet.cli_workers import beat_command, worker
+
+# Command groups by the module that defines them, imported when a command line names one: a
+# command that talks to the API never loads what the server side needs (SQLAlchemy, the
+# broker, jsonschema), which keeps each `skillfleet …` quick to start.
+LAZY_COMMANDS = {
+    "approvals": "skillfleet.cli_approvals:approvals",
+    "beat": "skillfleet.cli_workers:beat_command",
+    "env": "skillfleet.cli_env:env",
+    "jobs": "skillfleet.cli_jobs:jobs",
+    "keys": "skillfleet.cli_nodes:keys",
+    "mcp": "skillfleet.cli_mcp:mcp",
+    "nodes": "skillfleet.cli_nodes:nodes",
+    "owners": "skillfleet.cli_nodes:owners",
+    "policy": "skillfleet.cli_policy:policy",
+    "questions": "skillfleet.cli_questions:questions",
+    "run": "skillfleet.cli_run:run",
+    "runs": "skillfleet.cli_runs:runs",
+    "secrets": "skillfleet.cli_secrets:secrets",
+    "skills": "skillfleet.cli_skills:skills",
+    "worker": "skillfleet.cli_workers:worker",
+}
 
 
-@click.group()
+class LazyGroup(click.Group):
+    """A group whose LAZY_COMMANDS are imported on first use (click's documented pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS:
+            module, _, attribute = LAZY_COMMANDS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            return command if isinstance(command, click.Command) else command()
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup)
 @click.version_option(__version__, prog_name="skillfleet")
 def cli() -> None:
-    """skillfleet: Agent Skills for LLM agents, run safely across a fleet of machines."""
+    """skillfleet: Agent Skills for LLM agents, run safely across a fleet of machines.
+
+    Every id a command takes may be given by a unique start of it, such as the eight
+    characters the console shows.
+    """
 
 
 UP_ENVIRONMENT = """\b
@@ -145,7 +174,8 @@ def flower() -> None:
 
 @cli.group()
 def tokens() -> None:
-    """API tokens."""
+    """API tokens: create one (on the server's machine), list and revoke yours (through the
+    API, with SKILLFLEET_TOKEN)."""
 
 
 @tokens.command("create")
@@ -183,19 +213,37 @@ def tokens_create(owner_name: str, role: str, label: str | None) -> None:
     click.echo(token)
 
 
-cli.add_command(skills)
-cli.add_command(policy)
-cli.add_command(approvals)
-cli.add_command(questions)
-cli.add_command(jobs)
-cli.add_command(worker)
-cli.add_command(run)
-cli.add_command(runs)
-cli.add_command(nodes)
-cli.add_command(secrets)
-cli.add_command(keys)
-cli.add_command(mcp)
-cli.add_command(beat_command())
+@tokens.command("list")
+def tokens_list() -> None:
+    """List your owner and agent tokens through the API (never the tokens themselves)."""
+    from skillfleet.cli_skills import call_api, table
+
+    columns = [
+        ("id", "ID"),
+        ("role", "ROLE"),
+        ("label", "LABEL"),
+        ("created_at", "CREATED"),
+        ("last_used_at", "LAST USED"),
+        ("expires_at", "EXPIRES"),
+    ]
+    click.echo(table(call_api("GET", "/api/tokens"), columns))
+
+
+@tokens.command("revoke")
+@click.argument("token_id")
+def tokens_revoke(token_id: str) -> None:
+    """Delete the token TOKEN_ID (as `tokens list` shows it); refused at once, everywhere."""
+    from skillfleet.cli_skills import call_api
+    from skillfleet.client import ClientError
+    from skillfleet.shortids import resolve_token
+
+    try:
+        number = resolve_token(token_id)
+    except ClientError as e:
+        click.echo(f"Error ({e.code}): {e.message}", err=True)
+        sys.exit(1)
+    call_api("DELETE", f"/api/tokens/{number}")
+    click.echo(f"Revoked token {number}.")
 
 
 def main() -> None:

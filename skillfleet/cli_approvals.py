@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import quote
+
 import click
 
-from skillfleet.cli_skills import call_api, table
+from skillfleet.cli_skills import call_api, call_list, full_id, shown, table
+from skillfleet.shortids import APPROVAL
 from store.states import ApprovalStatus
 
 
@@ -15,12 +19,16 @@ def approvals() -> None:
 
 @approvals.command("list")
 @click.option("--all", "show_all", is_flag=True, help="Include answered and expired ones.")
-def list_cmd(show_all: bool) -> None:
-    """List pending approvals (or all with --all)."""
+@click.option(
+    "--limit", default=100, show_default=True, type=click.IntRange(min=1),
+    help="At most this many, newest first",
+)  # fmt: skip
+def list_cmd(show_all: bool, limit: int) -> None:
+    """List pending approvals (or all with --all), newest first."""
     params = {} if show_all else {"status": str(ApprovalStatus.PENDING)}
-    rows = call_api("GET", "/api/approvals", params=params)
+    rows = call_list("/api/approvals", params, limit)
     for row in rows:
-        row["skill"] = f"{row['skill_name']}@{row['skill_hash'][:8]}" if row["skill_name"] else "-"
+        row["skill"] = _skill(row)
     columns = [
         ("id", "ID"),
         ("status", "STATUS"),
@@ -34,7 +42,44 @@ def list_cmd(show_all: bool) -> None:
     click.echo(table(rows, columns))
 
 
+def _skill(row: dict[str, Any]) -> str:
+    """The skill asked about at its version, and whether it changed since it was asked:
+    `wiper@1a2b3c4d`, `wiper@1a2b3c4d (CHANGED: now 5e6f7a8b)`."""
+    if not row["skill_name"]:
+        return "-"
+    asked = f"{row['skill_name']}@{row['skill_hash'][:8]}"
+    if not row.get("skill_changed"):
+        return asked
+    now = row.get("skill_hash_now")
+    return f"{asked} (CHANGED: {'now ' + now[:8] if now else 'removed'})"
+
+
+@approvals.command("show")
+@click.argument("approval_id")
+def show(approval_id: str) -> None:
+    """Show one approval in full: its warning, the exact arguments and any diff."""
+    approval_id = full_id(APPROVAL, approval_id)
+    row = call_api("GET", f"/api/approvals/{quote(approval_id, safe='')}")
+    for key, value in (
+        ("id", row["id"]),
+        ("status", row["status"]),
+        ("tool", f"{row['tool']} ({row['tier']})"),
+        ("skill", _skill(row)),
+        ("node", row["node"]),
+        ("asked by", row["asked_by"]),
+        ("expires", row["expires_at"]),
+    ):
+        click.echo(f"{key + ':':<10}{shown(value)}")
+    if row.get("skill_change"):
+        click.echo(shown(row["skill_change"]))
+    click.echo(f"warning:\n{shown(row['warning'])}")
+    click.echo(f"arguments:\n{shown(row['arguments_shown'])}")
+    if row.get("diff"):
+        click.echo(f"changes:\n{shown(row['diff'])}")
+
+
 def _answer(approval_id: str, decision: str) -> None:
+    approval_id = full_id(APPROVAL, approval_id)
     result = call_api("POST", f"/api/approvals/{approval_id}", json={"decision": decision})
     said = f"{result['id']}: {result['status']}"
     if result["status"] == ApprovalStatus.APPROVED_FOR_CHAT and result.get("grant_scope") == "job":

@@ -14,8 +14,9 @@ from typing import IO, Any
 import click
 
 from skillfleet import jobedits
-from skillfleet.cli_skills import call_api, table
+from skillfleet.cli_skills import call_api, call_list, full_id, table
 from skillfleet.client import Client, ClientError
+from skillfleet.shortids import JOB, job_run
 from store.limits import KEPT_JOB_RUNS
 from store.settings import ClientSettings
 from store.states import JOB_RUNS, JobRunStatus
@@ -54,13 +55,14 @@ def list_cmd() -> None:
         ("enabled", "ENABLED"),
         ("next_run_at", "NEXT RUN (UTC)"),
     ]
-    click.echo(table(call_api("GET", "/api/jobs"), columns))
+    click.echo(table(call_list("/api/jobs"), columns))
 
 
 @jobs.command("show")
 @click.argument("job_id")
 def show(job_id: str) -> None:
     """Show one job as JSON: schedule, steps, grants, skills."""
+    job_id = full_id(JOB, job_id)
     click.echo(json.dumps(call_api("GET", f"/api/jobs/{job_id}"), indent=2))
 
 
@@ -104,6 +106,7 @@ def edit(job_id: str, file: IO[str] | None, **options: Any) -> None:
     FILE holds the fields to replace as JSON (as `jobs create` reads them, or as `jobs show`
     prints them; '-' reads standard input); each option changes one thing on top of it.
     """
+    job_id = full_id(JOB, job_id)
     job = call_api("GET", f"/api/jobs/{job_id}")
     body = jobedits.body_of(job)
     if file is not None:
@@ -122,6 +125,7 @@ def edit(job_id: str, file: IO[str] | None, **options: Any) -> None:
 @click.argument("job_id")
 def enable(job_id: str) -> None:
     """Let a job run on its schedule again."""
+    job_id = full_id(JOB, job_id)
     _set_enabled(job_id, True)
 
 
@@ -129,6 +133,7 @@ def enable(job_id: str) -> None:
 @click.argument("job_id")
 def disable(job_id: str) -> None:
     """Stop a job running on its schedule; `jobs run` still runs it."""
+    job_id = full_id(JOB, job_id)
     _set_enabled(job_id, False)
 
 
@@ -136,6 +141,7 @@ def disable(job_id: str) -> None:
 @click.argument("job_id")
 def delete(job_id: str) -> None:
     """Delete a job, its grants and its run history."""
+    job_id = full_id(JOB, job_id)
     job = call_api("GET", f"/api/jobs/{job_id}")
     call_api("DELETE", f"/api/jobs/{job_id}")
     click.echo(f"Deleted job {job['id']} ({job['name']}), its grants and its run history.")
@@ -152,6 +158,7 @@ def delete(job_id: str) -> None:
 @TIMEOUT_OPTION
 def run(job_id: str, wait: bool, timeout: int) -> None:
     """Run a job now; print the run's id."""
+    job_id = full_id(JOB, job_id)
     _refuse_while_active(job_id)
     run_id = call_api("POST", f"/api/jobs/{job_id}/run")["job_run_id"]
     click.echo(run_id)
@@ -165,13 +172,16 @@ def run(job_id: str, wait: bool, timeout: int) -> None:
 @TIMEOUT_OPTION
 def wait_cmd(job_id: str, run_id: str | None, timeout: int) -> None:
     """Wait for a run of a job (its newest without RUN_ID), as `jobs run --wait` does."""
+    job_id = full_id(JOB, job_id)
     if run_id is None:
-        newest = call_api("GET", f"/api/jobs/{job_id}/runs")
+        newest = call_list(f"/api/jobs/{job_id}/runs")
         if not newest:
             raise click.ClickException(
                 f"Job {job_id} has no runs yet; start one with `skillfleet jobs run {job_id}`."
             )
         run_id = str(newest[0]["id"])
+    else:
+        run_id = full_id(job_run(job_id), run_id)
     click.echo(run_id)
     sys.exit(_follow(job_id, run_id, timeout))
 
@@ -180,7 +190,8 @@ def wait_cmd(job_id: str, run_id: str | None, timeout: int) -> None:
 @click.argument("job_id")
 def runs(job_id: str) -> None:
     """The job's runs, newest first."""
-    rows = call_api("GET", f"/api/jobs/{job_id}/runs")
+    job_id = full_id(JOB, job_id)
+    rows = call_list(f"/api/jobs/{job_id}/runs")
     for row in rows:
         row["why"] = row["error_message"] or ""
         row["steps_done"] = f"{sum(s['status'] == 'done' for s in row['steps'])}"
@@ -201,7 +212,7 @@ def runs(job_id: str) -> None:
 
 def _refuse_while_active(job_id: str) -> None:
     """A job runs once at a time (the API refuses a second): say how to follow the one on."""
-    for row in call_api("GET", f"/api/jobs/{job_id}/runs"):
+    for row in call_list(f"/api/jobs/{job_id}/runs"):
         if row["status"] in JOB_RUNS.open:
             raise click.ClickException(
                 f"Job {job_id} is still {row['status']} (run {row['id']}); follow that run with "
@@ -232,7 +243,7 @@ def _follow(job_id: str, run_id: str, limit: float) -> int:
 
 
 def _job_run(job_id: str, run_id: str) -> dict[str, Any]:
-    for row in call_api("GET", f"/api/jobs/{job_id}/runs"):
+    for row in call_list(f"/api/jobs/{job_id}/runs"):
         if row["id"] == run_id:
             return dict(row)
     raise click.ClickException(

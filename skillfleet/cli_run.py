@@ -24,7 +24,11 @@ WAIT_STEP_SECONDS = 1
 @click.command("run")
 @click.argument("skill")
 @click.argument("script")
-@click.option("--node", default=None, help="The server to run a node skill on")
+@click.option(
+    "--node",
+    default=None,
+    help="Where to run: a node's name, or spark or sandbox (as the skill allows)",
+)
 @click.option("--args", "arguments", default="{}", help="The script's arguments as a JSON object")
 @click.option("--chat-id", default="cli", show_default=True, help="The chat the call belongs to")
 @click.option("--mode", type=click.Choice(["execute", "plan"]), default="execute")
@@ -56,6 +60,7 @@ def _run(
     if envelope["status"] == CallStatus.PENDING_APPROVAL:
         approval = envelope["approval_id"]
         started["approval_id"] = approval
+        started["call_id"] = envelope["call_id"]
         click.echo(f"Waiting for the owner's approval {approval}; to answer it:", err=True)
         click.echo(f"  skillfleet approvals approve {approval}", err=True)
         envelope = _wait_for_answer(client, envelope["call_id"])
@@ -71,7 +76,7 @@ def _run(
 
 
 def _interrupted(client: Client, started: dict[str, str]) -> int:
-    """Ctrl-C: cancel the run on the server (a pending approval stays pending); exit 130."""
+    """Ctrl-C: cancel the run on the server, or withdraw the pending approval; exit 130."""
     if "run_id" in started:
         run_id = started["run_id"]
         try:
@@ -80,9 +85,12 @@ def _interrupted(client: Client, started: dict[str, str]) -> int:
         except ClientError as e:
             click.echo(f"\n[run {run_id}: {e.message}]", err=True)
     elif "approval_id" in started:
-        click.echo(
-            f"\n[stopped waiting; approval {started['approval_id']} is still pending]", err=True
-        )
+        approval = started["approval_id"]
+        try:  # the dropped wait withdrew it already, unless the API missed the disconnect
+            client.json("POST", f"/api/calls/{started['call_id']}/withdraw")
+        except ClientError:
+            pass  # withdrawn already, or answered just now
+        click.echo(f"\n[stopped waiting; approval {approval} withdrawn]", err=True)
     return STATE_EXIT["cancelled"]
 
 

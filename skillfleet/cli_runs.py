@@ -7,8 +7,9 @@ import sys
 import click
 
 from skillfleet.cli_run import stream_run
-from skillfleet.cli_skills import call_api, table
+from skillfleet.cli_skills import call_api, call_list, full_id, table
 from skillfleet.client import Client, ClientError
+from skillfleet.shortids import RUN
 from store.settings import ClientSettings
 from store.states import RunStatus
 
@@ -22,13 +23,14 @@ def runs() -> None:
 
 @runs.command("list")
 @click.option("--status", type=click.Choice(STATES), default=None, help="Only runs in this state")
-@click.option("--limit", default=20, show_default=True, help="At most this many, newest first")
+@click.option(
+    "--limit", default=20, show_default=True, type=click.IntRange(min=1),
+    help="At most this many, newest first",
+)  # fmt: skip
 def list_cmd(status: str | None, limit: int) -> None:
     """List your runs, newest first."""
-    params: dict[str, str | int] = {"page_size": limit}
-    if status is not None:
-        params["status"] = status
-    rows = call_api("GET", "/api/runs", params=params)
+    params = {} if status is None else {"status": status}
+    rows = call_list("/api/runs", params, limit)
     columns = [
         ("run_id", "RUN"),
         ("status", "STATUS"),
@@ -45,6 +47,7 @@ def list_cmd(status: str | None, limit: int) -> None:
 @click.argument("run_id")
 def show(run_id: str) -> None:
     """Show one run's state and its output so far."""
+    run_id = full_id(RUN, run_id)
     run = call_api("GET", f"/api/runs/{run_id}")
     for key in ("run_id", "status", "skill_name", "skill_hash", "script", "node", "isolation",
                 "exit_code", "error", "created_at", "started_at", "finished_at"):  # fmt: skip
@@ -57,6 +60,7 @@ def show(run_id: str) -> None:
 @click.argument("run_id")
 def cancel(run_id: str) -> None:
     """Cancel a queued or running run."""
+    run_id = full_id(RUN, run_id)
     run = call_api("POST", f"/api/runs/{run_id}/cancel")
     state = run["status"]
     note = "" if state == "cancelled" else " (its runner stops it now)"
@@ -68,6 +72,7 @@ def cancel(run_id: str) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing output until the run ends")
 def logs(run_id: str, follow: bool) -> None:
     """Print a run's output; with -f, follow it live and exit with the script's exit code."""
+    run_id = full_id(RUN, run_id)
     if not follow:
         _print_output(call_api("GET", f"/api/runs/{run_id}"))
         return

@@ -11,7 +11,14 @@ from typing import Any
 import click
 
 from skillfleet.client import Client, ClientError, cli_words
+from skillfleet.shortids import Kind, resolve
+from store.limits import CLI_WARNINGS_SHOWN
+from store.names import AUTO, EXECUTIONS
 from store.settings import ClientSettings
+from store.visible import visible
+
+# `skills execution NAME default`: no choice of the owner's, as SKILL.md says.
+DEFAULT_EXECUTION = "default"
 
 
 def _client() -> Client:
@@ -28,6 +35,31 @@ def call_api(method: str, path: str, **kwargs: Any) -> Any:
         sys.exit(1)
 
 
+def full_id(kind: Kind, given: str) -> str:
+    """The whole id `given` is or starts (skillfleet/shortids.py); a clear error and exit 1
+    when none or several match."""
+    try:
+        return resolve(_client(), kind, given)
+    except ClientError as e:
+        click.echo(f"Error ({e.code}): {e.message}", err=True)
+        sys.exit(1)
+
+
+def call_list(path: str, params: dict[str, Any] | None = None, limit: int | None = None) -> Any:
+    """A list route's items, following its pages up to `limit` (None: all of them); when more
+    were left, a line on stderr says how to see them."""
+    try:
+        rows, more = _client().listing(path, params, limit)
+    except ClientError as e:
+        click.echo(f"Error ({e.code}): {e.message}", err=True)
+        for problem in e.errors:
+            click.echo(f"  - {problem}", err=True)
+        sys.exit(1)
+    if more:
+        click.echo(f"(the newest {limit} are shown; --limit N shows more)", err=True)
+    return rows
+
+
 def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
     """A plain text table with a header row; long cells are cut."""
     cells = [[_cell(row.get(key)) for key, _title in columns] for row in rows]
@@ -40,13 +72,18 @@ def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
 
 
 def _cell(value: Any, limit: int = 60) -> str:
-    if isinstance(value, bool):
-        text = "yes" if value else "no"
-    elif value is None:
-        text = "-"
-    else:
-        text = str(value)
+    text = shown(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shown(value: Any) -> str:
+    """A value as the terminal shows it: yes/no, `-` for none, and text with control and
+    format characters written as escapes (an agent's ESC or U+202E can't rewrite the screen)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "-"
+    return visible(str(value))
 
 
 @click.group()
@@ -57,7 +94,7 @@ def skills() -> None:
 @skills.command("list")
 def list_cmd() -> None:
     """List installed skills."""
-    rows = call_api("GET", "/api/skills")
+    rows = call_list("/api/skills")
     for row in rows:
         row["hash8"] = row["hash"][:8]
     columns = [
@@ -74,8 +111,9 @@ def list_cmd() -> None:
 
 @skills.command("show")
 @click.argument("name")
-def show(name: str) -> None:
-    """Show one skill and its files."""
+@click.option("--warnings", "all_warnings", is_flag=True, help="Print every review warning.")
+def show(name: str, all_warnings: bool) -> None:
+    """Show one skill, its files and its review warnings."""
     skill = call_api("GET", f"/api/skills/{name}")
     for key in (
         "name",
@@ -107,6 +145,9 @@ def show(name: str) -> None:
         click.echo()
         click.echo("Warnings from the import:")
         _echo_warnings(skill["warnings"])
+    if skill.get("lint_warnings"):
+        click.echo()
+        _echo_review(skill["name"], skill["lint_warnings"], everything=all_warnings)
 
 
 @skills.command("import")
@@ -114,11 +155,22 @@ def show(name: str) -> None:
 @click.option("--replace", is_flag=True, help="Replace an owned skill of the same name.")
 @click.option("--disabled", is_flag=True, help="Import without enabling it.")
 @click.option("--name", default=None, help="Install a single skill under this name.")
-def import_cmd(source: str, replace: bool, disabled: bool, name: str | None) -> None:
+@click.option(
+    "--execution",
+    type=click.Choice(EXECUTIONS),
+    default=None,
+    help="Where its scripts run, whatever its SKILL.md says (default: as it says, else the "
+    "Spark while one serves, else a node).",
+)
+def import_cmd(
+    source: str, replace: bool, disabled: bool, name: str | None, execution: str | None
+) -> None:
     """Import a skill, or a folder of skills, from a folder, a .zip file or a GitHub folder URL."""
     params = {"replace": "true"} if replace else {}
     if name is not None:
         params["name"] = name
+    if execution is not None:
+        params["execution"] = execution
     if source.startswith(("https://", "http://")):
         body = {"github": source, "enable": not disabled}
         result = call_api("POST", "/api/skills", params=params, json=body)
@@ -134,6 +186,7 @@ def import_cmd(source: str, replace: bool, disabled: bool, name: str | None) -> 
     click.echo(f"Imported {result['name']} ({len(result['files'])} files, {state}).")
     click.echo(f"hash: {result['hash']}")
     _echo_warnings(result.get("warnings", []))
+    _echo_review(result["name"], result.get("lint_warnings", []))
 
 
 def _report_bundle(result: dict[str, Any]) -> None:
@@ -145,6 +198,7 @@ def _report_bundle(result: dict[str, Any]) -> None:
             f"({len(item['files'])} files, {state}, hash {item['hash'][:8]})."
         )
         _echo_warnings(item["warnings"])
+        _echo_review(item["name"], item.get("lint_warnings", []))
     for item in result["refused"]:
         click.echo(f"Refused {item['folder']} ({item['code']}): {cli_words(item['message'])}")
         for problem in item["errors"]:
@@ -156,7 +210,21 @@ def _report_bundle(result: dict[str, Any]) -> None:
 
 def _echo_warnings(warnings: list[str]) -> None:
     for warning in warnings:
-        click.echo(f"  warning: {warning}")
+        click.echo(f"  warning: {shown(warning)}")
+
+
+def _echo_review(name: str, warnings: list[str], everything: bool = False) -> None:
+    """The review warnings' count and the first few (all of them with `everything`), and
+    how to see the rest."""
+    if not warnings:
+        return
+    click.echo(f"{len(warnings)} review warning(s), where to look before you enable or run it:")
+    listed = warnings if everything else warnings[:CLI_WARNINGS_SHOWN]
+    for warning in listed:
+        click.echo(f"  review: {shown(warning)}")
+    if len(listed) < len(warnings):
+        more = len(warnings) - len(listed)
+        click.echo(f"  … and {more} more: skillfleet skills show {name} --warnings")
 
 
 def _zip_source(path: Path) -> tuple[str, bytes]:
@@ -218,6 +286,23 @@ def validate(folder: Path, strict: bool, name: str | None) -> None:
         return
     click.echo(f"Valid skill: {info.name}, imported with {len(info.warnings)} warning(s):")
     _echo_warnings(list(info.warnings))
+
+
+@skills.command("execution")
+@click.argument("name")
+@click.argument("where", type=click.Choice([*EXECUTIONS, DEFAULT_EXECUTION]))
+def execution_cmd(name: str, where: str) -> None:
+    """Choose where a skill's scripts run: node, spark, sandbox, or default (as its SKILL.md
+    says, else the Spark while one serves, else a node). Its content and hash stay."""
+    chosen = None if where == DEFAULT_EXECUTION else where
+    skill = call_api("PUT", f"/api/skills/{name}/execution", json={"execution": chosen})
+    if skill["execution"] == AUTO:
+        runs = "the Spark while a Spark worker serves, else on the node a call names"
+        how = "its SKILL.md says nothing"
+    else:
+        runs = skill["execution"]
+        how = "your choice" if skill["execution_choice"] else "as its SKILL.md says"
+    click.echo(f"{skill['name']} runs on {runs} ({how}); its hash is still {skill['hash'][:8]}.")
 
 
 @skills.command("enable")

@@ -29,7 +29,7 @@ def node(name: str, concurrency: int) -> None:
     if not naming.is_node_name(name):
         raise click.ClickException("A node name is 1-64 characters of a-z, 0-9 and hyphens.")
     from workers.agent import SyncLoop
-    from workers.runners.node import NodeRunner
+    from workers.runners.isolation import FEATURE
 
     settings = load_settings()
     cache = _package_cache(settings, name)
@@ -39,8 +39,7 @@ def node(name: str, concurrency: int) -> None:
         loop_holder["loop"] = SyncLoop(cache, client, name)
         loop_holder["loop"].start()
 
-    runner = NodeRunner()
-    runner.keeper.start()  # before the first run, not on its path
+    runner, reason = _node_runner(settings)
     _serve(
         settings,
         role="node",
@@ -48,10 +47,48 @@ def node(name: str, concurrency: int) -> None:
         name=name,
         runner=runner,
         packages=cache,
-        features=_node_features(),
+        features=[*_node_features(), FEATURE[settings.node_run_as]],
         concurrency=concurrency,
         before=before,
+        reason=reason,
+        status=runner.toolchain.standard if runner is not None else None,
     )
+
+
+def _node_toolchain(settings: Settings) -> Any:
+    """The standard environment (built in the background from now on) and declared
+    dependencies' folders, where every run's uid reads them."""
+    from workers.runners.environments import (
+        DeclaredEnvironments,
+        StandardEnvironment,
+        Toolchain,
+        default_env_dir,
+    )
+
+    env_dir = settings.env_dir or default_env_dir()
+    standard = StandardEnvironment(env_dir, settings.package_index, settings.standard_env)
+    standard.start()
+    return Toolchain(standard, DeclaredEnvironments(env_dir, standard, settings.package_index))
+
+
+def _node_runner(settings: Settings) -> tuple[Any, str | None]:
+    """The node runner as the settings ask (a uid per run, or the worker's user), or None and
+    why it can't run scripts here."""
+    from workers.runners.isolation import RUN_AS_UID, RunSpace, default_runs_dir, unusable
+    from workers.runners.node import NodeRunner, isolation_missing
+
+    reason = unusable(settings.node_run_as) or isolation_missing(settings.node_run_as)
+    if reason is not None:
+        return None, f"This node runs no scripts: {reason}."
+    if settings.node_run_as == RUN_AS_UID:
+        # Runs get uids of their own: nothing of the worker's may be theirs to read.
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.data_dir.chmod(0o700)
+    space = RunSpace.of(settings.run_dir or default_runs_dir(), settings.node_run_as,
+                        *settings.run_uids)  # fmt: skip
+    runner = NodeRunner(space=space, toolchain=_node_toolchain(settings))
+    runner.keeper.start()  # before the first run, not on its path
+    return runner, None
 
 
 @worker.command("spark")
@@ -66,6 +103,8 @@ def spark(concurrency: int) -> None:
         settings.runner_image,
         egress_network=settings.runner_network,
         egress_private=settings.runner_network_private,
+        package_index=settings.package_index,
+        work_direct=settings.spark_work_direct,
     )
     try:
         runner.start()
@@ -159,6 +198,15 @@ def _package_cache(settings: Settings, node: str) -> Any:
     )
 
 
+def _run_files(settings: Settings, node: str | None) -> Any:
+    """The channel a worker fetches its runs' input files and sends back their output on."""
+    from workers.runfiles import RunFiles
+
+    if node is None or not settings.node_token:
+        return None
+    return RunFiles(settings.api_url, node, settings.node_token)
+
+
 def _node_features() -> list[str]:
     features = ["skills"]
     if _docker_answers():
@@ -190,34 +238,42 @@ def _serve(
     concurrency: int,
     reason: str | None = None,
     before: Any = None,
+    status: Any = None,
 ) -> None:
-    """Beat for `queue` and consume it; a worker that can't serve it beats but stays off it."""
+    """Beat for `queue` and consume it; a worker that can't serve it beats but stays off it.
+
+    `status` (a node's standard environment) adds its features, and its note as the reason
+    of a worker that serves."""
     import time
 
-    from relay import feed
-    from relay.app import create_celery
-    from relay.connections import redis_client
+    from relay.clients import Clients
     from relay.heartbeat import Beater, Instance
     from relay.retention import StreamCaps
     from skillfleet.serving import freeze_startup_heap
-    from store.db import make_engine, make_sessions
     from store.logs import configure_logging
     from workers.execute import WorkerContext
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(settings.log_level, settings.log_format)
-    app = create_celery(settings)
-    client = redis_client(settings)
+    # The process's engine, Redis client and Celery app, built once (workers/context.py).
+    clients = Clients.build(settings)
+    app, client = clients.celery, clients.redis
+    app.skillfleet_clients = clients
     instance = Instance(role=role, queue=queue, name=name, features=features, reason=reason)
     serving = reason is None
     app.skillfleet_instance = instance  # job runs record it; the reaper watches its heartbeat
     if runner is not None:
-        sessions = make_sessions(make_engine(settings.database))
-        feed.attach(sessions, client)
+        sessions = clients.sessions
         caps = StreamCaps.of(settings)
-        app.skillfleet_worker = WorkerContext(sessions, client, instance, runner, packages, caps)
+        files = _run_files(settings, name)
+        app.skillfleet_worker = WorkerContext(
+            sessions, client, instance, runner, packages, caps, files
+        )
 
     def refresh(current: Instance) -> None:
+        if status is not None:
+            current.features = [*features, *status.features()]
+            current.reason = reason or status.note()
         if packages is not None:
             current.hashes = packages.held()
             current.refused = [f"{key}: {why}" for key, why in packages.last_refused]

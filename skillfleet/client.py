@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from store.limits import MAX_PAGE_SIZE
 from store.settings import ClientSettings
 
 TOKEN_HINT = "export SKILLFLEET_TOKEN=… (the owner token `make up` printed, on its `export` line)"
@@ -50,6 +51,26 @@ class Client:
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.request(method, path, **kwargs)
         return response.json() if response.content else None
+
+    def listing(
+        self, path: str, params: dict[str, Any] | None = None, limit: int | None = None
+    ) -> tuple[list[Any], bool]:
+        """A list route's items, page after page (the Link header's rel="next" address), up
+        to `limit` (None: all); and whether more were left unread."""
+        items: list[Any] = []
+        query = dict(params or {})
+        if limit is not None:
+            query["page_size"] = max(1, min(limit, MAX_PAGE_SIZE))
+        address: str | None = path
+        while address is not None:
+            # httpx's params replace an address's query: the next address carries its own.
+            response = self.request("GET", address, **({"params": query} if query else {}))
+            items.extend(response.json())
+            query = {}
+            address = response.links.get("next", {}).get("url")
+            if limit is not None and len(items) >= limit:
+                return items[:limit], address is not None or len(items) > limit
+        return items, False
 
     def _error(self, response: httpx.Response) -> ClientError:
         """The API's error in the CLI's words: its options, and how to give it a token."""

@@ -4,6 +4,7 @@ API's `/mcp`, reaching the API over HTTP as a client of its REST routes."""
 from __future__ import annotations
 
 import secrets
+import sys
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -14,13 +15,16 @@ from api.mcp.rest import Rest, make_client
 from store.settings import ClientSettings
 
 
-async def serve(settings: ClientSettings) -> None:
-    """Check the URL and token once, then serve MCP on stdin and stdout until the host leaves."""
+async def serve(settings: ClientSettings, owner_warning: str = "") -> None:
+    """Check the URL and token once, then serve MCP on stdin and stdout until the host leaves;
+    `owner_warning` goes to standard error when the token is an owner's."""
     headers = {"Authorization": f"Bearer {settings.token}", "User-Agent": "skillfleet-mcp"}
     session = secrets.token_hex(8)
     async with make_client(settings.url) as http:
         rest = Rest(http, headers)
         await rest.tools()  # a wrong URL or token fails here, with the API's words
+        if owner_warning and await rest.is_owner_token():
+            print(owner_warning, file=sys.stderr, flush=True)  # stdout carries MCP
 
         def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
             return Caller(rest, f"mcp-{client_name(ctx)}-{session}")

@@ -9,9 +9,9 @@ files left by an earlier run, and a dead worker's live gauges are dropped.
 
 The request log: with gunicorn's `--access-logfile` (`skillfleet up` gives it
 var/logs/api.log), a line per request once its answer is complete, streams included: method,
-path, the names of the query's parameters (never their values), status, duration and the
-client's address. Never a header (the token is one) or a body. uvicorn's own access line,
-which holds the whole query string, is off.
+path, the names of the query's parameters (never their values), for `/mcp` the MCP method and
+the tool of a `tools/call`, status, duration and the client's address. Never a header (the
+token is one) or a body. uvicorn's own access line, which holds the whole query string, is off.
 """
 
 from __future__ import annotations
@@ -57,6 +57,12 @@ def on_starting(server: Any) -> None:
         for stale in folder.glob("*.db"):
             stale.unlink()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    # The API's modules, imported once here (after the metrics folder is known): each worker
+    # forked from this process finds them imported, instead of spending about 2 s of CPU on
+    # them itself. Nothing is built here: each worker makes its own app, connections and
+    # threads (create_app).
+    import api.asgi  # noqa: F401
+    import api.mcp.http  # noqa: F401
 
 
 def post_worker_init(worker: Any) -> None:
@@ -109,19 +115,25 @@ def create_app() -> App:
     """What gunicorn serves: the API's ASGI app, with the request log when gunicorn was given
     `--access-logfile`."""
     from api.asgi import create_asgi_app
+    from api.mcp.http import LOG_SCOPE_KEY
 
     app: App = create_asgi_app()
     if not logging.getLogger(REQUEST_LOGGER).handlers:
         return app
-    return RequestLog(app, line_logger(REQUEST_LOGGER, Settings.from_env().log_format))
+    log = line_logger(REQUEST_LOGGER, Settings.from_env().log_format)
+    return RequestLog(app, log, LOG_SCOPE_KEY)
 
 
 class RequestLog:
-    """Logs each HTTP request once its answer is complete (see the module's text)."""
+    """Logs each HTTP request once its answer is complete (see the module's text); what the
+    app left in the request's scope under `scope_key` (a dict) is logged with it."""
 
-    def __init__(self, app: App, log: structlog.typing.FilteringBoundLogger) -> None:
+    def __init__(
+        self, app: App, log: structlog.typing.FilteringBoundLogger, scope_key: str = ""
+    ) -> None:
         self.app = app
         self.log = log
+        self.scope_key = scope_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -144,6 +156,7 @@ class RequestLog:
                 method=scope["method"],
                 path=scope["path"],
                 **query_names(scope),
+                **(scope.get(self.scope_key) or {}),
                 status=status,
                 ms=round((time.perf_counter() - started) * 1000, 1),
                 client=(scope.get("client") or ("-",))[0],

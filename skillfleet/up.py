@@ -18,7 +18,15 @@ from typing import Any
 import click
 
 from relay import naming
-from skillfleet.banner import LOCAL_NODE, LOGS, announce, sandbox_refusal, sandbox_status
+from skillfleet.banner import (
+    LOCAL_NODE,
+    LOGS,
+    announce,
+    environment_status,
+    node_status,
+    sandbox_refusal,
+    sandbox_status,
+)
 from skillfleet.supervisor import Supervisor
 from store.settings import Settings
 
@@ -204,6 +212,12 @@ def run_up(settings: Settings) -> int:
     Ctrl-C."""
     from store.migrate import upgrade
 
+    if settings.redis_sentinels:
+        raise click.ClickException(
+            "skillfleet up runs one Redis of its own or REDIS_URL's; unset "
+            "SKILLFLEET_REDIS_SENTINELS, or run `skillfleet api` and `skillfleet worker` "
+            "against the sentinels (docs/operations.md)."
+        )
     _check_port_free(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     (settings.data_dir / LOGS).mkdir(exist_ok=True)
@@ -257,14 +271,19 @@ def _start_and_announce(
     """Start the workers, wait for the ones a first call needs, then print the banner."""
     spark_note = _spark_status(settings)
     sandbox_note = sandbox_status(settings, spark=spark_note is None)
+    node_note = node_status(settings)
     _start_workers(settings, env, workers, spark=spark_note is None, sandbox=sandbox_note is None)
-    labels = [LOCAL_NODE] + ([naming.SPARK] if spark_note is None else [])
+    # A local worker that runs no scripts still beats (with its reason), but serves no queue.
+    labels = ([LOCAL_NODE] if node_note is None else []) + (
+        [naming.SPARK] if spark_note is None else []
+    )
     if not _wait_for_heartbeats(env["REDIS_URL"], workers, labels, stopping):
         return
     if sandbox_note is None:
         limit = WORKER_START_LIMIT
         sandbox_note = sandbox_refusal(env["REDIS_URL"], workers, stopping, limit)
-    notes = [note for note in (spark_note, sandbox_note) if note]
+    env_note = environment_status(env["REDIS_URL"]) if node_note is None else None
+    notes = [note for note in (node_note, env_note, spark_note, sandbox_note) if note]
     announce(settings, tokens, list(workers.workers), notes)
 
 
@@ -367,18 +386,16 @@ def _spark_status(settings: Settings) -> str | None:
 
 
 def node_token(settings: Settings, node: str) -> str:
-    """The token of a node run by `skillfleet up`, kept under the data dir (0600)."""
-    from sqlalchemy import select
-
+    """The token of a node run by `skillfleet up`, kept under the data dir (0600); the `local`
+    node is the bootstrap owner's."""
+    from store import nodes
     from store.db import make_engine, make_sessions, transaction
-    from store.models import Node
     from store.tokens import authenticate, create_node_token
 
     path = settings.data_dir / f"node-token-{node}"
     engine = make_engine(settings.database)
     with transaction(make_sessions(engine)) as session:
-        if session.scalar(select(Node).where(Node.name == node)) is None:
-            session.add(Node(name=node))
+        nodes.register(session, node, BOOTSTRAP_OWNER if node == LOCAL_NODE else None)
         token = path.read_text().strip() if path.exists() else ""
         if not token or authenticate(session, token) is None:
             token = create_node_token(session, node)

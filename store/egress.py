@@ -10,11 +10,22 @@ the name in the URL. Every request goes through the check: redirects too, when f
 Addresses are judged as the resolver reads them, so every way of writing one is covered
 (2130706433, 0x7f000001, 0177.0.0.1 and 127.1 are 127.0.0.1), and an IPv6 address that embeds an
 IPv4 one (IPv4-mapped `::ffff:0:0/96`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) is judged by the
-IPv4 address. Names that only mean something on a local network (no dot, `localhost`, `.local`,
+IPv4 address. Every block of IANA's special-purpose registries is refused, from the explicit
+list in store/specialaddresses.py (192.0.0.0/24, 3fff::/20, 5f00::/16...), then whatever
+Python's `ipaddress` calls loopback, link-local, multicast, reserved, private or not global.
+Names that only mean something on a local network (no dot, `localhost`, `.local`,
 `.internal`...) are refused without asking DNS.
 
 The operator may allow hosts (SKILLFLEET_EGRESS_ALLOW): a listed name is reached wherever it
 resolves, a listed address or network is reached by any name that resolves into it.
+
+Every client has one deadline (store/deadlines.py) over each request, redirects, the response's
+head and its body included, so a server trickling its answer can't hold a read past it; a
+caller gives the deadline of what it reads (a web page, a webhook delivery, a model's answer, a
+client's metadata document), or gets OUTBOUND_SECONDS. Looking the name up is left to the
+system resolver and its own timeouts. `read_at_most` bounds what a body may hold. A new
+outbound read (an OAuth client's metadata document, say) is these three: an `Egress` from the
+operator's allow-list, `client(Deadline.after(its seconds))`, and `read_at_most`.
 """
 
 from __future__ import annotations
@@ -27,9 +38,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from store.deadlines import Deadline, DeadlineBackend, DeadlineTransport
 from store.errors import StoreError
+from store.limits import OUTBOUND_SECONDS
+from store.specialaddresses import IPAddress, special_block
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # The host's addresses for a port, as text; raises OSError when the name does not resolve.
 Resolver = Callable[[str, int], list[str]]
 
@@ -41,7 +54,7 @@ LOCAL_NAMES = (
 )  # fmt: skip
 _PUBLIC_ONLY = "requests go to public hosts only (SKILLFLEET_EGRESS_ALLOW lists exceptions)."
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-# What makes an address one that may not be reached, in the order they are named.
+# What else makes an address one that may not be reached, after the registries' blocks.
 _REFUSED: tuple[tuple[str, Callable[[IPAddress], bool]], ...] = (
     ("the unspecified address", lambda a: a.is_unspecified),
     ("a loopback address", lambda a: a.is_loopback),
@@ -74,10 +87,39 @@ def refusal(address: IPAddress) -> str | None:
         if embedded is not None:  # reached through its IPv4 address: judged by it
             reason = refusal(embedded)
             return None if reason is None else f"which holds {embedded}, {reason}"
+    block = special_block(address)
+    if block is not None:
+        return block.reason
     for reason, applies in _REFUSED:
         if applies(address):
             return reason
     return None
+
+
+def read_at_most(response: httpx.Response, most: int) -> bytes | None:
+    """A streamed response's body, Content-Encoding undone; None as soon as it is known to be
+    over `most` bytes (a declared length over it is not read at all)."""
+    declared = response.headers.get("content-length", "")
+    encoded = response.headers.get("content-encoding", "identity").lower() != "identity"
+    if declared.isdigit() and not encoded and int(declared) > most:
+        return None
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > most:
+            return None
+    return bytes(body)
+
+
+def local_host(host: str) -> str | None:
+    """Why `host` (a name, an address in any form, `*.name`, `[v6]`) can only be on a local
+    network, judged without DNS: a local network's name or an address that is not public;
+    None for a public name or address."""
+    name = _name(host).removeprefix("*.")
+    literal = _numeric(name)
+    if literal is not None:
+        return refusal(literal)
+    return "a name of a local network" if _local(name) else None
 
 
 class Egress:
@@ -136,10 +178,15 @@ class Egress:
         literal = _numeric(name)
         return name in self.names or (literal is not None and self._in_networks(literal))
 
-    def client(self, verify: Any = True, **options: Any) -> httpx.Client:
-        """An httpx client whose requests (redirects included) reach checked addresses only;
+    def client(
+        self, deadline: Deadline | None = None, verify: Any = True, **options: Any
+    ) -> httpx.Client:
+        """An httpx client whose requests (redirects included) reach checked addresses only and
+        are over, body included, by `deadline` (OUTBOUND_SECONDS from now when none is given);
         environment proxies are not used."""
-        transport = CheckedTransport(self, verify=verify)
+        deadline = deadline or Deadline.after(OUTBOUND_SECONDS)
+        options.setdefault("timeout", deadline.seconds)
+        transport = CheckedTransport(self, deadline, verify=verify)
         return httpx.Client(transport=transport, trust_env=False, **options)
 
     def _resolve(self, name: str, port: int) -> list[IPAddress]:
@@ -160,13 +207,15 @@ class CheckedTransport(httpx.BaseTransport):
 
     The request goes out to the address with the URL's Host header and, over TLS, the URL's
     name as SNI and for the certificate check. Each host has its own connection pool, so a
-    connection made for one name never carries another's requests.
+    connection made for one name never carries another's requests; all of them are held to
+    the client's deadline.
     """
 
-    def __init__(self, egress: Egress, **options: Any) -> None:
+    def __init__(self, egress: Egress, deadline: Deadline, verify: Any = True) -> None:
         self.egress = egress
-        self.options = options
-        self._pools: dict[tuple[str, str, int], httpx.HTTPTransport] = {}
+        self.backend = DeadlineBackend(deadline)
+        self.verify = verify
+        self._pools: dict[tuple[str, str, int], DeadlineTransport] = {}
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -185,11 +234,12 @@ class CheckedTransport(httpx.BaseTransport):
         for pool in self._pools.values():
             pool.close()
         self._pools.clear()
+        self.backend.close()
 
-    def _pool(self, scheme: str, host: str, port: int) -> httpx.HTTPTransport:
+    def _pool(self, scheme: str, host: str, port: int) -> DeadlineTransport:
         key = (scheme, host, port)
         if key not in self._pools:
-            self._pools[key] = httpx.HTTPTransport(trust_env=False, **self.options)
+            self._pools[key] = DeadlineTransport(self.backend, self.verify)
         return self._pools[key]
 
 

@@ -197,6 +197,70 @@ class InvalidTokenLabel(StoreError):
     status = 422
 
 
+class GitHubSignInError(StoreError):
+    """Root of the errors of signing in with GitHub; nothing is granted when one is raised."""
+
+    code = "github_signin_failed"
+    status = 502
+
+
+class GitHubUnavailable(GitHubSignInError):
+    """Raised when GitHub can't be reached or answers out of turn (a 5xx, not JSON): try again;
+    nothing that was under way ends for it."""
+
+    code = "github_unavailable"
+    status = 502
+
+
+class GitHubSignInOff(GitHubSignInError):
+    """Raised when the operator set no GitHub app (SKILLFLEET_GITHUB_CLIENT_ID)."""
+
+    code = "github_signin_off"
+    status = 404
+
+
+class SignInNotFound(GitHubSignInError):
+    """Raised when a sign-in id names no sign-in under way (unknown, or already over)."""
+
+    code = "signin_not_found"
+    status = 404
+
+
+class GitHubCodeExpired(GitHubSignInError):
+    """Raised when the code shown to the owner expired before it was entered on GitHub."""
+
+    code = "github_code_expired"
+    status = 410
+
+
+class GitHubAccessDenied(GitHubSignInError):
+    """Raised when the person pressed Cancel on GitHub's page instead of Authorize."""
+
+    code = "github_access_denied"
+    status = 403
+
+
+class GitHubUserNotAllowed(GitHubSignInError):
+    """Raised when the GitHub user is on no rule of SKILLFLEET_GITHUB_SIGNIN."""
+
+    code = "github_user_not_allowed"
+    status = 403
+
+
+class GitHubSessionEnded(GitHubSignInError):
+    """Raised when a GitHub sign-in can't be renewed (GitHub refused its refresh token)."""
+
+    code = "github_session_ended"
+    status = 401
+
+
+class NotAGitHubSession(GitHubSignInError):
+    """Raised when a token that no GitHub sign-in gave asks to be refreshed."""
+
+    code = "not_a_github_session"
+    status = 409
+
+
 class TooManyTokens(StoreError):
     """Raised when an owner already holds the maximum number of tokens."""
 

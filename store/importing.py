@@ -54,11 +54,12 @@ def import_zip(
     replace: bool = False,
     filename: str | None = None,
     name: str | None = None,
+    execution: str | None = None,
 ) -> Skill | BundleReport:
     """Install the skill (or each skill of a bundle) in a zip read from `stream`.
 
     Nothing is written for a skill that is refused; `name` is the name to install a single
-    skill under instead of its header's.
+    skill under instead of its header's; `execution`, where the owner has each run.
     """
     data = read_bounded(stream)
     folders = zip_bundle_folders(data)
@@ -73,6 +74,7 @@ def import_zip(
                 lambda folder: Origin("upload", f"{origin}:{folder}", owner_id),
                 enable=enable,
                 replace=replace,
+                execution=execution,
             )
         unpacked = stage / "unpacked"
         unpacked.mkdir()
@@ -80,8 +82,9 @@ def import_zip(
         expected = _root_zip_name(root, name) if root == unpacked else None
         origin_ = Origin(source="upload", origin=filename, owner_id=owner_id)
         return store.install(
-            root, origin_, enable=enable, replace=replace, expected_name=expected, name=name
-        )
+            root, origin_, enable=enable, replace=replace, expected_name=expected, name=name,
+            execution=execution,
+        )  # fmt: skip
 
 
 def import_github(
@@ -94,6 +97,7 @@ def import_github(
     enable: bool = True,
     replace: bool = False,
     name: str | None = None,
+    execution: str | None = None,
 ) -> Skill | BundleReport:
     """Install the skill in a GitHub folder, or each skill folder inside it, through the GitHub
     API at `api_base`."""
@@ -102,7 +106,9 @@ def import_github(
         if is_skill_folder(folder, api_base=api_base, token=token):
             root = fetch_github_folder(folder, stage, api_base=api_base, token=token)
             origin = Origin(source="github", origin=url, owner_id=owner_id)
-            return store.install(root, origin, enable=enable, replace=replace, name=name)
+            return store.install(
+                root, origin, enable=enable, replace=replace, name=name, execution=execution
+            )
         _refuse_name_for_bundle(name)
         staged = fetch_github_skills(folder, stage, api_base=api_base, token=token)
         base = url.strip().removesuffix("/")
@@ -112,6 +118,7 @@ def import_github(
             lambda inner: Origin("github", f"{base}/{inner}", owner_id),
             enable=enable,
             replace=replace,
+            execution=execution,
         )
 
 
@@ -122,6 +129,7 @@ def _install_each(
     *,
     enable: bool,
     replace: bool,
+    execution: str | None,
 ) -> BundleReport:
     if not staged:
         problem = "No SKILL.md was found in the folder or in any folder inside it."
@@ -132,7 +140,11 @@ def _install_each(
         if item.root is not None:
             try:
                 skill = store.install(
-                    item.root, origin_of(item.folder), enable=enable, replace=replace
+                    item.root,
+                    origin_of(item.folder),
+                    enable=enable,
+                    replace=replace,
+                    execution=execution,
                 )
             except StoreError as e:
                 error = e

@@ -11,6 +11,11 @@ MAX_EDITABLE_BYTES = 256 * KIB
 MAX_ZIP_BYTES = 5 * MIB
 MAX_DOMAINS = 50
 MAX_SECRETS = 20  # secrets one skill may declare (skillfleet.secrets)
+MAX_DEPENDENCIES = 100  # requirements one skill may declare (requirements.txt, PEP 723)
+# uv's time to resolve a skill's declared requirements, and to install an environment (the
+# standard one's first build downloads about 150 MB).
+DEPENDENCY_RESOLVE_SECONDS = 120
+DEPENDENCY_BUILD_SECONDS = 900
 MAX_DRAFT_FILES = 40
 MAX_SOURCE_CHATS = 10
 MAX_RATIONALE_CHARS = 1000
@@ -43,6 +48,16 @@ MAX_BUNDLE_FOLDERS = 500  # GitHub folder listings, one request each
 # API tokens.
 MAX_OWNER_TOKENS = 100  # per owner, owner and agent tokens together
 MAX_TOKEN_LABEL_CHARS = 200
+# OAuth for MCP hosts (store/oauth.py, store/oauthclients.py).
+OAUTH_ACCESS_SECONDS = 3600  # an access token (an agent token) lasts this long unrefreshed
+OAUTH_REFRESH_SECONDS = 30 * 24 * 3600  # a refresh token unused this long is void
+OAUTH_CONSENT_SECONDS = 600  # an authorization request waits this long for the owner
+OAUTH_CODE_SECONDS = 120  # a code is exchanged within this long of the owner's Allow
+MAX_CLIENT_DOCUMENT_BYTES = 16 * KIB  # a client's metadata document (CIMD)
+CLIENT_DOCUMENT_SECONDS = 5.0  # deadline of fetching one
+CLIENT_DOCUMENT_TTL = 3600  # a fetched document is used this long before it is fetched again
+MAX_OAUTH_CLIENTS = 10_000  # clients registered or fetched; registration is refused past it
+MAX_CLIENT_URL_CHARS = 300  # a CIMD client_id, a resource indicator
 # The authoring loop: edit plans (diffs the owner approves) and chat review.
 MAX_EDIT_PLANS = 200  # pending per owner; the oldest expires first
 MAX_DIFF_FILE_BYTES = 32 * KIB
@@ -65,6 +80,10 @@ KEPT_JOB_RUNS = 50  # per job, newest first
 JOB_MISSED_GRACE_SECONDS = 300
 # The owner's event feed keeps about this many recent events for Last-Event-ID replay.
 MAX_OWNER_EVENTS = 10_000
+# Housekeeping's sweep: rows a transaction of it changes or deletes at most, and such
+# transactions a round (the next round, a minute on, goes on with what is left).
+SWEEP_BATCH = 1000
+SWEEP_BATCHES = 100
 # List routes: the page size when none is asked for, and the largest one served.
 DEFAULT_PAGE_SIZE = 250
 MAX_PAGE_SIZE = 1000
@@ -78,11 +97,6 @@ MAX_YAML_VALUES = 10_000
 # that sends its whole body before reading the answer gets the 413 instead of a broken pipe.
 MAX_DRAINED_BYTES = 64 * MIB
 
-# A run's message goes out before its row is saved, so that the save overlaps the message's
-# way to the worker. The API saves the row within RUN_SAVE_SECONDS of sending it or rolls it
-# back; a worker that finds no row waits RUN_SAVE_WAIT_SECONDS for it, then drops the message.
-RUN_SAVE_SECONDS = 10.0
-RUN_SAVE_WAIT_SECONDS = 30.0
 # Run output: one stream entry per burst (what arrived within COALESCE_SECONDS of its first
 # byte), at most CHUNK_BYTES per entry.
 CHUNK_BYTES = 64 * KIB
@@ -96,6 +110,9 @@ KEPT_OUTPUT_CHARS = 64 * KIB
 # a socket timeout longer than its block); an idle SSE stream sends a comment that often.
 REDIS_SOCKET_TIMEOUT_SECONDS = 5.0
 REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
+# How often kombu checks that the broker's long-lived connections still answer: a worker's
+# BRPOP with no reply for 1 s + this long is dropped and reconnected (relay/app.py).
+BROKER_HEALTH_CHECK_SECONDS = 5
 REDIS_RETRY_SECONDS = 1.0
 MAX_BLOCK_MS = 15_000
 SSE_KEEPALIVE_SECONDS = MAX_BLOCK_MS / 1000
@@ -109,6 +126,10 @@ MAX_CHAT_HISTORY_TURNS = 10  # earlier turns of the chat the model sees
 MAX_MODEL_NAME_CHARS = 200
 MAX_BASE_URL_CHARS = 500
 MAX_API_KEY_CHARS = 4096
+# A failing model's error: the JSON error body read (a larger one is not shown) and the
+# characters of its message a turn's error keeps.
+MAX_MODEL_ERROR_BYTES = 16 * KIB
+MAX_MODEL_ERROR_CHARS = 200
 MAX_PUSH_KEY_CHARS = 200  # a subscription's p256dh and auth values
 
 # Tool calls.
@@ -128,8 +149,24 @@ WEB_PAGE_SECONDS = 15.0
 # so slow sites may never take them all; a read past this fails at once (web_busy).
 WEB_PAGES_AT_ONCE = 4
 WEB_CONTENT_BYTES = RESULT_CAP - 4 * KIB
+# Requests to owners' URLs (store/egress.py) are over by one deadline each, from the connect
+# to the body's last byte, redirects included: a read's own (WEB_PAGE_SECONDS, the turn's time
+# left for a model), these, or OUTBOUND_SECONDS for one that names none.
+OUTBOUND_SECONDS = 30.0
+WEBHOOK_SECONDS = 10.0  # one webhook delivery
+PUSH_SECONDS = 10.0  # one Web Push message to its push service
 MAX_PATH_CHARS = 1024  # a resource path read_skill_resource accepts
 MAX_LINT_WARNINGS = 50  # review warnings kept per skill
+MAX_NODES_NAMED = 10  # nodes a refusal names ("your nodes: a, b"), then "and N more"
+# Nodes a refusal checks for a live worker at most, in name order (20 at a time, until it has
+# MAX_NODES_NAMED to name): its cost stays that of a page however many nodes the owner has.
+MAX_NODES_CHECKED = 200
+LIST_NODES_SHOWN = 50  # nodes one list_nodes call shows; `after` asks for the next ones
+# /metrics: the node queues (deepest first) and nodes whose heartbeats ran out (most recent
+# first) it gives a series of their own; the rest are counted in fleet-wide series.
+METRICS_NODE_SERIES = 20
+LINT_NAMES_SHOWN = 3  # files one review warning names before `and N more`
+CLI_WARNINGS_SHOWN = 5  # review warnings `skills import` and `skills show` print of a skill
 MAX_CRON_CHARS = 100  # the column's width
 
 # What ask_owner, request_secret and notify_owner take (broker/ownertools.py, questions.py).
@@ -155,3 +192,24 @@ FLOWER_MAX_TASKS = 10_000
 # outlasts the operator's SKILLFLEET_RUN_TIMEOUT, the default when it asks for none).
 MAX_COMMAND_BYTES = 8 * KIB
 MAX_COMMAND_TIMEOUT_SECONDS = 3600
+
+# A run's files (store/files.py, broker/runfiles.py): what one call may place in its working
+# directory (files by id, and small ones inline as base64), what comes back of what it made,
+# and how a path in that directory may look. A file's own size limit and how long it is kept
+# are settings (SKILLFLEET_FILE_MAX_BYTES, SKILLFLEET_FILE_TTL).
+MAX_RUN_FILES = 100
+MAX_RUN_FILE_BYTES = 512 * MIB  # all of a call's input files together
+MAX_INLINE_FILE_BYTES = 2 * MIB  # each inline file, decoded; a JSON body holds at most 5 MiB
+MAX_OUTPUT_FILES = 100
+MAX_OUTPUT_FILE_BYTES = 512 * MIB  # all of a run's output files together
+MAX_FILE_PATH_CHARS = 1024
+MAX_FILE_PATH_DEPTH = 16
+MAX_FILE_NAME_CHARS = 255
+# Files are read and sent in pieces this large: each piece of a request's or a response's body
+# crosses from the server's event loop to a request thread, so fewer pieces cost less.
+FILE_CHUNK_BYTES = 1 * MIB
+# Sign-in with GitHub: device codes one client address may ask for in the window (each is a
+# request to GitHub on the app's behalf, which GitHub rate-limits per app).
+GITHUB_SIGNIN_STARTS = 10
+GITHUB_SIGNIN_WINDOW_SECONDS = 900
+MAX_SIGNIN_ID_CHARS = 64

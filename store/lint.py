@@ -1,7 +1,11 @@
 """Review warnings: heuristics that tell the owner where to look before enabling or approving.
 
 They never block anything and prove nothing; the owner still reads the scripts. Each warning
-is one sentence naming the file (and line) at fault, never quoting a secret.
+is one sentence naming the files (and line) at fault, never quoting a secret; what many
+scripts share (no schema, never mentioned, an undeclared package) is one warning naming them.
+The scripts an agent runs are those under scripts/ with an interpreter
+(store/environment.py); a module the others import (an `__init__.py`, a helper) is no script
+to run, so only what its code does is looked at (store/imports.py).
 """
 
 from __future__ import annotations
@@ -9,19 +13,24 @@ from __future__ import annotations
 import ast
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 
-from store.limits import LINT_MAX_BODY_LINES, LINT_MIN_DESCRIPTION_CHARS, MAX_LINT_WARNINGS
-from store.schemas import SCRIPT_SUFFIXES, SCRIPTS_DIR, argv_of
+from store.egress import local_host
+from store.environment import INTERPRETERS, provided_modules
+from store.imports import library_modules, needed_modules, parsed
+from store.limits import (
+    LINT_MAX_BODY_LINES,
+    LINT_MIN_DESCRIPTION_CHARS,
+    LINT_NAMES_SHOWN,
+    MAX_LINT_WARNINGS,
+)
+from store.packagenames import declared_modules
+from store.reach import network_use
+from store.schemas import SCRIPTS_DIR, argv_of
+from store.scriptinput import command_line_read
 from store.validation import SkillInfo
 
-# Calls that reach the network from a script, by what a reader would search for.
-_NETWORK = re.compile(
-    r"\b(?:curl|wget|nc|ssh|scp|rsync)\s|\brequests\.\w+\(|\burllib\.request\b|\bhttpx\b"
-    r"|\bhttp\.client\b|\bsocket\.socket\(|\bfetch\(|\baiohttp\b|\bInvoke-WebRequest\b"
-    r"|\bHttpClient\b|https?://",
-)
 _DESTRUCTIVE = re.compile(
     r"\brm\s+-[a-zA-Z]*[rR][a-zA-Z]*f|\brm\s+-[a-zA-Z]*f[a-zA-Z]*[rR]|\bdd\s+[^\n]*\bof="
     r"|\bmkfs(?:\.\w+)?\b|\bDROP\s+(?:TABLE|DATABASE|SCHEMA)\b|\bTRUNCATE\s+TABLE\b"
@@ -32,22 +41,16 @@ _DESTRUCTIVE = re.compile(
 _PASSTHROUGH = re.compile(
     r"shell\s*=\s*True|\bos\.system\(|\beval\s*\(|\bexec\s*\(|\beval\s+\"?\$|\bbash\s+-c\s+\"?\$"
 )
-# Reading the command line, by language: such a script gets arguments there only when its
-# schema declares argv.
-_COMMAND_LINE = {
-    ".py": re.compile(r"\bsys\.argv\b|^\s*(?:import|from)\s+(?:argparse|optparse|getopt)\b", re.M),
-    ".sh": re.compile(r"\$\{?[1-9@*#]|\bgetopts\b"),
-    ".js": re.compile(r"\bprocess\.argv\b"),
-    ".mjs": re.compile(r"\bprocess\.argv\b"),
-    ".cs": re.compile(r"\bargs\s*(?:\[|\.Length\b)"),
-}
-# Where a Python script's packages must be, by where it runs ({it}: "it" or "them").
-_PACKAGES_LIVE = {
-    "node": ": each node's python3 needs {it}",
-    "spark": ": the runner image has only the standard library; the operator builds one with {it}",
-    "sandbox": ", and sandboxed Python has only the standard library: run the skill on a node",
-}
-_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception")
+# Programs by extension that no tier has an interpreter for: a script an agent can't run.
+_OTHER_PROGRAMS = frozenset(
+    {
+        ".rb", ".pl", ".php", ".go", ".rs", ".java", ".kt", ".kts", ".swift", ".ps1", ".bat",
+        ".cmd", ".lua", ".r", ".jl", ".scala", ".groovy", ".c", ".cc", ".cpp", ".zsh", ".fish",
+        ".tsx", ".jsx", ".cjs", ".mts", ".cts", ".ex", ".exs", ".hs", ".dart", ".vbs", ".tcl",
+    }
+)  # fmt: skip
+# Documents of the skill besides SKILL.md that tell the agent when to run a script.
+_DOCUMENTS = (".md", ".txt", ".rst")
 _SECRETS = (
     re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"),
     re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
@@ -64,24 +67,37 @@ _SECRETS = (
 
 def lint(files: Mapping[str, bytes], info: SkillInfo) -> list[str]:
     """Review warnings for a skill's files (POSIX path -> bytes) and its parsed header."""
-    warnings: list[str] = []
     scripts = sorted(path for path in files if _is_script(path))
-    local = _local_modules(files)
+    texts = {path: files[path].decode("utf-8", "replace") for path in scripts}
+    trees = {path: tree for path in scripts if path.endswith(".py")
+             if (tree := parsed(texts[path])) is not None}  # fmt: skip
+    run = [path for path in scripts if path not in library_modules(trees)]
+    warnings: list[str] = []
     for path in scripts:
-        text = files[path].decode("utf-8", "replace")
-        warnings.extend(_script_warnings(path, text, info, local))
-    for path in sorted(files):
-        data = files[path]
-        if _binary(data):  # an image or an archive: no line to point at
-            continue
-        line = _secret_line(data.decode("utf-8", "replace"))
-        if line is not None:
-            warnings.append(
-                f"{path} line {line} holds text that looks like a secret (a key, token or "
-                "password); secrets don't belong in a skill."
-            )
+        warnings.extend(_code_warnings(path, texts[path], info))
+    warnings.extend(_unrunnable(files))
+    warnings.extend(_undeclared_schemas(run, texts, info))
+    warnings.extend(_command_lines(run, texts, info))
+    warnings.extend(_packages(trees, files, info))
+    warnings.extend(_unmentioned(run, files, info))
+    warnings.extend(_secret_warnings(files))
+    warnings.extend(_skill_warnings(info))
+    return warnings[:MAX_LINT_WARNINGS]
+
+
+def _skill_warnings(info: SkillInfo) -> list[str]:
+    """What the header and body say: the network settings, the body's length, the description."""
+    warnings = []
     if info.network == "bridge":
         warnings.append(_deprecated_network(info))
+    inside = [host for host in info.allowed_domains if local_host(host) is not None]
+    if inside:
+        warnings.append(
+            f"skillfleet.allowed-domains lists {', '.join(inside)}, on a local network or not "
+            "a public address: a skill that reaches the server's own network or a cloud "
+            "metadata service needs a careful look (skillfleet refuses such hosts unless the "
+            "operator allows them)."
+        )
     lines = info.body.count("\n") + 1
     if lines > LINT_MAX_BODY_LINES:
         warnings.append(
@@ -93,7 +109,22 @@ def lint(files: Mapping[str, bytes], info: SkillInfo) -> list[str]:
             f"The description is under {LINT_MIN_DESCRIPTION_CHARS} characters; say what the "
             "skill does and when to use it, so the agent picks it at the right time."
         )
-    return warnings[:MAX_LINT_WARNINGS]
+    return warnings
+
+
+def _secret_warnings(files: Mapping[str, bytes]) -> list[str]:
+    warnings = []
+    for path in sorted(files):
+        data = files[path]
+        if _binary(data):  # an image or an archive: no line to point at
+            continue
+        line = _secret_line(data.decode("utf-8", "replace"))
+        if line is not None:
+            warnings.append(
+                f"{path} line {line} holds text that looks like a secret (a key, token or "
+                "password); secrets don't belong in a skill."
+            )
+    return warnings
 
 
 def _deprecated_network(info: SkillInfo) -> str:
@@ -108,26 +139,16 @@ def _deprecated_network(info: SkillInfo) -> str:
 
 def _is_script(path: str) -> bool:
     pure = PurePosixPath(path)
-    return pure.parts[0] == SCRIPTS_DIR and pure.suffix.lower() in SCRIPT_SUFFIXES
+    return pure.parts[0] == SCRIPTS_DIR and pure.suffix.lower() in INTERPRETERS
 
 
-def _local_modules(files: Mapping[str, bytes]) -> frozenset[str]:
-    """Names a script may import from the skill itself: its .py files and its folders."""
-    names: set[str] = set()
-    for path in files:
-        pure = PurePosixPath(path)
-        names.update(pure.parts[:-1])
-        if pure.suffix == ".py":
-            names.add(pure.stem)
-    return frozenset(names)
-
-
-def _script_warnings(path: str, text: str, info: SkillInfo, local: frozenset[str]) -> list[str]:
+def _code_warnings(path: str, text: str, info: SkillInfo) -> list[str]:
+    """What one script's code does that the owner should look at: network, deletion, a shell."""
     warnings: list[str] = []
-    network = _NETWORK.search(text)
+    network = network_use(path, text)
     if network is not None and not info.allowed_domains:
         warnings.append(
-            f"{path} reaches the network ({_shown(network.group())}) but the skill declares "
+            f"{path} reaches the network ({_shown(network)}) but the skill declares "
             "no skillfleet.allowed-domains."
         )
     destructive = _DESTRUCTIVE.search(text)
@@ -142,84 +163,162 @@ def _script_warnings(path: str, text: str, info: SkillInfo, local: frozenset[str
             f"{path} hands text to a shell or an evaluator ({_shown(passthrough.group())}); "
             "check that no argument can become a command."
         )
-    if info.parameters_schema is None and path not in info.script_schemas:
-        warnings.append(
-            f"{path} has no parameters_schema, so its arguments are not checked before it runs."
-        )
-    warnings.extend(_input_warnings(path, text, info, local))
-    if path not in info.body and PurePosixPath(path).name not in info.body:
-        warnings.append(f"SKILL.md never mentions {path}; the agent won't know when to run it.")
     return warnings
 
 
-def _input_warnings(path: str, text: str, info: SkillInfo, local: frozenset[str]) -> list[str]:
-    """What a script reads that skillfleet gives it only when declared: argv, packages."""
-    warnings: list[str] = []
-    suffix = PurePosixPath(path).suffix.lower()
-    reads = _COMMAND_LINE.get(suffix)
-    found = reads.search(text) if reads is not None else None
-    if found is not None and not argv_of(info, path):
-        warnings.append(
-            f"{path} reads its command line ({_shown(found.group())}) but its parameters_schema "
-            "declares no argv, so it gets no arguments there; list them under argv."
+def _unrunnable(files: Mapping[str, bytes]) -> list[str]:
+    """Programs under scripts/ that no tier can run: an extension without an interpreter, or
+    none at all with a `#!` line (scripts run by their extension, never their mode)."""
+    found = []
+    for path in sorted(files):
+        pure = PurePosixPath(path)
+        if pure.parts[0] != SCRIPTS_DIR or len(pure.parts) < 2:
+            continue
+        suffix = pure.suffix.lower()
+        if suffix in _OTHER_PROGRAMS or (not suffix and files[path].startswith(b"#!")):
+            found.append(path)
+    if not found:
+        return []
+    runnable = ", ".join(INTERPRETERS)
+    return [
+        f"{_names(found)} can't run on any tier: skillfleet runs scripts by their extension "
+        f"({runnable}), so run_skill_script doesn't offer {_them(found)}."
+    ]
+
+
+def _undeclared_schemas(run: list[str], texts: Mapping[str, str], info: SkillInfo) -> list[str]:
+    """Scripts taking JSON arguments that no schema checks (one that reads its command line
+    gets the call's `args`, which no schema describes)."""
+    lacking = [
+        path
+        for path in run
+        if info.parameters_schema is None
+        and path not in info.script_schemas
+        and command_line_read(path, texts[path]) is None
+    ]
+    if not lacking:
+        return []
+    if len(lacking) == 1:
+        return [
+            f"{lacking[0]} has no parameters_schema, so its arguments are not checked before "
+            "it runs."
+        ]
+    return [
+        f"{_names(lacking)} have no parameters_schema, so their arguments are not checked "
+        "before they run."
+    ]
+
+
+def _command_lines(run: list[str], texts: Mapping[str, str], info: SkillInfo) -> list[str]:
+    """Scripts that read their command line while their schema declares properties but no
+    argv: those properties reach them as JSON only, and an agent may send them as `arguments`
+    (a script whose schema declares none just takes the call's `args`)."""
+    reading: list[tuple[str, str]] = []
+    for path in run:
+        found = command_line_read(path, texts[path])
+        if found is not None and not argv_of(info, path) and _schema_properties(info, path):
+            reading.append((path, _shown(found)))
+    if not reading:
+        return []
+    how = (
+        "so the arguments its schema lists never reach its command line; list them under argv, "
+        "or drop them and let agents send the command line as `args`."
+    )
+    if len(reading) == 1:
+        path, shown = reading[0]
+        return [f"{path} reads its command line ({shown}) but its parameters_schema declares "
+                f"no argv, {how}"]  # fmt: skip
+    return [
+        f"{_names([path for path, _ in reading])} read their command line but their "
+        f"parameters_schema declares no argv, {how}"
+    ]
+
+
+def _schema_properties(info: SkillInfo, path: str) -> bool:
+    """The script's schema declares properties besides `node` (which never reaches it)."""
+    schema = info.script_schemas.get(path) or info.parameters_schema or {}
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return bool(set(properties or {}) - {"node"})
+
+
+def _unmentioned(run: list[str], files: Mapping[str, bytes], info: SkillInfo) -> list[str]:
+    """Scripts that neither SKILL.md nor the skill's other documents mention."""
+    documents = [info.body] + [
+        files[path].decode("utf-8", "replace")
+        for path in files
+        if path.lower().endswith(_DOCUMENTS) and path != "SKILL.md"
+    ]
+    never = [path for path in run if not any(_mentions(text, path) for text in documents)]
+    if not never:
+        return []
+    if len(never) == 1:
+        return [f"SKILL.md never mentions {never[0]}; the agent won't know when to run it."]
+    return [f"SKILL.md never mentions {_names(never)}; the agent won't know when to run them."]
+
+
+def _mentions(text: str, path: str) -> bool:
+    """Whether a document names the script: its path or file name, with or without extension."""
+    pure = PurePosixPath(path)
+    return any(name in text for name in (path, pure.name, str(pure.with_suffix(""))))
+
+
+def _packages(
+    trees: Mapping[str, ast.AST], files: Mapping[str, bytes], info: SkillInfo
+) -> list[str]:
+    """Imports that neither Python's standard library, the standard environment, the skill's
+    declared dependencies nor its own files provide; a sandboxed skill has the standard
+    library alone."""
+    known = set(sys.stdlib_module_names) | _local_modules(files)
+    if info.execution != "sandbox":
+        known |= provided_modules() | declared_modules(files)
+    named = (info.compatibility or "").lower()
+    lacking = {
+        path: missing
+        for path, tree in sorted(trees.items())
+        if (
+            missing := [
+                m for m in needed_modules(tree) if m not in known and m.lower() not in named
+            ]
         )
-    if suffix == ".py":
-        missing = _undeclared_packages(text, info, local)
-        if missing:
-            it = "it" if len(missing) == 1 else "them"
-            where = _PACKAGES_LIVE.get(info.execution, _PACKAGES_LIVE["node"]).format(it=it)
-            warnings.append(
-                f"{path} imports {', '.join(missing)}, which Python's standard library lacks"
-                f"{where}; name {it} in compatibility, such as "
-                f'"Requires python3 with {missing[0]}".'
-            )
-    return warnings
+    }
+    if not lacking:
+        return []
+    modules = sorted({module for missing in lacking.values() for module in missing})
+    it = "it" if len(modules) == 1 else "them"
+    imports = "; ".join(f"{path} imports {', '.join(missing)}" for path, missing in lacking.items())
+    if info.execution == "sandbox":
+        return [
+            f"{imports}, which sandboxed Python lacks: it has only the standard library; run "
+            "the skill on a node or the Spark."
+        ]
+    return [
+        f"{imports}, which neither the standard environment nor the skill's declared "
+        f"dependencies provide; list {it} in the skill's requirements.txt or the script's "
+        f"`# /// script` block."
+    ]
 
 
-def _undeclared_packages(text: str, info: SkillInfo, local: frozenset[str]) -> list[str]:
-    """Top-level modules a Python script imports that are neither in the standard library, nor
-    the skill's own, nor named in its compatibility; one guarded by `except ImportError` is
-    optional."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []  # the syntax check reports it
-    optional = _guarded_imports(tree)
-    declared = (info.compatibility or "").lower()
-    found: dict[str, None] = {}
-    for node in ast.walk(tree):
-        if node in optional:
-            continue
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        for name in names:
-            top = name.partition(".")[0]
-            known = top in sys.stdlib_module_names or top in local
-            if not known and top.lower() not in declared:
-                found[top] = None
-    return sorted(found)
+def _local_modules(files: Mapping[str, bytes]) -> frozenset[str]:
+    """Names a script may import from the skill itself: its .py files and its folders."""
+    names: set[str] = set()
+    for path in files:
+        pure = PurePosixPath(path)
+        names.update(pure.parts[:-1])
+        if pure.suffix == ".py":
+            names.add(pure.stem)
+    return frozenset(names)
 
 
-def _guarded_imports(tree: ast.AST) -> set[ast.AST]:
-    """Imports inside a `try` that handles ImportError: the script copes without them."""
-    guarded: set[ast.AST] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
-            for statement in node.body:
-                guarded.update(ast.walk(statement))
-    return guarded
+def _names(paths: list[str]) -> str:
+    """`a, b and c`, or the first few and how many more."""
+    if len(paths) > LINT_NAMES_SHOWN:
+        more = len(paths) - LINT_NAMES_SHOWN
+        return f"{', '.join(paths[:LINT_NAMES_SHOWN])} and {more} more"
+    return ", ".join(paths[:-1]) + f" and {paths[-1]}" if len(paths) > 1 else paths[0]
 
 
-def _catches_import_error(handler: ast.ExceptHandler) -> bool:
-    kinds = handler.type
-    if kinds is None:
-        return True
-    names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
-    return any(isinstance(name, ast.Name) and name.id in _IMPORT_ERRORS for name in names)
+def _them(paths: Iterable[str]) -> str:
+    return "it" if len(list(paths)) == 1 else "them"
 
 
 # Each secret pattern needs one of its markers (lowercased) in the text; substring tests are

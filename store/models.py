@@ -7,10 +7,12 @@ from typing import Any, Protocol
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -96,8 +98,97 @@ class ApiToken(Base):
     label: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None]
+    # An agent token an MCP host got through OAuth (store/oauth.py): the resource it is bound to
+    # (the /mcp URL it may be used at, RFC 8707).
+    resource: Mapped[str | None] = mapped_column(String(300))
+    # Refused from this moment on (an OAuth access token, a GitHub sign-in's token); None: until
+    # deleted.
+    expires_at: Mapped[datetime | None]
 
     owner: Mapped[Owner | None] = relationship()
+
+
+class OAuthClient(Base):
+    """An MCP host known to the authorization server: registered (RFC 7591) or named by the
+    URL of its metadata document (CIMD), with the metadata it gave as `info`."""
+
+    __tablename__ = "oauth_clients"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    client_id: Mapped[str] = mapped_column(String(300), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    # The URL of its metadata document (CIMD); None for a registered client.
+    document_url: Mapped[str | None] = mapped_column(String(300))
+    info: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    fetched_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class OAuthGrant(Base):
+    """One authorization request of a client: opened at /oauth/authorize, signed in to and
+    decided by an owner on the consent page, then its code exchanged once for tokens."""
+
+    __tablename__ = "oauth_grants"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    client_id: Mapped[str] = mapped_column(
+        ForeignKey("oauth_clients.client_id", ondelete="CASCADE")
+    )
+    redirect_uri: Mapped[str] = mapped_column(Text)
+    redirect_uri_explicit: Mapped[bool] = mapped_column(Boolean)
+    code_challenge: Mapped[str] = mapped_column(String(128))
+    state: Mapped[str | None] = mapped_column(Text)
+    scopes: Mapped[str] = mapped_column(String(300), default="")
+    resource: Mapped[str] = mapped_column(String(300))
+    # The owner who signed in on the consent page, and that sign-in's session (a cookie).
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    session_hash: Mapped[str | None] = mapped_column(String(64))
+    code_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    # The agent token its code was exchanged for: revoked if the code is presented again.
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    decided_at: Mapped[datetime | None]
+    used_at: Mapped[datetime | None]
+
+
+class OAuthRefreshToken(Base):
+    """A refresh token of an OAuth agent token (`token_id`), stored as its SHA-256. Each use
+    rotates it; using one twice revokes the agent token and every refresh token of it."""
+
+    __tablename__ = "oauth_refresh_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"))
+    client_id: Mapped[str] = mapped_column(String(300))
+    scopes: Mapped[str] = mapped_column(String(300), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]
+
+
+class GitHubSession(Base):
+    """A console sign-in with GitHub: the owner token it gave, the GitHub user it was given to
+    (by id, which never changes), and that user's GitHub tokens (sealed, store/secrets.py) to
+    refresh it with."""
+
+    __tablename__ = "github_sessions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_id: Mapped[int] = mapped_column(
+        ForeignKey("api_tokens.id", ondelete="CASCADE"), unique=True
+    )
+    github_user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    github_login: Mapped[str] = mapped_column(String(64))
+    access_token: Mapped[str] = mapped_column(Text)
+    refresh_token: Mapped[str | None] = mapped_column(Text)
+    # When GitHub's access token and refresh token stop working (None: they don't expire).
+    access_expires_at: Mapped[datetime | None]
+    refresh_expires_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    refreshed_at: Mapped[datetime | None]
 
 
 class Skill(Base):
@@ -108,7 +199,13 @@ class Skill(Base):
     """
 
     __tablename__ = "skills"
-    __table_args__ = (UniqueConstraint("owner_id", "name"),)
+    __table_args__ = (
+        UniqueConstraint("owner_id", "name"),
+        CheckConstraint(
+            "execution_choice IS NULL OR execution_choice IN ('node', 'spark', 'sandbox')",
+            name="execution_choice",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), index=True)
@@ -121,7 +218,10 @@ class Skill(Base):
     hash: Mapped[str] = mapped_column(String(64))
     revision: Mapped[int] = mapped_column(Integer, default=1)
     description: Mapped[str] = mapped_column(Text)
+    # Where its scripts run: the owner's choice, else SKILL.md's skillfleet.execution, else
+    # `auto` (store/validation.py); the owner's choice is kept apart, across new content.
     execution: Mapped[str] = mapped_column(String(16))
+    execution_choice: Mapped[str | None] = mapped_column(String(16))
     tier: Mapped[str] = mapped_column(String(16))
     file_count: Mapped[int] = mapped_column(Integer)
     size_bytes: Mapped[int] = mapped_column(Integer)
@@ -140,11 +240,27 @@ class Skill(Base):
         return self.source in ("builtin", "path")
 
 
+class SkillVersion(Base):
+    """A content hash a skill has or had: what a job's grant may name (`name@<hash>`)."""
+
+    __tablename__ = "skill_versions"
+
+    skill_id: Mapped[int] = mapped_column(
+        ForeignKey("skills.id", ondelete="CASCADE"), primary_key=True
+    )
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Chat(Base):
     """A conversation of an owner, named by the client's chat id."""
 
     __tablename__ = "chats"
-    __table_args__ = (UniqueConstraint("owner_id", "external_id"),)
+    __table_args__ = (
+        UniqueConstraint("owner_id", "external_id"),
+        # The list's order, newest first, within the owner's (api/paging.py).
+        Index("ix_chats_owner_newest", "owner_id", "created_at", "id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
@@ -174,7 +290,12 @@ class ToolCall(Base):
     """One tool call an agent made, with its outcome."""
 
     __tablename__ = "tool_calls"
-    __table_args__ = (CheckConstraint(check(CallStatus), name="status"),)
+    __table_args__ = (
+        CheckConstraint(check(CallStatus), name="status"),
+        Index("ix_tool_calls_owner_newest", "owner_id", "created_at", "id"),
+        Index("ix_tool_calls_owner_status_newest", "owner_id", "status", "created_at", "id"),
+        Index("ix_tool_calls_chat_newest", "chat_id", "created_at", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
@@ -240,7 +361,14 @@ class Approval(Base):
     """The owner's answer to exactly one call: tool, arguments, skill hash and node."""
 
     __tablename__ = "approvals"
-    __table_args__ = (CheckConstraint(check(ApprovalStatus), name="status"),)
+    __table_args__ = (
+        CheckConstraint(check(ApprovalStatus), name="status"),
+        Index("ix_approvals_owner_newest", "owner_id", "created_at", "id"),
+        Index("ix_approvals_owner_status_newest", "owner_id", "status", "created_at", "id"),
+        # What expiry reads before each list (the owner's) and each sweep (everyone's).
+        Index("ix_approvals_owner_status_expires", "owner_id", "status", "expires_at"),
+        Index("ix_approvals_status_expires", "status", "expires_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
@@ -257,7 +385,10 @@ class Approval(Base):
     rule: Mapped[str | None] = mapped_column(String(100))
     warning: Mapped[str] = mapped_column(Text)
     offers_chat_grant: Mapped[bool] = mapped_column(Boolean, default=True)
-    status: Mapped[str] = mapped_column(String(24), index=True)
+    # The call's chat was the caller's guess, not one conversation (an MCP client that named
+    # none): approving for that chat is not offered.
+    chat_guessed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    status: Mapped[str] = mapped_column(String(24))  # indexed with expires_at below
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     answered_at: Mapped[datetime | None]
@@ -268,7 +399,13 @@ class Question(Base):
     (request_secret: `kind` secret; the value goes to `owner_secrets`, never here)."""
 
     __tablename__ = "questions"
-    __table_args__ = (CheckConstraint(check(QuestionStatus), name="status"),)
+    __table_args__ = (
+        CheckConstraint(check(QuestionStatus), name="status"),
+        Index("ix_questions_owner_newest", "owner_id", "created_at", "id"),
+        Index("ix_questions_owner_status_newest", "owner_id", "status", "created_at", "id"),
+        Index("ix_questions_owner_status_expires", "owner_id", "status", "expires_at"),
+        Index("ix_questions_status_expires", "status", "expires_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
@@ -281,8 +418,10 @@ class Question(Base):
     choices: Mapped[list[str] | None] = mapped_column(JSON)
     secret_name: Mapped[str | None] = mapped_column(String(64))
     skill_name: Mapped[str | None] = mapped_column(String(64))
+    # The skill's full content hash when it was asked: the version the owner's answer allows.
+    skill_hash: Mapped[str | None] = mapped_column(String(64))
     answer: Mapped[str | None] = mapped_column(Text)  # never set for a secret
-    status: Mapped[str] = mapped_column(String(24), index=True)
+    status: Mapped[str] = mapped_column(String(24))  # indexed with expires_at below
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     answered_at: Mapped[datetime | None]
@@ -356,17 +495,28 @@ class Run(Base):
     __table_args__ = (
         CheckConstraint(check(RunStatus), name="status"),
         CheckConstraint(RUN_SUBJECT, name="subject"),
+        Index("ix_runs_owner_newest", "owner_id", "created_at", "id"),
+        Index("ix_runs_owner_status_newest", "owner_id", "status", "created_at", "id"),
+        Index("ix_runs_chat_newest", "chat_id", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     call_id: Mapped[str | None] = mapped_column(String(36), index=True)
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("owners.id", ondelete="SET NULL"))
+    # The call's chat (None: a job's command, a call of no chat, or the chat was deleted), so
+    # that a chat's runs are read through their own index (`GET /api/runs?chat=`).
+    chat_id: Mapped[int | None] = mapped_column(ForeignKey("chats.id", ondelete="SET NULL"))
     skill_name: Mapped[str | None] = mapped_column(String(64))
     skill_hash: Mapped[str | None] = mapped_column(String(64))
     script: Mapped[str | None] = mapped_column(String(1024))
     # run_command's argv, executed without a shell (None: a skill's script).
     command: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True))
     arguments: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The script's command line as the call gave it (`args`; None: from its argv schema), the
+    # files placed in its working directory (path to {id, size, sha256}) and those it made.
+    args: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True))
+    input_files: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    output_files: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
     execution: Mapped[str] = mapped_column(String(16))
     queue: Mapped[str] = mapped_column(String(80))
     node: Mapped[str | None] = mapped_column(String(64))
@@ -384,6 +534,25 @@ class Run(Base):
     finished_at: Mapped[datetime | None]
 
 
+class StoredFile(Base):
+    """A file of an owner's: uploaded (`POST /api/files`), sent inline with a call, or made by
+    a run; its bytes are `<data>/files/<id>`, kept until `expires_at` (store/files.py)."""
+
+    __tablename__ = "files"
+    __table_args__ = (Index("ix_files_owner_newest", "owner_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    # The run that made it and its path in that run's working directory (None: uploaded).
+    run_id: Mapped[str | None] = mapped_column(String(36), index=True)
+    path: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
 class RunFacts(Protocol):
     """What a run's row says: a `Run`, or the row a worker's claim or finish read back."""
 
@@ -395,6 +564,9 @@ class RunFacts(Protocol):
     script: str | None
     command: list[str] | None
     arguments: dict[str, Any]
+    args: list[str] | None
+    input_files: dict[str, Any] | None
+    output_files: list[dict[str, Any]] | None
     execution: str
     node: str | None
     network: str
@@ -405,6 +577,9 @@ class RunFacts(Protocol):
     stderr: str
     error: str | None
     timeout_seconds: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
 
 
 class Node(Base):
@@ -413,6 +588,20 @@ class Node(Base):
     __tablename__ = "nodes"
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class NodeOwner(Base):
+    """An owner a node is offered to: its scripts may run there (store/nodes.py)."""
+
+    __tablename__ = "node_owners"
+
+    node_name: Mapped[str] = mapped_column(
+        ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True
+    )
+    owner_id: Mapped[int] = mapped_column(
+        ForeignKey("owners.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -1,4 +1,9 @@
-"""The model an owner's agent turns run on: an OpenAI-compatible chat-completions endpoint."""
+"""The model an owner's agent turns run on: an OpenAI-compatible chat-completions endpoint.
+
+Its address passes the egress rules (store/egress.py) when it is set, so a loopback, private
+or metadata address is refused at once unless the operator allowed it (SKILLFLEET_EGRESS_ALLOW),
+and again at every request a turn makes (workers/model.py): a name's DNS answer can change.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from urllib.parse import urlsplit
 from sqlalchemy.orm import Session
 
 from store.db import SessionFactory
+from store.egress import Egress, EgressRefused
 from store.errors import StoreError
 from store.limits import MAX_API_KEY_CHARS, MAX_BASE_URL_CHARS, MAX_MODEL_NAME_CHARS
 from store.models import ModelSetting, utcnow
@@ -18,6 +24,13 @@ class InvalidModelSetting(StoreError):
     """Raised when a model setting is not a usable URL, name or key."""
 
     code = "invalid_setting"
+    status = 422
+
+
+class ModelUrlRefused(InvalidModelSetting):
+    """Raised when the model's host is, or resolves to, an address requests may not reach."""
+
+    code = "model_url_refused"
     status = 422
 
 
@@ -74,15 +87,33 @@ def remove(session: Session, owner_id: int) -> None:
         session.delete(row)
 
 
+def check_address(base_url: str, egress: Egress) -> None:
+    """Refuse a base URL whose host may not be reached now (a DNS lookup): call it before the
+    transaction that saves the setting. Each request to the model checks the host again."""
+    _check_url_form(base_url)
+    try:
+        egress.check_url(base_url)
+    except EgressRefused as e:
+        raise ModelUrlRefused(f"'model.base_url' is refused: {e.message}") from e
+
+
 def check(base_url: str, name: str, api_key: str | None) -> None:
-    parts = urlsplit(base_url)
-    if len(base_url) > MAX_BASE_URL_CHARS or parts.scheme not in ("http", "https"):
-        raise InvalidModelSetting(
-            "'model.base_url' must be an http(s) URL such as http://127.0.0.1:8000/v1."
-        )
-    if not parts.hostname:
-        raise InvalidModelSetting("'model.base_url' has no host.")
+    _check_url_form(base_url)
     if not name.strip() or len(name) > MAX_MODEL_NAME_CHARS:
         raise InvalidModelSetting(f"'model.name' must be 1 to {MAX_MODEL_NAME_CHARS} characters.")
     if api_key is not None and len(api_key) > MAX_API_KEY_CHARS:
         raise InvalidModelSetting(f"'model.api_key' is longer than {MAX_API_KEY_CHARS} characters.")
+
+
+def _check_url_form(base_url: str) -> None:
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - reading it checks it
+    except ValueError:  # brackets that hold no IPv6 address, a port that is not a number
+        parts = None
+    if len(base_url) > MAX_BASE_URL_CHARS or parts is None or parts.scheme not in ("http", "https"):
+        raise InvalidModelSetting(
+            "'model.base_url' must be an http(s) URL such as https://api.openai.com/v1."
+        )
+    if not parts.hostname:
+        raise InvalidModelSetting("'model.base_url' has no host.")

@@ -13,6 +13,14 @@ from store.limits import MAX_NAME_CHARS
 NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*", re.ASCII)
 HASH = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
+# Where a skill's scripts may run (`skillfleet.execution`, or the owner's choice).
+EXECUTIONS = ("node", "spark", "sandbox")
+# Neither SKILL.md nor the owner says: the Spark when a Spark worker serves, else a node the
+# call names (broker/placement.py decides at each call).
+AUTO = "auto"
+# Node names that name a shared runner, not a node (relay.naming's queues of the same names).
+RUNNERS = ("spark", "sandbox")
+
 
 def is_valid_name(name: object) -> bool:
     """Whether `name` is a valid skill or node name."""

@@ -6,9 +6,10 @@ environment; nothing else ever reads them.
 
 A skill's scripts get the secrets it declares (`skillfleet.secrets`) only while the owner
 allows that exact version: a grant row of scope `secret` whose key is `secret:<skill>@<full
-hash>`. Storing a secret for a skill allows the skill's current version; any edit changes the
-hash, and the scripts get nothing until the owner allows the new one. The grants live apart
-from the owner's settings (scope `owner`), which are replaced as a whole list.
+hash>`. Storing a secret for a skill allows the version the owner was shown (the secret card's,
+or the one the Secrets page or the CLI read); any edit changes the hash, and the scripts get
+nothing until the owner allows the new one. The grants live apart from the owner's settings
+(scope `owner`), which are replaced as a whole list.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Select, delete, or_, select
+from sqlalchemy import Select, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from store.errors import StoreError
-from store.models import Grant, OwnerSecret, Skill, utcnow
+from store.models import Grant, OwnerSecret, utcnow
 from store.secrets import Sealer
+from store.skills import current_hashes
 
 SCOPE = "secret"
 HOW_TO_GIVE = (
@@ -45,11 +47,18 @@ def grant_key(skill: str, skill_hash: str) -> str:
 
 
 def put(
-    session: Session, sealer: Sealer, owner_id: int, name: str, value: str, skill: str | None
+    session: Session,
+    sealer: Sealer,
+    owner_id: int,
+    name: str,
+    value: str,
+    skill: str | None,
+    version: str | None = None,
 ) -> OwnerSecret:
     """Store or replace the owner's secret `name` (of `skill`, when given).
 
-    A secret given for a skill is the owner's consent for the version of it they see now.
+    A secret given for a skill is the owner's consent for the version of it they saw: the
+    full content hash `version`, which the caller checked against what it showed them.
     """
     sealed = sealer.seal(value)
     row = session.scalar(_one(owner_id, name, skill))
@@ -65,9 +74,8 @@ def put(
     row.value = sealed
     row.updated_at = utcnow()
     session.flush()
-    current = current_hash(session, owner_id, skill) if skill else None
-    if skill and current is not None:
-        allow(session, owner_id, skill, current)
+    if skill and version is not None:
+        allow(session, owner_id, skill, version)
     return row
 
 
@@ -102,15 +110,7 @@ def _one(owner_id: int, name: str, skill: str | None) -> Select[OwnerSecret]:
 
 def current_hash(session: Session, owner_id: int, skill: str) -> str | None:
     """The content hash of `skill` as the owner sees it (their own before a shared one)."""
-    rows = session.execute(
-        select(Skill.owner_id, Skill.hash).where(
-            Skill.name == skill, or_(Skill.owner_id == owner_id, Skill.owner_id.is_(None))
-        )
-    ).all()
-    owned = [skill_hash for owner, skill_hash in rows if owner is not None]
-    shared = [skill_hash for owner, skill_hash in rows if owner is None]
-    found = owned or shared
-    return found[0] if found else None
+    return current_hashes(session, owner_id, {skill}).get(skill)
 
 
 def allow(session: Session, owner_id: int, skill: str, skill_hash: str) -> None:

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy import ColumnElement, and_, select
+from sqlalchemy import ColumnElement, and_, or_, select, true
 
 from store.db import SessionFactory
 from store.errors import PackageNotFound
 from store.hashing import hash_entries
 from store.lifecycle.runs import ACTIVE_STATES
-from store.models import Run, Skill
-from store.names import is_valid_hash, is_valid_name
+from store.models import NodeOwner, Run, Skill
+from store.names import AUTO, is_valid_hash, is_valid_name
 from store.packages import build_package
 from store.paths import inside
 from store.skills import SkillStore
@@ -49,6 +49,13 @@ class PackageInfo:
 def execution_for(node: str) -> str:
     """The execution mode whose skills a node runs: `spark`, `sandbox` or `node`."""
     return node if node in SPECIAL_NODES else "node"
+
+
+def listed_executions(node: str) -> tuple[str, ...]:
+    """The executions of the skills a node's manifest lists: its own, and `auto` (a skill that
+    runs on the Spark or a node, decided at each call) on the Spark and on nodes."""
+    execution = execution_for(node)
+    return (execution, AUTO) if execution in ("node", "spark") else (execution,)
 
 
 def valid_key(name: str, skill_hash: str) -> bool:
@@ -139,8 +146,12 @@ class PackageStore:
         used = select(Run.id).where(
             Run.skill_name == name, Run.skill_hash == skill_hash, _active_on(node)
         )
-        # Packages are keyed by content: any owner's skill with this name and hash is this one.
+        # Packages are keyed by content: any owner's skill with this name and hash is this one,
+        # but a node holds only its owners' (and the shared skills).
         current = select(Skill).where(Skill.name == name, Skill.hash == skill_hash)
+        if node is not None:
+            current = current.where(_offered_on(node))
+            used = used.where(_run_offered_on(node))
         with sessions() as session:
             skills = list(session.scalars(current))
             listed = any(_listed_for(skill, node) for skill in skills)
@@ -153,8 +164,16 @@ class PackageStore:
 
     def manifest_for(self, node: str, sessions: SessionFactory) -> dict[str, Any]:
         """What `node` should hold: its enabled skills plus hashes its unfinished runs use."""
-        query = select(Skill).where(Skill.enabled.is_(True), Skill.execution == execution_for(node))
-        in_flight = select(Run.skill_name, Run.skill_hash).where(_active_on(node)).distinct()
+        query = select(Skill).where(
+            Skill.enabled.is_(True),
+            Skill.execution.in_(listed_executions(node)),
+            _offered_on(node),
+        )
+        in_flight = (
+            select(Run.skill_name, Run.skill_hash)
+            .where(_active_on(node), _run_offered_on(node))
+            .distinct()
+        )
         with sessions() as session:
             skills = list(session.scalars(query.order_by(Skill.name)))
             used = [
@@ -208,7 +227,21 @@ def package_hash(data: bytes) -> str:
 
 
 def _listed_for(skill: Skill, node: str | None) -> bool:
-    return node is None or (skill.enabled and skill.execution == execution_for(node))
+    return node is None or (skill.enabled and skill.execution in listed_executions(node))
+
+
+def _offered_on(node: str) -> ColumnElement[bool]:
+    """Skills a node may hold: its owners' and the shared ones; every owner's on a runner."""
+    if node in SPECIAL_NODES:
+        return true()
+    owners = select(NodeOwner.owner_id).where(NodeOwner.node_name == node)
+    return or_(Skill.owner_id.is_(None), Skill.owner_id.in_(owners))
+
+
+def _run_offered_on(node: str) -> ColumnElement[bool]:
+    if node in SPECIAL_NODES:
+        return true()
+    return Run.owner_id.in_(select(NodeOwner.owner_id).where(NodeOwner.node_name == node))
 
 
 def _active_on(node: str | None) -> ColumnElement[bool]:

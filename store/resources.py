@@ -9,6 +9,14 @@ from urllib.parse import unquote
 from store.errors import InvalidResourcePath, ResourceNotFound, ResourceTooLarge
 from store.limits import MAX_PATH_CHARS, MAX_RESOURCE_BYTES
 
+# check_relative_path's rules as one pattern (for the API's document): text that is not only
+# spaces, of 1 to MAX_PATH_CHARS characters, none a control character or a backslash, not
+# starting with '/' or a drive letter's ':', with no '..' segment and nothing percent-encoded.
+RELATIVE_PATH_PATTERN = (
+    r"^(?=.*\S)(?!/)(?!.:)(?!(?:.*/)?\.\.(?:/|$))(?!.*%[0-9A-Fa-f]{2})"
+    rf"[^\u0000-\u001f\\]{{1,{MAX_PATH_CHARS}}}$"
+)
+
 
 def check_relative_path(path: object) -> str:
     """The path as a clean POSIX relative path, or InvalidResourcePath."""

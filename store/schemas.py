@@ -19,17 +19,29 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from store.commandline import ARGV_KEY, CommandLineError, Entry, check_argv, constrain, entries
+from store.environment import INTERPRETERS
 from store.errors import SkillInvalid
 
 SCHEMA_KEY = "parameters_schema"
 SCRIPTS_DIR = "scripts"
-SCRIPT_SUFFIXES = (".py", ".sh", ".js", ".mjs", ".cs")
+# The extensions the standard environment runs (store/environment.py's INTERPRETERS).
+SCRIPT_SUFFIXES = tuple(INTERPRETERS)
 
-_NODE_PROPERTY: dict[str, Any] = {"type": "string", "description": "The server to run on."}
+_NODE_PROPERTY: dict[str, Any] = {
+    "type": "string",
+    "description": "The server to run on: one of your nodes, as list_nodes names them.",
+}
+# A skill that may run on the Spark or a node (execution `auto`): `node` picks, or is left out.
+_WHERE_PROPERTY: dict[str, Any] = {
+    "type": "string",
+    "description": 'Where to run: one of your nodes (list_nodes), or "spark" or "sandbox"; '
+    "left out, the Spark runs it while a Spark worker serves.",
+}
 DEFAULT_SCHEMAS: dict[str, dict[str, Any]] = {
     "node": {"type": "object", "properties": {"node": _NODE_PROPERTY}, "required": ["node"]},
     "spark": {"type": "object"},
     "sandbox": {"type": "object", "properties": {"node": _NODE_PROPERTY}},
+    "auto": {"type": "object", "properties": {"node": _WHERE_PROPERTY}},
 }
 
 # Walked before jsonschema sees it: YAML aliases can make a small header expand into a huge
@@ -58,8 +70,9 @@ class DeclaredSchemas(Protocol):
 def schema_for(info: DeclaredSchemas, script: str) -> dict[str, Any]:
     """The arguments schema of `script` (a POSIX path inside the skill); always a fresh copy.
 
-    For node execution the schema always has a required `node` string: the server to run on.
-    Values that go on the script's command line are held to what a command line can carry.
+    For node execution the schema always has a required `node` string: the server to run on;
+    for `auto` an optional one that picks the Spark, the sandbox or a node. Values that go on
+    the script's command line are held to what a command line can carry.
     """
     declared = info.script_schemas.get(script, info.parameters_schema)
     if declared is None:
@@ -71,6 +84,8 @@ def schema_for(info: DeclaredSchemas, script: str) -> dict[str, Any]:
         required = schema.setdefault("required", [])
         if "node" not in required:
             required.append("node")
+    elif info.execution == "auto":
+        schema.setdefault("properties", {}).setdefault("node", copy.deepcopy(_WHERE_PROPERTY))
     return schema
 
 

@@ -2,8 +2,9 @@
 
 `.py` files are compiled in-process (nothing is run and no bytecode is written); `.sh` files
 are read by `bash -n`; `.js` and `.mjs` files by `node --check` when node is installed (node
-reads `.mjs` as a module and decides `.js` by its own rules). `.cs` files are not checked:
-there is no C# compiler on the hosts that validate skills. Checks never follow symbolic links.
+reads `.mjs` as a module and decides `.js` by its own rules). `.ts` (bun's) and `.cs` files are
+not checked: the hosts that validate skills have neither bun nor a C# compiler. Checks never
+follow symbolic links.
 """
 
 from __future__ import annotations

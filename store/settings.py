@@ -19,8 +19,14 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8750
 DEFAULT_DATA_DIR = "var"
 DEFAULT_GITHUB_API = "https://api.github.com"
+DEFAULT_GITHUB_URL = "https://github.com"
+# A GitHub sign-in whose GitHub token never expires (an OAuth app's) lasts this long before the
+# console checks the person's access with GitHub again.
+DEFAULT_GITHUB_SESSION_SECONDS = 8 * 3600
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 DEFAULT_RUNNER_IMAGE = "skillfleet/runner:latest"
+# The master group name Redis's own sentinel.conf examples use.
+DEFAULT_SENTINEL_MASTER = "mymaster"
 DEFAULT_RUN_TIMEOUT = 300
 # A message nobody acknowledged comes back after this long (Celery's default is an hour).
 DEFAULT_VISIBILITY_TIMEOUT = 60
@@ -65,18 +71,68 @@ DEFAULT_WORKER_ALIVE_SECONDS = 10.0
 DEFAULT_HOUSEKEEPING_SECONDS = 5.0
 DEFAULT_SWEEP_SECONDS = 60.0
 # An MCP tool call whose approval the owner has not answered returns after this long, naming
-# the approval (the agent collects the outcome later with get_call_outcome).
-DEFAULT_MCP_APPROVAL_WAIT = 600.0
+# the approval (the agent collects the outcome later with get_call_outcome): below the
+# shortest default tool-call timeout of the common hosts that fits a person's answer at all
+# (pydantic-ai's 300 s, the mcp SDK's and fastmcp's 300 s HTTP read; docs/mcp.md).
+DEFAULT_MCP_APPROVAL_WAIT = 240.0
 # ask_owner and request_secret wait this long for the owner's answer, then end `unanswered`;
 # notify_owner sends at most this many notices per agent turn and per owner and hour.
 DEFAULT_QUESTION_WAIT = 1800.0
 DEFAULT_NOTIFY_PER_TURN = 3
 DEFAULT_NOTIFY_PER_HOUR = 20
 FLOWER_USER = "admin"
+# A node runs each script as a uid of its own from this range ("uid"), or as its worker's user
+# ("worker": a single-owner node's opt-out, for scripts that must be root).
+NODE_RUN_AS = ("uid", "worker")
+DEFAULT_RUN_UIDS = (2_100_000_000, 2_100_000_999)
+# An owner's file (an upload, or one a run made): at most this large, kept this long.
+DEFAULT_FILE_MAX_BYTES = 64 * limits.MIB
+DEFAULT_FILE_TTL = 86_400
 
 
 class SettingsError(Exception):
     """Raised when an environment variable or the config file holds an unusable value."""
+
+
+@dataclass(frozen=True)
+class SignInRule:
+    """Who may sign in with GitHub as `owner`: the GitHub user of numeric id `subject` (kind
+    `user`), or any member of the organisation `subject` (kind `org`)."""
+
+    kind: str
+    subject: str
+    owner: str
+
+
+_GITHUB_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})")
+_OWNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_RULE_FORMAT = (
+    "SKILLFLEET_GITHUB_SIGNIN is a comma-separated list of user:<GitHub user id>=<owner> and "
+    "org:<GitHub organisation>=<owner>, e.g. user:583231=alice,org:acme=acme-team"
+)
+
+
+def signin_rules(raw: str) -> tuple[SignInRule, ...]:
+    """SKILLFLEET_GITHUB_SIGNIN read: `user:<id>=<owner>` and `org:<login>=<owner>` rules."""
+    rules = []
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        who, equals, owner = item.partition("=")
+        kind, colon, subject = who.strip().partition(":")
+        subject, owner = subject.strip(), owner.strip()
+        if not equals or not colon or not _OWNER_NAME.fullmatch(owner):
+            raise SettingsError(f"{_RULE_FORMAT}; {item!r} is not one.")
+        if kind == "user" and subject.isascii() and subject.isdigit() and len(subject) <= 20:
+            rules.append(SignInRule("user", str(int(subject)), owner))
+        elif kind == "org" and _GITHUB_LOGIN.fullmatch(subject):
+            rules.append(SignInRule("org", subject.lower(), owner))
+        else:
+            raise SettingsError(
+                f"{_RULE_FORMAT}; in {item!r}, a user is named by its numeric id (GET "
+                "https://api.github.com/users/<login> shows it) and an org by its login."
+            )
+    return tuple(rules)
 
 
 @dataclass(frozen=True)
@@ -86,6 +142,11 @@ class Settings:
     data_dir: Path = Path(DEFAULT_DATA_DIR)
     database_url: str | None = None
     redis_url: str | None = None
+    # Redis Sentinel: the sentinels that name the current primary of the master group
+    # `redis_sentinel_master`. Set, every client finds the primary through them, and `REDIS_URL`
+    # gives only the database number and credentials (its host is not used).
+    redis_sentinels: tuple[tuple[str, int], ...] = ()
+    redis_sentinel_master: str = DEFAULT_SENTINEL_MASTER
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     bootstrap_token: str | None = None
@@ -94,16 +155,42 @@ class Settings:
     policy_file: Path | None = None
     github_api_url: str = DEFAULT_GITHUB_API
     github_token: str | None = None
+    # Owners' sign-in with GitHub's device flow (api/signin.py): GitHub's web address (its
+    # /login/device/code and /login/oauth/access_token), the app's client id (no id: no GitHub
+    # sign-in) and secret (sent when refreshing), and who may sign in as which owner.
+    github_url: str = DEFAULT_GITHUB_URL
+    github_client_id: str | None = None
+    github_client_secret: str | None = None
+    github_signin: tuple[SignInRule, ...] = ()
+    github_session_seconds: int = DEFAULT_GITHUB_SESSION_SECONDS
     runner_image: str = DEFAULT_RUNNER_IMAGE
     # The Docker network a container run's egress proxy reaches its skill's allowed domains on,
     # and whether those names may resolve to private addresses (workers/runners/egress.py).
     runner_network: str = "bridge"
     runner_network_private: bool = False
+    # A container run's files straight in its /work volume's folder when the worker reaches it;
+    # false: always through the engine's archive API (workers/runners/workdirs.py).
+    spark_work_direct: bool = True
     run_timeout: int = DEFAULT_RUN_TIMEOUT
     api_url: str = DEFAULT_URL
+    # The API's address as MCP hosts reach it (OAuth's issuer and /mcp's resource URL); None:
+    # the scheme and Host of each request.
+    public_url: str | None = None
     node_token: str | None = None
     manifest_public_key: str | None = None
     sandbox_isolation: str = "hyperlight"
+    node_run_as: str = NODE_RUN_AS[0]
+    run_uids: tuple[int, int] = DEFAULT_RUN_UIDS
+    # Where a node makes each run's folder (None: `skillfleet-runs` in the system's temp folder).
+    run_dir: Path | None = None
+    file_max_bytes: int = DEFAULT_FILE_MAX_BYTES
+    file_ttl: int = DEFAULT_FILE_TTL
+    # Python packages for scripts: the index uv installs from (None: uv's default, PyPI); where
+    # a node keeps the standard environment and declared dependencies (None: `skillfleet-env`
+    # in the system's temp folder), and whether it builds the standard environment at all.
+    package_index: str | None = None
+    env_dir: Path | None = None
+    standard_env: bool = True
     dry_run: bool = False
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     task_events: bool = False
@@ -134,6 +221,8 @@ class Settings:
     # The live tier (api/asgi.py): Flask's threads per API process, and what bounds a stream.
     api_threads: int = DEFAULT_API_THREADS
     stream_limit: int = DEFAULT_STREAM_LIMIT
+    # MCP `subscriptions/listen` streams one token may hold open at once (default: stream_limit).
+    mcp_listen_limit: int = DEFAULT_STREAM_LIMIT
     stream_keepalive: float = DEFAULT_STREAM_KEEPALIVE
     stream_idle: float = DEFAULT_STREAM_IDLE
     stream_max: float = DEFAULT_STREAM_MAX
@@ -198,14 +287,22 @@ class Settings:
         return self.data_dir / "cache"
 
     @property
+    def files_dir(self) -> Path:
+        """Where owners' files are kept (store/files.py)."""
+        return self.data_dir / "files"
+
+    @property
     def keys_dir(self) -> Path:
         return self.data_dir / "keys"
 
     @property
     def redis(self) -> str:
-        """`REDIS_URL`, else the embedded Redis socket `skillfleet up` starts."""
+        """`REDIS_URL`, else the embedded Redis socket `skillfleet up` starts (with sentinels:
+        database 0 of the primary they name, no password)."""
         if self.redis_url:
             return self.redis_url
+        if self.redis_sentinels:
+            return "redis:///0"
         return f"unix://{(self.data_dir / 'redis.socket').resolve()}"
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -221,6 +318,8 @@ class Settings:
             data_dir=Path(env.get("SKILLFLEET_DATA_DIR") or DEFAULT_DATA_DIR),
             database_url=env.get("DATABASE_URL") or None,
             redis_url=env.get("REDIS_URL") or None,
+            redis_sentinels=_sentinels(env.get("SKILLFLEET_REDIS_SENTINELS")),
+            redis_sentinel_master=_sentinel_master(env.get("SKILLFLEET_REDIS_SENTINEL_MASTER")),
             host=env.get("SKILLFLEET_HOST") or DEFAULT_HOST,
             port=_int(env, "SKILLFLEET_PORT", DEFAULT_PORT),
             bootstrap_token=_secret(env, "SKILLFLEET_BOOTSTRAP_TOKEN"),
@@ -229,16 +328,35 @@ class Settings:
             policy_file=_path(env.get("SKILLFLEET_POLICY")),
             github_api_url=(env.get("SKILLFLEET_GITHUB_API") or DEFAULT_GITHUB_API).rstrip("/"),
             github_token=env.get("SKILLFLEET_GITHUB_TOKEN") or None,
+            github_url=(env.get("SKILLFLEET_GITHUB_URL") or DEFAULT_GITHUB_URL).rstrip("/"),
+            github_client_id=env.get("SKILLFLEET_GITHUB_CLIENT_ID") or None,
+            github_client_secret=_secret(env, "SKILLFLEET_GITHUB_CLIENT_SECRET"),
+            github_signin=signin_rules(env.get("SKILLFLEET_GITHUB_SIGNIN") or ""),
+            github_session_seconds=_at_least(
+                env, "SKILLFLEET_GITHUB_SESSION_SECONDS", DEFAULT_GITHUB_SESSION_SECONDS, 60
+            ),
             runner_image=env.get("SKILLFLEET_RUNNER_IMAGE") or DEFAULT_RUNNER_IMAGE,
             runner_network=env.get("SKILLFLEET_RUNNER_NETWORK") or "bridge",
             runner_network_private=_bool(env, "SKILLFLEET_RUNNER_NETWORK_PRIVATE"),
+            spark_work_direct=_bool(env, "SKILLFLEET_SPARK_WORK_DIRECT", True),
             run_timeout=_int(env, "SKILLFLEET_RUN_TIMEOUT", DEFAULT_RUN_TIMEOUT),
             api_url=(env.get("SKILLFLEET_URL") or DEFAULT_URL).rstrip("/"),
+            public_url=(env.get("SKILLFLEET_PUBLIC_URL") or "").rstrip("/") or None,
             node_token=_secret(env, "SKILLFLEET_NODE_TOKEN"),
             manifest_public_key=_secret(env, "SKILLFLEET_MANIFEST_KEY"),
             sandbox_isolation=_choice(
                 env, "SKILLFLEET_SANDBOX_ISOLATION", ("hyperlight", "container"), "hyperlight"
             ),
+            node_run_as=_choice(env, "SKILLFLEET_NODE_RUN_AS", NODE_RUN_AS, NODE_RUN_AS[0]),
+            run_uids=_uid_range(env.get("SKILLFLEET_RUN_UIDS")),
+            run_dir=_path(env.get("SKILLFLEET_RUN_DIR")),
+            file_max_bytes=_at_least(
+                env, "SKILLFLEET_FILE_MAX_BYTES", DEFAULT_FILE_MAX_BYTES, limits.KIB
+            ),
+            file_ttl=_at_least(env, "SKILLFLEET_FILE_TTL", DEFAULT_FILE_TTL, 60),
+            package_index=_index(_secret(env, "SKILLFLEET_PACKAGE_INDEX")),
+            env_dir=_path(env.get("SKILLFLEET_ENV_DIR")),
+            standard_env=_bool(env, "SKILLFLEET_STANDARD_ENV", default=True),
             dry_run=_bool(env, "SKILLFLEET_DRY_RUN"),
             task_events=_bool(env, "SKILLFLEET_TASK_EVENTS"),
             fenced_kombu=_bool(env, "SKILLFLEET_FENCED_KOMBU", default=True),
@@ -270,6 +388,12 @@ class Settings:
             log_format=_choice(env, "SKILLFLEET_LOG_FORMAT", ("json", "console"), "json"),
             api_threads=_int(env, "SKILLFLEET_API_THREADS", DEFAULT_API_THREADS),
             stream_limit=_int(env, "SKILLFLEET_STREAM_LIMIT", DEFAULT_STREAM_LIMIT),
+            mcp_listen_limit=_at_least(
+                env,
+                "SKILLFLEET_MCP_LISTEN_LIMIT",
+                _int(env, "SKILLFLEET_STREAM_LIMIT", DEFAULT_STREAM_LIMIT),
+                1,
+            ),
             stream_keepalive=_int(env, "SKILLFLEET_STREAM_KEEPALIVE", DEFAULT_STREAM_KEEPALIVE),
             stream_idle=_int(env, "SKILLFLEET_STREAM_IDLE", DEFAULT_STREAM_IDLE),
             stream_max=_int(env, "SKILLFLEET_STREAM_MAX", DEFAULT_STREAM_MAX),
@@ -343,8 +467,34 @@ def _origins(raw: str | None) -> tuple[str, ...]:
     return tuple(origin for origin in origins if origin)
 
 
+def _index(url: str | None) -> str | None:
+    """A package index's URL (a PEP 503 simple index, as uv's --default-index takes it)."""
+    if url is not None and not url.startswith(("https://", "http://", "file://")):
+        raise SettingsError(
+            "SKILLFLEET_PACKAGE_INDEX must be the URL of a package index, such as "
+            "https://pypi.example.com/simple."
+        )
+    return url.rstrip("/") if url else None
+
+
 def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
+
+
+def _uid_range(raw: str | None) -> tuple[int, int]:
+    if not raw:
+        return DEFAULT_RUN_UIDS
+    first, dash, last = raw.strip().partition("-")
+    try:
+        bounds = (int(first), int(last if dash else first))
+    except ValueError:
+        bounds = (0, 0)
+    if not 0 < bounds[0] <= bounds[1] < 2**32 - 1:
+        raise SettingsError(
+            f"SKILLFLEET_RUN_UIDS must be a range of uids such as 2100000000-2100000999, "
+            f"without root's; got {raw!r}."
+        )
+    return bounds
 
 
 def _secret(env: Mapping[str, str], name: str) -> str | None:
@@ -387,6 +537,35 @@ def _hosts(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple
     if not raw:
         return default
     return tuple(host.strip().lower() for host in raw.split(",") if host.strip())
+
+
+def _sentinels(raw: str | None) -> tuple[tuple[str, int], ...]:
+    """`host:port` pairs separated by commas (`[::1]:26379` for an IPv6 address)."""
+    found: list[tuple[str, int]] = []
+    for part in (raw or "").split(","):
+        entry = part.strip()
+        if not entry:
+            continue
+        host, _, port = entry.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536 or len(entry) > 300:
+            raise SettingsError(
+                f"SKILLFLEET_REDIS_SENTINELS holds {entry[:300]!r}; give the sentinels as "
+                "host:port pairs separated by commas, such as sentinel-1:26379,sentinel-2:26379."
+            )
+        found.append((host, int(port)))
+    return tuple(found)
+
+
+def _sentinel_master(raw: str | None) -> str:
+    """The master group's name as the sentinels know it (`sentinel monitor <name> …`)."""
+    name = (raw or "").strip() or DEFAULT_SENTINEL_MASTER
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
+        raise SettingsError(
+            "SKILLFLEET_REDIS_SENTINEL_MASTER must be the master group's name, letters, digits, "
+            "'.', '_' and '-' only, at most 100 characters."
+        )
+    return name
 
 
 def _at_least(env: Mapping[str, str], name: str, default: int, least: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 import uuid
@@ -73,6 +74,17 @@ def public_key_text(key: Ed25519PrivateKey) -> str:
 def canonical_bytes(manifest: dict[str, Any]) -> bytes:
     """The bytes a signature covers: sorted keys, no spaces."""
     return json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+
+
+def manifest_tag(key: Ed25519PrivateKey, manifest: dict[str, Any]) -> str:
+    """The manifest's entity tag: the same while its node and packages are, and the signing key;
+    its `issued_at` left out, so a node holding the manifest is answered "not modified"."""
+    listed = {name: value for name, value in manifest.items() if name != "issued_at"}
+    digest = hashlib.sha256(canonical_bytes(listed))
+    digest.update(key.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    ))  # fmt: skip
+    return digest.hexdigest()[:32]
 
 
 def sign_manifest(key: Ed25519PrivateKey, manifest: dict[str, Any]) -> dict[str, Any]:

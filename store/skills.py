@@ -10,7 +10,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +18,7 @@ from sqlalchemy import BindParameter, ColumnElement, Select, bindparam, case, fu
 from sqlalchemy.orm import Session
 
 from store.db import SessionFactory, core_connection, detached, transaction
+from store.dependencies import Declared, declared_in
 from store.errors import (
     HashRequired,
     SkillBuiltin,
@@ -33,11 +34,12 @@ from store.indexcache import IndexCache
 from store.leniency import read_header, read_skill_dir
 from store.limits import MAX_SKILLS
 from store.lint import lint
-from store.models import Skill, utcnow
-from store.names import is_valid_name
+from store.models import Skill, SkillVersion, utcnow
+from store.names import EXECUTIONS, is_valid_name
 from store.paths import inside
 from store.resources import read_resource
 from store.schemas import scripts_of
+from store.scriptinput import command_line_read
 from store.validation import SkillInfo, name_problems
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
@@ -69,8 +71,16 @@ class SkillStore:
     for one owner, who sees their own skills and the shared ones and nothing else.
     """
 
-    def __init__(self, sessions: SessionFactory, skills_dir: Path) -> None:
+    def __init__(
+        self,
+        sessions: SessionFactory,
+        skills_dir: Path,
+        dependency_check: Callable[[Declared], list[str]] | None = None,
+    ) -> None:
         self.sessions = sessions
+        # Resolves declared dependencies at install (store/dependencies.py's check_resolvable);
+        # it raises SkillInvalid, or returns warnings kept with the skill.
+        self.dependency_check = dependency_check
         # Lookups and listings kept while the index is unchanged (see store/indexcache.py).
         self.index = IndexCache()
         self.skills_dir = skills_dir
@@ -138,8 +148,12 @@ class SkillStore:
         return _owned_folder(self.skills_dir, owner_id, name)
 
     def info(self, skill: Skill) -> SkillInfo:
-        """The parsed header of a skill, cached per content hash."""
-        return _header_info(str(self.folder(skill)), skill.name, skill.hash)
+        """The parsed header of a skill, cached per content hash, with where it runs as the
+        index says (the owner's choice may differ from SKILL.md's)."""
+        info = _header_info(str(self.folder(skill)), skill.name, skill.hash)
+        if skill.execution and info.execution != skill.execution:
+            return replace(info, execution=skill.execution)
+        return info
 
     def scripts(self, skill: Skill) -> list[str]:
         return list(_scripts(str(self.folder(skill)), skill.hash))
@@ -147,8 +161,19 @@ class SkillStore:
     def files(self, skill: Skill) -> list[FileEntry]:
         return list(_files(str(self.folder(skill)), skill.hash))
 
+    def script_inputs(self, skill: Skill) -> dict[str, str | None]:
+        """Each script and what of it reads its command line (None: it reads none)."""
+        return dict(_script_inputs(str(self.folder(skill)), skill.hash))
+
     def read_file(self, skill: Skill, path: object, limit: int) -> tuple[str, bytes]:
         return read_resource(self.folder(skill), path, limit)
+
+    def had(self, skill: Skill, skill_hash: str) -> bool:
+        """Whether `skill` has or once had the content hash `skill_hash`."""
+        if skill.hash == skill_hash:
+            return True
+        with self.sessions() as session:
+            return session.get(SkillVersion, (skill.id, skill_hash)) is not None
 
     # -- writing -----------------------------------------------------------------
 
@@ -174,6 +199,7 @@ class SkillStore:
         warnings: Sequence[str] = (),
         guard: Callable[[Skill | None], None] | None = None,
         annotate: Callable[[Skill, SkillInfo], None] | None = None,
+        execution: str | None = None,
     ) -> Skill:
         """Validate the staged folder `root` and move it into the owner's store by one rename.
 
@@ -184,7 +210,8 @@ class SkillStore:
 
         `enable=None` keeps the replaced skill's switch (off for a new one). `guard` sees the
         skill being replaced (or None) under the store's lock and raises to refuse; `annotate`
-        fills review notes in the same transaction as the index entry.
+        fills review notes in the same transaction as the index entry. `execution` is the
+        owner's choice of where it runs; without one, a replaced skill keeps its owner's.
         """
         owner_id = origin.owner_id
         if owner_id is None:
@@ -195,6 +222,8 @@ class SkillStore:
         files = regular_files(root)
         size = sum((root / rel).stat().st_size for rel in files)
         findings = lint({rel: (root / rel).read_bytes() for rel in files}, info)
+        if self.dependency_check is not None:
+            warnings = [*warnings, *self.dependency_check(declared_in(root))]
         final = self._owned_folder(owner_id, info.name)
         with self._locked(), transaction(self.sessions) as session:
             existing = session.scalar(_FIND, {"owner_id": owner_id, "name": info.name})
@@ -207,6 +236,8 @@ class SkillStore:
             try:
                 skill = existing or Skill(name=info.name, created_at=utcnow(), revision=0)
                 keep = bool(existing is not None and existing.enabled)
+                if execution is not None:
+                    skill.execution_choice = execution
                 _fill(skill, info, origin, skill_hash, len(files), size)
                 skill.warnings = [*warnings, *info.warnings]
                 skill.enabled = keep if enable is None else enable
@@ -217,7 +248,7 @@ class SkillStore:
                     skill.source_chats = None
                     skill.rationale = None
                 session.add(skill)
-                session.flush()
+                _remember_version(session, skill)
             except BaseException:
                 final.rename(root)
                 if trash is not None:
@@ -309,6 +340,23 @@ class SkillStore:
             skill.updated_at = utcnow()
             if enabled and skill.author == "assistant":
                 skill.locked = True
+            return skill
+
+    def set_execution(self, owner_id: int, name: str, execution: str | None) -> Skill:
+        """Choose where an owned skill's scripts run (node, spark, sandbox), or with None go
+        back to what SKILL.md says (else `auto`); its content and hash stay as they are."""
+        if execution is not None and execution not in EXECUTIONS:
+            raise SkillInvalid(
+                f"Where a skill runs is one of {', '.join(EXECUTIONS)}, not {_shown(execution)}."
+            )
+        with transaction(self.sessions) as session:
+            skill = _find(session, owner_id, name)
+            if skill.read_only:
+                raise SkillBuiltin(f"'{name}' is a read-only {skill.source} skill.")
+            declared = _header_info(str(self.folder(skill)), skill.name, skill.hash).execution
+            skill.execution_choice = execution
+            skill.execution = execution or declared
+            skill.updated_at = utcnow()
             return skill
 
     def sync_read_only(self, folders: Sequence[tuple[str, Path, SkillInfo]]) -> None:
@@ -407,6 +455,22 @@ _FIND = (
 )
 
 
+def current_hashes(session: Session, owner_id: int, skills: Iterable[str]) -> dict[str, str]:
+    """The content hash of each of `skills` the owner sees (their own before a shared one)."""
+    names = set(skills)
+    if not names:
+        return {}
+    rows = session.execute(
+        select(Skill.name, Skill.owner_id, Skill.hash).where(
+            Skill.name.in_(names), _visible_to(owner_id)
+        )
+    ).all()
+    found: dict[str, str] = {}
+    for name, _owner, skill_hash in sorted(rows, key=lambda row: row[1] is not None):
+        found[name] = skill_hash  # the owner's own row sorts last, so it wins
+    return found
+
+
 def _find(session: Session, owner_id: int, name: str) -> Skill:
     """The skill `name` as the owner sees it; a malformed name is simply not found."""
     skill = None
@@ -435,6 +499,15 @@ def _scripts(folder: str, skill_hash: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=512)
+def _script_inputs(folder: str, skill_hash: str) -> tuple[tuple[str, str | None], ...]:
+    root = Path(folder)
+    return tuple(
+        (path, command_line_read(path, (root / path).read_text("utf-8", "replace")))
+        for path in _scripts(folder, skill_hash)
+    )
+
+
+@functools.lru_cache(maxsize=512)
 def _files(folder: str, skill_hash: str) -> tuple[FileEntry, ...]:
     """A skill's files and sizes: fixed by its content hash, like its header and scripts."""
     root = Path(folder)
@@ -456,7 +529,7 @@ def _fill(
     skill.owner_id = origin.owner_id
     skill.author = origin.author
     skill.description = info.description
-    skill.execution = info.execution
+    skill.execution = skill.execution_choice or info.execution
     skill.tier = info.tier
     skill.hash = skill_hash
     skill.revision = (skill.revision or 0) + 1
@@ -497,6 +570,15 @@ def _upsert_read_only(
     )
     row.location = str(folder.resolve())
     session.add(row)
+    _remember_version(session, row)
+
+
+def _remember_version(session: Session, skill: Skill) -> None:
+    """Keep the skill's hash among the versions it had: a job's grant may name any of them."""
+    session.flush()  # a new skill gets its id
+    if session.get(SkillVersion, (skill.id, skill.hash)) is None:
+        session.add(SkillVersion(skill_id=skill.id, hash=skill.hash, seen_at=utcnow()))
+        session.flush()
 
 
 def _rename_header(skill_md: Path, old: str, new: str) -> None:

@@ -76,6 +76,7 @@ class ApprovalStatus(StrEnum):
     DENIED = "denied"
     EXPIRED = "expired"
     STALE = "stale"
+    WITHDRAWN = "withdrawn"  # the agent stopped waiting for it: nothing runs, nobody answers
 
 
 class QuestionStatus(StrEnum):
@@ -227,7 +228,7 @@ APPROVALS = Machine(
     initial=(_A.PENDING,),
     moves=_moves(
         [
-            (_A.PENDING, [_A.ANSWERING, _A.EXPIRED]),
+            (_A.PENDING, [_A.ANSWERING, _A.EXPIRED, _A.WITHDRAWN]),
             (_A.ANSWERING, [_A.APPROVED, _A.APPROVED_FOR_CHAT, _A.DENIED, _A.STALE]),
             # Approved, but the skill moved before the call could run: void.
             (_A.APPROVED, [_A.STALE]),

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, joinedload
 
 from store.errors import InvalidTokenLabel, InvalidTokenRole, TokenNotFound, TooManyTokens
@@ -41,6 +42,10 @@ class Principal:
     owner_id: int | None = None
     owner_name: str | None = None
     node_name: str | None = None
+    # An OAuth agent token's resource (the /mcp URL it is bound to); None: any route.
+    resource: str | None = None
+    token_id: int | None = None
+    expires_at: datetime | None = None
 
 
 def token_digest(token: str) -> str:
@@ -91,11 +96,25 @@ def create_owner_token(
 
 
 def issue_token(
-    session: Session, owner_id: int, role: Any, label: Any, token: str | None = None
+    session: Session,
+    owner_id: int,
+    role: Any,
+    label: Any,
+    token: str | None = None,
+    expires_at: datetime | None = None,
 ) -> tuple[ApiToken, str]:
-    """Store a new token of the owner after checking role, label and the owner's token count."""
+    """Store a new token of the owner after checking role, label and the owner's token count
+    (its expired tokens are deleted first: they count for nothing; an MCP host's OAuth token
+    stays, since its refresh token brings it back)."""
     checked_role = check_role(role)
     checked_label = check_label(label)
+    session.execute(
+        delete(ApiToken).where(
+            ApiToken.owner_id == owner_id,
+            ApiToken.expires_at <= utcnow(),
+            ApiToken.resource.is_(None),
+        )
+    )
     held = session.scalar(select(func.count()).where(ApiToken.owner_id == owner_id)) or 0
     if held >= MAX_OWNER_TOKENS:
         raise TooManyTokens(
@@ -108,6 +127,7 @@ def issue_token(
         role=checked_role.value,
         owner_id=owner_id,
         label=checked_label,
+        expires_at=expires_at,
     )
     session.add(row)
     session.flush()
@@ -166,9 +186,9 @@ def authenticate(session: Session, token: str) -> Principal | None:
         .where(ApiToken.token_hash == token_digest(token))
     )
     row = session.scalar(query)
-    if row is None:
-        return None
     now = utcnow()
+    if row is None or (row.expires_at is not None and row.expires_at <= now):
+        return None  # an OAuth access token past its time (the host refreshes it), a sign-in's
     last = row.last_used_at
     # Record use at most once a minute, so reads don't turn into writes.
     if last is None or (now - last).total_seconds() > 60:
@@ -182,4 +202,7 @@ def authenticate(session: Session, token: str) -> Principal | None:
         role=Role(row.role) if row.role else Role.AGENT,
         owner_id=row.owner_id,
         owner_name=owner.name if owner else None,
+        resource=row.resource,
+        token_id=row.id,
+        expires_at=row.expires_at,
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from store.dependencies import dependency_problems
 from store.errors import SkillInvalid, SkillTooLarge
 from store.limits import (
     KIB,
@@ -29,20 +30,19 @@ from store.limits import (
     MAX_SKILL_BYTES,
     MIB,
 )
-from store.names import is_valid_name
+from store.names import AUTO, EXECUTIONS, is_valid_name
 from store.schemas import SCHEMA_KEY, check_parameters_schema
 from store.scriptcheck import check_scripts
 from store.skillmd import read_skill_md
 
 SKILL_MD = "SKILL.md"
 SPEC_FIELDS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
-EXECUTIONS = ("node", "spark", "sandbox")
 TIERS = ("read", "change", "destructive")
 NETWORKS = ("none", "bridge")
 PREFIX = "skillfleet."
 ALIAS_PREFIX = "lucia."  # the seed's keys, accepted as aliases
 SETTINGS = ("execution", "tier", "allowed-domains", "network", "secrets")
-DEFAULTS = {"execution": "node", "tier": "change", "network": "none"}
+DEFAULTS = {"execution": AUTO, "tier": "change", "network": "none"}
 
 _NAME = re.compile(r"[a-z0-9-]+", re.ASCII)
 # A secret reaches a script as an environment variable of this name (docs/secrets.md).
@@ -103,6 +103,7 @@ def check_skill_dir(root: Path, read: HeaderReader) -> SkillInfo:
     if info is not None:
         problems.extend(_missing_scripts(info, sizes))
     problems.extend(check_scripts(root))
+    problems.extend(dependency_problems(root, sizes))
     if problems or info is None:
         raise SkillInvalid(_count("The skill", problems), errors=problems)
     return info
@@ -235,9 +236,9 @@ def check_header(
     execution = _choice(metadata, "execution", EXECUTIONS, problems)
     network = _choice(metadata, "network", NETWORKS, problems)
     if network == "bridge" and execution != "spark":
+        said = " declares none" if execution == AUTO else f"'s execution is {_quote(execution)}"
         problems.append(
-            'The network "bridge" is only allowed with execution "spark"; '
-            f"this skill's execution is {_quote(execution)}."
+            f'The network "bridge" is only allowed with execution "spark"; this skill{said}.'
         )
     schema, script_schemas = check_parameters_schema(metadata.get(SCHEMA_KEY), problems)
     return SkillInfo(

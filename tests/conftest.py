@@ -8,8 +8,10 @@ fails the run instead of skipping.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,11 +25,13 @@ from sqlalchemy.engine import make_url
 
 from api import create_app
 from api.services import Services
+from relay import naming
+from store import nodes
 from store.db import make_engine, transaction
 from store.migrate import upgrade
 from store.models import Base
 from store.settings import Settings, normalise_database_url
-from store.tokens import Role, create_owner_token, create_token
+from store.tokens import Role, create_owner_token, create_token, ensure_owner
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -136,9 +140,38 @@ def _names_database(definition: pytest.Function) -> bool:
     return False
 
 
+# The files that take longest (`make test PYTEST_ARGS=--durations=60`), longest first: they
+# are handed to the test processes first, so that none of them is left running one alone
+# at the end while the others are done (`--dist loadfile` hands out files in this order).
+LONGEST_FILES = (
+    "skillfleet/test_up_lifecycle.py",
+    "skillfleet/test_up.py",
+    "api/test_openapi_conformance.py",
+    "skillfleet/test_operations.py",
+    "skillfleet/test_walkthrough.py",
+    "workers/test_reliability.py",
+    "api/test_live_streams.py",
+    "workers/test_redis_failover.py",
+    "api/test_edit_plans.py",
+    "skillfleet/test_cli.py",
+    "api/test_run_events.py",
+    "workers/test_job_fleet.py",
+    "api/test_metrics.py",
+)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    path = item.path.as_posix()
+    return next(
+        (rank for rank, name in enumerate(LONGEST_FILES) if path.endswith("/" + name)),
+        len(LONGEST_FILES),
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tiers a test reaches through its fixtures: PostgreSQL, the browser, the
-    console's fleet."""
+    console's fleet; hand out the longest files first."""
+    items.sort(key=_longest_first)  # stable: the order within a file, and of the rest, stays
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
@@ -181,9 +214,18 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
     )
 
 
+def forget_notice_counts(client: redis.Redis) -> None:
+    """Owner ids repeat from one test database to the next, while the test Redis keeps each
+    owner's notice counts for an hour (relay/notices.py): a new database starts with none."""
+    with contextlib.suppress(redis.RedisError):  # no Redis: the test skips, or fails in CI
+        for key in client.scan_iter(f"{naming.PREFIX}:owner:*:notices:*"):
+            client.delete(key)
+
+
 @pytest.fixture
 def services(settings: Settings) -> Iterator[Services]:
     built = Services.build(settings)
+    forget_notice_counts(built.redis)
     yield built
     built.engine.dispose()
 
@@ -208,10 +250,43 @@ def client(app: Flask) -> FlaskClient:
     return app.test_client()
 
 
+# The nodes an operator registered for alice, the owner `auth` stands for: her node skills and
+# commands name them (a node of no owner, or of another, is refused as unknown).
+ALICES_NODES = ("web01", "web02", "db01", "lucialab01", "local", "a", "b", "n", "x")
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A folder every run's uid may read and write (a test's tmp_path is closed to others), as
+    a node's operator opens a scratch folder to skill runs."""
+    folder = Path(tempfile.mkdtemp(prefix="skillfleet-test-scratch-"))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def shared_file(path: Path) -> Path:
+    """`path`, made empty and writable by every run's uid (runs of several uids append to it)."""
+    path.write_bytes(b"")
+    path.chmod(0o666)
+    return path
+
+
+def offer_node(services: Services, node: str, owner: str = "alice") -> None:
+    """Register `node` for `owner` (made if new), as an operator does with `skillfleet nodes
+    add`."""
+    with transaction(services.sessions) as session:
+        ensure_owner(session, owner)
+        nodes.register(session, node, owner)
+
+
 @pytest.fixture
 def token(services: Services) -> str:
     with transaction(services.sessions) as session:
-        return create_owner_token(session, "alice")
+        issued = create_owner_token(session, "alice")
+        for node in ALICES_NODES:
+            nodes.register(session, node, "alice")
+        return issued
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import httpx
 import pytest
 import redis
 import uvicorn
-from conftest import FENCES_OFF, REDIS_URL
+from conftest import FENCES_OFF, REDIS_URL, forget_notice_counts
 from factories import skill_files, zip_bytes
 from flask import Flask
 
@@ -33,13 +33,18 @@ from api.asgi import LiveTier
 from api.services import Services
 from relay import heartbeat, naming
 from relay.fenced.uvicorn_http import http_protocol
+from store import nodes
 from store.db import transaction
-from store.models import Node
+from store.names import RUNNERS
 from store.settings import Settings
 from store.signing import load_or_create_key, public_key_text
-from store.tokens import create_node_token, create_owner_token
+from store.tokens import authenticate, create_node_token, create_owner_token
 
 PYTHON = sys.executable
+# How the fleet's nodes run scripts, and the isolation their runs report: a uid of each run's
+# own as root, else the worker's user (see `fleet`).
+RUN_AS = "uid" if os.geteuid() == 0 else "worker"
+NODE_ISOLATION = "uid" if RUN_AS == "uid" else "process"
 # Generous: it bounds only a failure, and a busy machine starts a worker slowly.
 START_LIMIT = 60.0
 # Seconds a fleet's process has to exit at the end of its test before it is killed.
@@ -53,6 +58,20 @@ def process_ended(pid: int) -> bool:
             return stat.read().rpartition(")")[2].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def run_ended(pid: int, uid: int) -> bool:
+    """True once a node script that printed `pid` and `uid` has ended: with a uid of its own
+    (its pid is its PID namespace's), once no process of that uid is left."""
+    if uid == os.getuid():
+        return process_ended(pid)
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
+                return False
+        except FileNotFoundError:  # ended meanwhile
+            continue
+    return True
 
 
 def wait_until(check: Callable[[], Any], limit: float, what: str, every: float = 0.05) -> Any:
@@ -104,6 +123,8 @@ class Fleet:
     logs: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     server: Any = None  # the LiveServer serving the API in this process
+    node_names: set[str] = field(default_factory=set)  # registered by node_env, for all owners
+    shared_with: list[str] = field(default_factory=list)  # owners with_new_owner made
 
     @property
     def redis(self) -> redis.Redis:
@@ -114,11 +135,25 @@ class Fleet:
         return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
     def node_env(self, node: str) -> dict[str, str]:
+        """A node worker's environment: the node registered for the fleet's owner (and every
+        owner `with_new_owner` made since), with a token of its own."""
         with transaction(self.services.sessions) as session:
-            if session.get(Node, node) is None:
-                session.add(Node(name=node))
+            nodes.register(session, node, None)
+            if node not in RUNNERS:  # the Spark and the sandbox are every owner's
+                for owner in (self.owner_name, *self.shared_with):
+                    nodes.share(session, node, owner)
             token = create_node_token(session, node)
+        if node not in RUNNERS:
+            self.node_names.add(node)
         return dict(self.env, SKILLFLEET_NODE_TOKEN=token)
+
+    @property
+    def owner_name(self) -> str:
+        """The name of the owner this fleet's owner token stands for."""
+        with self.services.sessions() as session:
+            found = authenticate(session, self.owner_token)
+        assert found is not None and found.owner_name is not None
+        return found.owner_name
 
     def start(
         self, label: str, *arguments: str, env: dict[str, str] | None = None
@@ -198,10 +233,27 @@ class Fleet:
 
     def with_new_owner(self) -> Fleet:
         """The same fleet seen by an owner of its own, so that what one test makes (skills,
-        chats, runs, approvals) is not in the next one's lists."""
+        chats, runs, approvals) is not in the next one's lists; the fleet's nodes are offered
+        to it too, as an operator shares a node (`skillfleet nodes share`)."""
+        name = f"owner-{uuid.uuid4().hex[:6]}"
         with transaction(self.services.sessions) as session:
-            owner = create_owner_token(session, f"owner-{uuid.uuid4().hex[:6]}")
+            owner = create_owner_token(session, name)
+        self.share_nodes_with(name)
         return replace(self, owner_token=owner)
+
+    def share_nodes_with(self, owner: str) -> None:
+        """Offer the fleet's nodes, and those it starts later, to `owner` too."""
+        with transaction(self.services.sessions) as session:
+            for node in self.node_names:
+                nodes.share(session, node, owner)
+        self.shared_with.append(owner)
+
+
+def upload_file(client: httpx.Client, name: str, data: bytes) -> dict[str, Any]:
+    """Upload `data` as the client's owner's file `name` (POST /api/files); its entry."""
+    response = client.post("/api/files", files={"file": (name, io.BytesIO(data))})
+    assert response.status_code == 201, response.text
+    return dict(response.json())
 
 
 def sqlite_settings(folder: Path, template: Path, **changes: Any) -> Settings:
@@ -216,10 +268,26 @@ def sqlite_settings(folder: Path, template: Path, **changes: Any) -> Settings:
 
 
 @contextmanager
+def seemingly_served(running: Fleet, node: str) -> Iterator[None]:
+    """The node registered for the fleet's owners, with a heartbeat as its worker would beat
+    (for tests that only ask the owner: no real worker), taken away at the end."""
+    running.node_env(node)
+    instance = heartbeat.Instance(
+        role="node", queue=naming.node_queue(node), name=node, features=["skills"]
+    )
+    heartbeat.beat(running.services.redis, instance, alive_seconds=600)
+    try:
+        yield
+    finally:
+        heartbeat.stop(running.services.redis, instance)
+
+
+@contextmanager
 def fleet(settings: Settings) -> Iterator[Fleet]:
     """The API served over real HTTP on a free loopback port, plus what workers need."""
     settings = replace(settings, **{f"fenced_{name}": on for name, on in FENCES_OFF.items()})
     services = Services.build(settings)
+    forget_notice_counts(services.redis)
     app = create_app(services=services)
     server = LiveServer(app)
     url = server.url
@@ -230,6 +298,7 @@ def fleet(settings: Settings) -> Iterator[Fleet]:
         **{k: v for k, v in os.environ.items() if not k.startswith("SKILLFLEET_")},
         "DATABASE_URL": settings.database,
         "REDIS_URL": settings.redis,
+        **sentinel_env(settings),
         "SKILLFLEET_DATA_DIR": str(settings.data_dir),
         "SKILLFLEET_URL": url,
         "SKILLFLEET_MANIFEST_KEY": key,
@@ -240,6 +309,14 @@ def fleet(settings: Settings) -> Iterator[Fleet]:
         "SKILLFLEET_WORKER_ALIVE_SECONDS": str(settings.worker_alive_seconds),
         "SKILLFLEET_HOUSEKEEPING_SECONDS": str(settings.housekeeping_seconds),
         "SKILLFLEET_SWEEP_SECONDS": str(settings.sweep_seconds),
+        # A uid per run needs a root worker: as another user, the suite's nodes run scripts as
+        # their worker's user instead.
+        "SKILLFLEET_NODE_RUN_AS": RUN_AS,
+        "SKILLFLEET_EGRESS_ALLOW": ",".join(settings.egress_allow),
+        # The standard environment where `make test` built it (`skillfleet env build`).
+        "SKILLFLEET_STANDARD_ENV": str(settings.standard_env).lower(),
+        **({"SKILLFLEET_ENV_DIR": str(settings.env_dir)} if settings.env_dir else {}),
+        **({"SKILLFLEET_PACKAGE_INDEX": settings.package_index} if settings.package_index else {}),
     }
     logs = settings.data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -251,6 +328,16 @@ def fleet(settings: Settings) -> Iterator[Fleet]:
             running.kill(label, patience=TEARDOWN_PATIENCE)
         server.stop()
         services.engine.dispose()
+
+
+def sentinel_env(settings: Settings) -> dict[str, str]:
+    """The environment that points a process at `settings`' sentinels, if it has any."""
+    if not settings.redis_sentinels:
+        return {}
+    return {
+        "SKILLFLEET_REDIS_SENTINELS": ",".join(f"{h}:{p}" for h, p in settings.redis_sentinels),
+        "SKILLFLEET_REDIS_SENTINEL_MASTER": settings.redis_sentinel_master,
+    }
 
 
 class LiveServer:
@@ -297,9 +384,10 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> None:
+    def start(self, extra: list[str] | None = None) -> None:
         command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                   "--save", "", "--appendonly", "no", "--dir", str(self.folder)]  # fmt: skip
+                   "--save", "", "--appendonly", "no", "--dir", str(self.folder),
+                   *(extra or [])]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         wait_until(self.answers, 10, "redis-server to answer")
 
@@ -326,3 +414,132 @@ def own_redis(folder: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+class SentinelRedis:
+    """Redis with Sentinel on loopback, of the test's own: a primary, a replica and three
+    sentinels (quorum 2), each a redis-server process; `kill_primary` SIGKILLs the primary."""
+
+    MASTER = "mymaster"
+    DOWN_AFTER_MS = 1000
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.primary = RedisServer(folder / "primary")
+        self.replica = RedisServer(folder / "replica")
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def addresses(self) -> tuple[tuple[str, int], ...]:
+        return tuple(("127.0.0.1", port) for port in self.sentinel_ports)
+
+    def settings(self, **changes: Any) -> dict[str, Any]:
+        """What a Settings needs to find the primary through these sentinels."""
+        return {
+            "redis_url": "redis:///0",
+            "redis_sentinels": self.addresses,
+            "redis_sentinel_master": self.MASTER,
+            **changes,
+        }
+
+    def start(self) -> None:
+        self.primary.start()
+        self.replica.start(["--replicaof", "127.0.0.1", str(self.primary.port)])
+        wait_until(lambda: self._role(self.replica.port) == "slave" and self._linked(), 20,
+                   "the replica to sync")  # fmt: skip
+        for index, port in enumerate(self.sentinel_ports):
+            conf = self.folder / f"sentinel-{index}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.folder}\n"
+                f"sentinel monitor {self.MASTER} 127.0.0.1 {self.primary.port} 2\n"
+                f"sentinel down-after-milliseconds {self.MASTER} {self.DOWN_AFTER_MS}\n"
+                f"sentinel failover-timeout {self.MASTER} 5000\n"
+                f"sentinel parallel-syncs {self.MASTER} 1\n"
+            )
+            self.sentinels.append(
+                subprocess.Popen(
+                    ["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL
+                )  # fmt: skip
+            )
+        # Every sentinel knows the replica and the other two before anything relies on them.
+        wait_until(self._settled, 30, "the sentinels to know each other and the replica", 0.2)
+
+    def master_port(self) -> int | None:
+        """The primary's port as the first sentinel that answers names it."""
+        for port in self.sentinel_ports:
+            try:
+                client = redis.Redis(port=port, socket_timeout=1, socket_connect_timeout=1)
+                with client:
+                    found = client.sentinel_get_master_addr_by_name(self.MASTER)
+            except redis.RedisError:
+                continue
+            if found:
+                return int(found[1])
+        return None
+
+    def kill_primary(self) -> None:
+        """SIGKILL the primary (no shutdown, no last write to its replica)."""
+        assert self.primary.process is not None
+        self.primary.process.kill()
+        self.primary.process.wait(timeout=10)
+        self.primary.process = None
+
+    def wait_for_failover(self, limit: float = 30) -> float:
+        """Seconds until the sentinels name the replica and it answers as the primary."""
+        began = time.monotonic()
+        wait_until(
+            lambda: self.master_port() == self.replica.port
+            and self._role(self.replica.port) == "master",
+            limit, "the sentinels to promote the replica", 0.1,
+        )  # fmt: skip
+        return time.monotonic() - began
+
+    def stop(self) -> None:
+        for process in self.sentinels:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+        self.sentinels = []
+        self.replica.stop()
+        self.primary.stop()
+
+    def _settled(self) -> bool:
+        for port in self.sentinel_ports:
+            try:
+                with redis.Redis(port=port, socket_timeout=1) as client:
+                    master = client.sentinel_master(self.MASTER)
+                    replicas = client.sentinel_slaves(self.MASTER)
+            except redis.RedisError:
+                return False
+            if int(master.get("num-other-sentinels", 0)) < 2 or not replicas:
+                return False
+        return True
+
+    def _linked(self) -> bool:
+        try:
+            with redis.Redis(port=self.replica.port, socket_timeout=1) as client:
+                return client.info("replication").get("master_link_status") == "up"
+        except redis.RedisError:
+            return False
+
+    @staticmethod
+    def _role(port: int) -> str | None:
+        try:
+            with redis.Redis(port=port, socket_timeout=1) as client:
+                role = client.role()[0]
+        except redis.RedisError:
+            return None
+        return role.decode() if isinstance(role, bytes) else str(role)
+
+
+@contextmanager
+def sentinel_redis(folder: Path) -> Iterator[SentinelRedis]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    found = SentinelRedis(folder)
+    try:
+        found.start()
+        yield found
+    finally:
+        found.stop()

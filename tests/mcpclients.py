@@ -27,11 +27,12 @@ T = TypeVar("T")
 
 
 def new_tokens(running: Fleet) -> tuple[str, str]:
-    """A fresh owner's token and one of its agent tokens."""
+    """A fresh owner's token and one of its agent tokens; the fleet's nodes are its too."""
     name = f"owner-{uuid.uuid4().hex[:6]}"
     with transaction(running.services.sessions) as session:
         owner = create_token(session, name, Role.OWNER)
         agent = create_token(session, name, Role.AGENT)
+    running.share_nodes_with(name)
     return owner, agent
 
 

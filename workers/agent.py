@@ -1,7 +1,12 @@
-"""The node agent's sync loop: at start, every minute, and at once when asked over pub/sub."""
+"""The node agent's sync loop: at start, about every minute, and at once when asked over pub/sub.
+
+Each interval is drawn within JITTER of `every`, so nodes started together spread their syncs
+over the minute instead of asking the API all at once, minute after minute.
+"""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from typing import Any
@@ -10,6 +15,7 @@ import redis
 import structlog
 
 from relay import naming
+from relay.connections import database_number
 from relay.errors import RunError
 from workers.packages import PackageCache, SyncReport
 
@@ -19,6 +25,8 @@ log = structlog.get_logger(__name__)
 POLL_SECONDS = 0.5
 # After Redis failed, wait this long before subscribing again.
 RETRY_SECONDS = 2.0
+# Each interval between syncs is `every` times a factor drawn from 1 ± JITTER.
+JITTER = 0.25
 
 
 class SyncLoop:
@@ -40,7 +48,8 @@ class SyncLoop:
 
     @property
     def channels(self) -> tuple[str, str]:
-        return naming.node_sync(self.node), naming.nodes_sync()
+        db = database_number(self.redis)
+        return naming.node_sync(self.node, db), naming.nodes_sync(db)
 
     def start(self) -> None:
         self._thread.start()
@@ -91,7 +100,7 @@ class SyncLoop:
             return
         finally:
             self.syncs += 1
-            self._due = time.monotonic() + self.every
+            self._due = time.monotonic() + interval(self.every)
         self.last_report = report
         if report.installed or report.removed or report.refused:
             log.info(
@@ -101,6 +110,11 @@ class SyncLoop:
                 removed=report.removed,
                 refused=[key for key, _reason in report.refused],
             )
+
+
+def interval(every: float) -> float:
+    """Seconds to the next sync: `every`, give or take JITTER of it."""
+    return every * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311 - spreading, not secrecy
 
 
 def _drain(pubsub: Any) -> None:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.app import create_celery
-from store.settings import Settings
+from relay.app import command_app
 
 
 def __getattr__(name: str) -> Any:
     """`celery -A workers.app` looks up `workers.app.celery`, built on first use."""
     if name == "celery":
-        return create_celery(Settings.from_env())
+        return command_app()
     raise AttributeError(name)

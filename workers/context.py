@@ -1,4 +1,5 @@
-"""The per-process state of a worker, built once from the Celery app's settings and role."""
+"""The per-process state of a worker, built once on the clients its command connected with
+(relay/clients.py: one engine, one Redis client, one Celery app a process) and its role."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from celery import Celery
 
 from broker.wiring import wire
-from relay import feed
-from relay.connections import redis_client
+from relay.clients import Clients
 from relay.heartbeat import Instance
 from relay.retention import StreamCaps
-from store.db import SessionFactory, make_engine, make_sessions
+from store.db import SessionFactory
 from store.egress import Egress
+from store.files import FileStore
 from store.secrets import Sealer
 from store.settings import Settings
 from workers.execute import WorkerContext
@@ -22,7 +24,7 @@ from workers.jobruns import JobContext
 from workers.notify import NotifyContext
 from workers.turns import TurnContext
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 # A job waits this much longer than the run timeout for a script step before giving up.
 STEP_SLACK_SECONDS = 60
 
@@ -31,6 +33,19 @@ STEP_SLACK_SECONDS = 60
 class ControlContext:
     sessions: SessionFactory
     redis: redis.Redis
+    files: FileStore
+
+
+def clients(app: Any) -> Clients:
+    """The clients the worker command connected with, hung on its app; an app made elsewhere
+    (a test, a script) gets its own once, and keeps them."""
+    with _lock:
+        found: Clients | None = getattr(app, "skillfleet_clients", None)
+        if found is None:
+            celery = app if isinstance(app, Celery) else None
+            found = Clients.build(app.skillfleet_settings, celery=celery)
+            app.skillfleet_clients = found
+        return found
 
 
 def worker_context(app: Any) -> WorkerContext:
@@ -47,7 +62,7 @@ def job_context(app: Any) -> JobContext:
         context: JobContext | None = getattr(app, "skillfleet_jobs", None)
         if context is None:
             settings: Settings = app.skillfleet_settings
-            wired = wire(settings)  # the API's broker, from the same settings
+            wired = wire(clients(app))  # the API's broker, from the same settings
             context = JobContext(
                 wired.sessions,
                 wired.redis,
@@ -57,6 +72,7 @@ def job_context(app: Any) -> JobContext:
                 sealer=Sealer(settings.keys_dir),
                 turn_limit=settings.turn_timeout,
                 caps=StreamCaps.of(settings),
+                egress=Egress(settings.egress_allow),
             )
             app.skillfleet_jobs = context
         return context
@@ -74,6 +90,7 @@ def turn_context(app: Any) -> TurnContext:
         jobs.worker,
         settings.turn_timeout,
         jobs.caps,
+        jobs.egress,
     )
 
 
@@ -90,10 +107,11 @@ def control_context(app: Any) -> ControlContext:
         context: ControlContext | None = getattr(app, "skillfleet_control", None)
         if context is None:
             settings: Settings = app.skillfleet_settings
-            context = ControlContext(
-                make_sessions(make_engine(settings.database)), redis_client(settings)
+            found = clients(app)
+            files = FileStore(
+                settings.files_dir, found.sessions, settings.file_max_bytes, settings.file_ttl
             )
-            feed.attach(context.sessions, context.redis)
+            context = ControlContext(found.sessions, found.redis, files)
             app.skillfleet_control = context
         return context
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tempfile
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +12,15 @@ import redis
 import structlog
 
 from broker.errors import SchemaMismatch
-from broker.runs import ANNOUNCED, Outcome, announce, claim, finish
+from broker.runs import (
+    ANNOUNCED,
+    Outcome,
+    announce,
+    claim,
+    finish,
+    observe_end,
+    observe_start,
+)
 from relay import feed, naming
 from relay.errors import RunError
 from relay.heartbeat import Instance
@@ -24,12 +32,13 @@ from store.errors import StoreError
 from store.models import RunFacts
 from store.ownerevents import OwnerEvent
 from store.states import RunStatus
-from workers.runners.base import Job, Runner, script_argv
+from workers.runfiles import RunFiles
+from workers.runners.base import CancelCheck, CommandRunner, Job, Runner, script_argv
+from workers.runners.interpreters import needs_package
 from workers.secrets import run_secrets
 
 log = structlog.get_logger(__name__)
 
-PROCESS = "process"  # the node runner's isolation: the only one that runs commands
 REDIS_LOST = "Redis went away while the script ran; it was stopped and will not run again."
 
 
@@ -51,11 +60,12 @@ class WorkerContext:
     runner: Runner
     packages: Packages
     caps: StreamCaps = DEFAULT_CAPS  # what a run's stream holds and how long (settings)
+    files: RunFiles | None = None  # the channel for runs' files (None: no files travel)
 
 
 def execute(context: WorkerContext, run_id: str) -> str | None:
     """Run `run_id` once; a redelivered message finds it claimed, and one whose run was never
-    saved finds nothing (after waiting for it): both do nothing."""
+    saved (the API commits it before it sends) finds nothing: both do nothing."""
     events: list[OwnerEvent] = []
     run = claim(context.sessions, run_id, context.instance.id, events)
     if run is None:
@@ -64,6 +74,7 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
     stream = RunStream(context.redis, run_id, context.caps)
     # The owner hears "running" with the run's first stream entries: the script starts sooner.
     stream.also(lambda pipe: feed.add_to(pipe, events))
+    stream.also(lambda pipe: observe_start(pipe, run))
     try:
         if run.command is not None:
             outcome = _run_command(context, run, run.command, stream)
@@ -82,21 +93,25 @@ def _run_command(
 ) -> Outcome:
     """run_command's argv as it was approved, in a working directory of its own that goes
     with the run; only a node runner runs commands (they are sent to node queues only)."""
-    if context.runner.isolation != PROCESS:
+    runner = context.runner
+    if not isinstance(runner, CommandRunner):
         message = "Commands run on node workers only; this worker runs skill scripts."
         return Outcome(RunStatus.FAILED, None, "", message, message)
     job = Job(
         run_id=run.id, skill_name="", skill_hash="", script="", arguments={},
-        timeout=run.timeout_seconds, command=tuple(command),
+        timeout=run.timeout_seconds, command=tuple(command), files=context.files,
     )  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="skillfleet-command-") as folder:
-        return _start(context, job, Path(folder), stream)
+    return _guarded(job, lambda cancelled: runner.run_command(job, stream, cancelled), context)
 
 
 def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream) -> Outcome:
     assert run.skill_name is not None and run.skill_hash is not None and run.script is not None
     try:
-        argv = script_argv(folder, run.skill_name, run.skill_hash, run.script, run.arguments)
+        argv = (
+            tuple(run.args)  # the call's own command line
+            if run.args is not None
+            else script_argv(folder, run.skill_name, run.skill_hash, run.script, run.arguments)
+        )
     except CommandLineError as e:  # the call was checked against the same rules: a safety net
         return Outcome(RunStatus.FAILED, None, "", e.message, e.message, SchemaMismatch.code)
     except (StoreError, OSError) as e:  # the verified copy's SKILL.md can't be read
@@ -114,18 +129,25 @@ def _run(context: WorkerContext, run: RunFacts, folder: Path, stream: RunStream)
         network=run.network,
         execution=run.execution,
         argv=argv,
+        as_module=needs_package(folder, run.skill_hash, run.script),
         secrets=secrets,
+        inputs=run.input_files or {},
+        files=context.files,
     )
     return _start(context, job, folder, stream)
 
 
 def _start(context: WorkerContext, job: Job, folder: Path, stream: RunStream) -> Outcome:
+    return _guarded(
+        job, lambda cancelled: context.runner.run(job, folder, stream, cancelled), context
+    )
+
+
+def _guarded(job: Job, start: Callable[[CancelCheck], Outcome], context: WorkerContext) -> Outcome:
     """The runner runs the job; whatever goes wrong, the run gets an end."""
     cancel_key = naming.run_cancel(job.run_id)
     try:
-        return context.runner.run(
-            job, folder, stream, lambda: bool(context.redis.exists(cancel_key))
-        )
+        return start(lambda: bool(context.redis.exists(cancel_key)))
     except RunError as e:  # refused before the script started (e.g. PackageUnverified)
         return Outcome(RunStatus.FAILED, None, "", e.message, e.message, e.code)
     except (redis.ConnectionError, redis.TimeoutError) as e:
@@ -144,10 +166,14 @@ def _end(context: WorkerContext, stream: RunStream, run_id: str, outcome: Outcom
     events: list[OwnerEvent] = []
     ended = finish(context.sessions, run_id, outcome, context.runner.isolation, events)
     stream.also(lambda pipe: feed.add_to(pipe, events))  # in the exit's round trip
+    if ended is not None:
+        finished = ended.run
+        stream.also(lambda pipe: observe_end(pipe, finished))
     details = {"code": outcome.code} if outcome.code else {}
-    answer = ended.answer if ended is not None else None  # the waiting agent reads it there
+    # The run's end, for whoever waits for the call: the API makes its answer from it.
+    end = ended.end if ended is not None else None
     try:
-        stream.exit(outcome.status, outcome.exit_code, answer, error=outcome.error, **details)
+        stream.exit(outcome.status, outcome.exit_code, end, error=outcome.error, **details)
     except (redis.ConnectionError, redis.TimeoutError):
         # The row holds the end; SSE clients read it from there when the stream lacks it.
         log.warning("run ended without its exit event in the stream", run_id=run_id)

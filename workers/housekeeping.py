@@ -26,6 +26,7 @@ from broker.turns import forget_old
 from relay import naming, notifier, retention
 from relay.retention import StreamCaps
 from store.db import SessionFactory, transaction
+from store.limits import SWEEP_BATCH, SWEEP_BATCHES
 from workers import jobruns, turns
 
 log = structlog.get_logger(__name__)
@@ -57,12 +58,30 @@ def retry_due(client: redis.Redis) -> int | None:
     return int(json.loads(due[0])["owner"]) if due else None
 
 
-def sweep(sessions: SessionFactory, send_job_run: Callable[[str], object]) -> int:
-    """The minute's round; returns how many approvals and questions expired."""
-    with transaction(sessions) as session:
-        forget_old(session)
-        expired = expire_due(session)
-        expired += questions.expire_due(session)
+def sweep(
+    sessions: SessionFactory,
+    send_job_run: Callable[[str], object],
+    batch: int = SWEEP_BATCH,
+    batches: int = SWEEP_BATCHES,
+) -> int:
+    """The minute's round; returns how many approvals and questions expired.
+
+    Each step works in transactions of at most `batch` rows, and at most `batches` of them a
+    round: a backlog (a day of turn counts, approvals that expired while the workers were
+    down) holds no lock long and no transaction large; the next round goes on with what is left.
+    """
+    for _ in range(batches):
+        with transaction(sessions) as session:
+            if forget_old(session, batch) < batch:
+                break
+    expired = 0
+    for _ in range(batches):
+        with transaction(sessions) as session:
+            ended = expire_due(session, limit=batch)
+            ended += questions.expire_due(session, limit=batch)
+        expired += ended
+        if ended < batch:
+            break
     # A job run waiting on an approval or question that just expired ends `unanswered`.
     for job_run_id in jobruns.settled_waiting(sessions):
         send_job_run(job_run_id)

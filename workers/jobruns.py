@@ -9,7 +9,7 @@ carries on from there.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from relay.retention import DEFAULT_CAPS, StreamCaps
 from store import modelsettings
 from store.cron import latest_time, next_time
 from store.db import SessionFactory, transaction
+from store.egress import Egress
 from store.errors import SkillfleetError
 from store.lifecycle import jobruns
 from store.lifecycle import turns as turnstates
@@ -60,6 +61,7 @@ class JobContext:
     sealer: Sealer | None = None
     turn_limit: float = DEFAULT_TURN_TIMEOUT
     caps: StreamCaps = DEFAULT_CAPS  # what a prompt step's turn stream holds and how long
+    egress: Egress = field(default_factory=Egress)  # where a prompt step's model may be
 
 
 # -- the tick ------------------------------------------------------------------------
@@ -134,8 +136,9 @@ def reap(sessions: SessionFactory, client: redis.Redis) -> list[str]:
             )
         )
     reaped = []
+    gone = heartbeat.lost_among(client, [worker for _, worker in running if worker])
     for run_id, worker in running:
-        if not worker or heartbeat.is_alive(client, worker):
+        if worker not in gone:
             continue
         with transaction(sessions) as session:
             run = jobruns.interrupt(session, run_id, worker, LOST_WORKER)
@@ -230,6 +233,7 @@ def _prompt(context: JobContext, job: Job, run: JobRun, prompt: str) -> str | No
         context.worker,
         context.turn_limit,
         context.caps,
+        context.egress,
     )
     status = turns.run_claimed(turn_context, turn)
     with context.sessions() as session:

@@ -1,21 +1,44 @@
-"""One streamed request to an OpenAI-compatible chat-completions endpoint (the openai SDK)."""
+"""One streamed request to the owner's model, an OpenAI-compatible chat-completions endpoint.
+
+The request goes out through the egress client as a webhook's does (store/egress.py): the
+model's host is resolved at each request and only an address that passes the rules is
+connected to, so a loopback, private or metadata address is reached only when the operator
+lists it in SKILLFLEET_EGRESS_ALLOW, however the name resolved when the owner set it. A
+redirect is not followed (it fails the request with its status), and the whole request, the
+streamed answer included, is over by the turn's time limit (store/deadlines.py).
+
+The answer is read as the chat-completions stream defines it: server-sent events whose `data:`
+is a JSON chunk, up to `data: [DONE]`. A failure says the HTTP status with its standard phrase
+and, when the body is the model API's JSON error (`{"error": {"message": ...}}`), that
+message, cleaned and cut; no other body (an internal service's page, a proxy's) is ever shown.
+"""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from http import HTTPStatus
+from typing import Any
 
-import openai
+import httpx
 
-from relay.errors import ModelFailed
+from broker.results import REDACTED, redact_text
+from relay.errors import ModelFailed, ModelRefused, ModelTimedOut
+from store.deadlines import Deadline
+from store.egress import Egress, EgressRefused, read_at_most
+from store.limits import MAX_MODEL_ERROR_BYTES, MAX_MODEL_ERROR_CHARS
 from store.modelsettings import ModelConfig
 
 # Stop requests are looked for at most this often while the model streams.
 STOP_CHECK_SECONDS = 0.25
-# Local servers often take no key; the SDK insists on one.
+# A request gets at least this long, even at the very end of a turn.
+MIN_REQUEST_SECONDS = 1.0
+# Local servers often take no key, and some insist on the header all the same.
 NO_KEY = "none"
+USER_AGENT = "skillfleet-model/1"
+DONE = "[DONE]"
 
 
 @dataclass
@@ -55,58 +78,159 @@ def complete(
     on_text: Callable[[str], None],
     should_stop: Callable[[], bool],
     timeout: float,
+    egress: Egress,
 ) -> Reply:
     """Stream one answer: text goes to `on_text` as it arrives; tool calls are assembled."""
-    client = openai.OpenAI(
-        base_url=config.base_url,
-        api_key=config.api_key or NO_KEY,
-        timeout=max(timeout, 1.0),
-        max_retries=0,
-    )
+    deadline = Deadline.after(max(timeout, MIN_REQUEST_SECONDS))
+    body: dict[str, Any] = {"model": config.name, "messages": messages, "stream": True}
+    if tools:
+        body["tools"] = tools
+    headers = {
+        "Authorization": f"Bearer {config.api_key or NO_KEY}",
+        "Accept": "text/event-stream",
+        "User-Agent": USER_AGENT,
+    }
+    model = f"The model at {config.base_url}"
+    try:
+        with egress.client(deadline, follow_redirects=False) as client:
+            url = f"{config.base_url.rstrip('/')}/chat/completions"
+            with client.stream("POST", url, json=body, headers=headers) as response:
+                if not response.is_success:
+                    failure = _status_failure(response, config.api_key)
+                    raise ModelFailed(f"{model} answered {failure}")
+                return _read(response, on_text, should_stop, model, config.api_key)
+    except EgressRefused as e:
+        raise ModelRefused(f"{model} is refused: {e.message}") from e
+    except httpx.TimeoutException as e:
+        raise ModelTimedOut(f"{model} did not answer within {deadline.seconds:g} seconds.") from e
+    except (httpx.HTTPError, httpx.InvalidURL) as e:
+        raise ModelFailed(f"{model} can't be reached.") from e
+
+
+def _read(
+    response: httpx.Response,
+    on_text: Callable[[str], None],
+    should_stop: Callable[[], bool],
+    model: str,
+    key: str | None,
+) -> Reply:
     reply = Reply()
     calls: dict[int, ToolRequest] = {}
-    try:
-        stream = client.chat.completions.create(
-            model=config.name,
-            messages=cast(Any, messages),
-            tools=cast(Any, tools),
-            stream=True,
-        )
-        with stream:
+    streamed = False
+    checked = time.monotonic()
+    for data in _events(response.iter_lines()):
+        streamed = True
+        if data == DONE:
+            break
+        if time.monotonic() - checked >= STOP_CHECK_SECONDS:
             checked = time.monotonic()
-            for chunk in stream:
-                if time.monotonic() - checked >= STOP_CHECK_SECONDS:
-                    checked = time.monotonic()
-                    if should_stop():
-                        reply.stopped = True
-                        break
-                if not chunk.choices:
-                    continue
-                delta = chunk.choices[0].delta
-                if delta.content:
-                    reply.text += delta.content
-                    on_text(delta.content)
-                for part in delta.tool_calls or []:
-                    call = calls.setdefault(part.index, ToolRequest(id=f"call_{part.index}"))
-                    if part.id:
-                        call.id = part.id
-                    if part.function is not None:
-                        call.name += part.function.name or ""
-                        call.arguments += part.function.arguments or ""
-    except openai.APITimeoutError as e:
-        raise ModelFailed(f"The model at {config.base_url} did not answer in time.") from e
-    except openai.APIConnectionError as e:
-        raise ModelFailed(f"The model at {config.base_url} can't be reached.") from e
-    except openai.APIStatusError as e:
-        raise ModelFailed(
-            f"The model at {config.base_url} answered HTTP {e.status_code}: {_short(e)}"
-        ) from e
-    except openai.OpenAIError as e:
-        raise ModelFailed(f"The model at {config.base_url} failed: {type(e).__name__}.") from e
+            if should_stop():
+                reply.stopped = True
+                return reply
+        _take(_chunk(data, model, key), reply, calls, on_text)
+    if not streamed:
+        raise ModelFailed(f"{model} answered without a stream of chat-completion events.")
     reply.tool_calls = [calls[index] for index in sorted(calls)]
     return reply
 
 
-def _short(error: openai.APIStatusError) -> str:
-    message = str(getattr(error, "message", "") or "").strip().splitlines()
-    return (message[0][:200] if message else "no message") or "no message"
+def _events(lines: Iterator[str]) -> Iterator[str]:
+    """The data of each server-sent event: its `data:` lines, joined by newlines."""
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+            data = []
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value.removeprefix(" "))
+    if data:
+        yield "\n".join(data)
+
+
+def _chunk(data: str, model: str, key: str | None) -> dict[str, Any]:
+    """An event's JSON chunk; ModelFailed for one that is not, or that reports an error."""
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        chunk = None
+    if not isinstance(chunk, dict):
+        raise ModelFailed(f"{model} sent an event that is not a chat-completion chunk.")
+    if chunk.get("error"):
+        reason = _error_message(chunk, key)
+        raise ModelFailed(f"{model} reported an error" + (f": {reason}" if reason else "."))
+    return chunk
+
+
+def _take(
+    chunk: dict[str, Any],
+    reply: Reply,
+    calls: dict[int, ToolRequest],
+    on_text: Callable[[str], None],
+) -> None:
+    """Add a chunk's text to the reply and its tool-call fragments to their calls."""
+    choices = chunk.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    delta = first.get("delta") if isinstance(first, dict) else None
+    if not isinstance(delta, dict):
+        return
+    content = delta.get("content")
+    if isinstance(content, str) and content:
+        reply.text += content
+        on_text(content)
+    fragments = delta.get("tool_calls")
+    for part in fragments if isinstance(fragments, list) else []:
+        if isinstance(part, dict):
+            _add_fragment(calls, part)
+
+
+def _add_fragment(calls: dict[int, ToolRequest], part: dict[str, Any]) -> None:
+    index = part.get("index")
+    index = index if isinstance(index, int) else 0
+    call = calls.setdefault(index, ToolRequest(id=f"call_{index}"))
+    if isinstance(part.get("id"), str) and part["id"]:
+        call.id = part["id"]
+    function = part.get("function")
+    if isinstance(function, dict):
+        name, arguments = function.get("name"), function.get("arguments")
+        call.name += name if isinstance(name, str) else ""
+        call.arguments += arguments if isinstance(arguments, str) else ""
+
+
+def _status_failure(response: httpx.Response, key: str | None) -> str:
+    """`HTTP 401 (Unauthorized): <the API's error message>`, never the body itself."""
+    code = response.status_code
+    try:
+        shown = f"HTTP {code} ({HTTPStatus(code).phrase})"
+    except ValueError:  # a status Python does not name: the server's own phrase is not shown
+        shown = f"HTTP {code}"
+    if response.is_redirect:
+        return f"{shown}; redirects are not followed, give the URL it moved to."
+    reason = _error_message(_json_error(response), key)
+    return f"{shown}: {reason}" if reason else f"{shown}."
+
+
+def _json_error(response: httpx.Response) -> object:
+    """The body as JSON when it is small enough to be an API's error; None otherwise."""
+    body = read_at_most(response, MAX_MODEL_ERROR_BYTES)
+    try:
+        return None if body is None else json.loads(body)
+    except ValueError:
+        return None
+
+
+def _error_message(data: object, key: str | None) -> str:
+    """The message of a model API's JSON error, `{"error": {"message": ...}}` (or `{"error":
+    "..."}`), on one line, without control characters, credentials or the owner's `key`, cut;
+    "" for any other body."""
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    if not isinstance(message, str):
+        return ""
+    text = " ".join("".join(c if c.isprintable() else " " for c in message).split())
+    text = redact_text(text.replace(key, REDACTED) if key else text)
+    if len(text) > MAX_MODEL_ERROR_CHARS:
+        text = text[: MAX_MODEL_ERROR_CHARS - 1].rstrip() + "…"
+    return text

@@ -30,6 +30,7 @@ from store.egress import Egress
 from store.errors import ConfigError
 from store.models import Approval, Webhook
 from store.secrets import Sealer
+from store.visible import visible
 from workers import webhooks, webpush
 
 log = structlog.get_logger(__name__)
@@ -124,8 +125,11 @@ def described(context: NotifyContext, owner_id: int, event: events.OwnerEvent) -
 
 
 def _push(context: NotifyContext, owner_id: int, event: events.OwnerEvent, title: str) -> None:
-    payload = {"kind": event.kind, "title": title, "id": event.id}
-    payload.update(described(context, owner_id, event))
+    data = {"kind": event.kind, "title": title, "id": event.id}
+    data.update(described(context, owner_id, event))
+    # A notification shows what agents wrote (a question, a notice, a chat's id) to the owner:
+    # control and format characters go as escapes, as on the console and in the CLI.
+    payload = {key: visible(v) if isinstance(v, str) else v for key, v in data.items()}
     with context.sessions() as session:
         targets = [
             (row.id, webpush.Target(row.endpoint, row.p256dh, row.auth))

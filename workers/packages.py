@@ -91,6 +91,8 @@ class PackageCache:
         self._in_use: Counter[str] = Counter()
         self._refusals: deque[tuple[str, str]] = deque(maxlen=KEPT_REFUSALS)
         self.verifier = FolderVerifier()
+        # The last manifest that verified: its ETag and its packages.
+        self._manifest: tuple[str, dict[str, Entry]] | None = None
         cache_dir.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
         cache_dir.chmod(DIR_MODE)
 
@@ -162,8 +164,19 @@ class PackageCache:
                     del self._in_use[key]
 
     def manifest(self) -> dict[str, Entry]:
-        """This node's packages from the API, once the signature verified."""
-        signed = self._get_json(f"/api/nodes/{self.node}/manifest")
+        """This node's packages from the API, once the signature verified.
+
+        The API is asked with the tag of the last manifest that verified (If-None-Match): while
+        it is still the node's, the API answers 304 and that manifest's packages are returned.
+        """
+        with self._lock:
+            held = self._manifest
+        headers = dict(self._headers)
+        if held is not None:
+            headers["If-None-Match"] = held[0]
+        signed, tag = self._get_manifest(headers)
+        if signed is None and held is not None:
+            return dict(held[1])
         try:
             manifest = verify_manifest(self.public_key, signed)
         except ManifestInvalid as e:
@@ -171,9 +184,12 @@ class PackageCache:
         if manifest.get("node") != self.node:
             raise self._refuse("manifest", "The manifest was issued for another node.")
         try:
-            return _entries(manifest.get("packages"))
+            entries = _entries(manifest.get("packages"))
         except ValueError as e:
             raise self._refuse("manifest", str(e)) from e
+        with self._lock:
+            self._manifest = (tag, dict(entries)) if tag else None
+        return entries
 
     def _held(self, key: str, target: Path, skill_hash: str) -> bool:
         """True when `target` is installed and proven; False when absent.
@@ -258,11 +274,16 @@ class PackageCache:
             raise RunError(f"The package {entry.key} could not be downloaded: {e}") from e
         return b"".join(chunks)
 
-    def _get_json(self, path: str) -> Any:
+    def _get_manifest(self, headers: dict[str, str]) -> tuple[Any, str | None]:
+        """The signed manifest (None when the API answered 304) and its ETag."""
+        url = f"{self._base}/api/nodes/{self.node}/manifest"
         try:
-            response = self.client.get(f"{self._base}{path}", headers=self._headers)
+            response = self.client.get(url, headers=headers)
+            tag = response.headers.get("ETag")
+            if response.status_code == 304 and "If-None-Match" in headers:
+                return None, tag
             _check_status(response, "the manifest")
-            return response.json()
+            return response.json(), tag
         except httpx.HTTPError as e:
             raise RunError(f"The manifest could not be fetched from the API: {e}") from e
         except ValueError as e:

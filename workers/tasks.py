@@ -9,7 +9,9 @@ from __future__ import annotations
 import structlog
 from celery import Task, shared_task
 
-from relay.dispatch import RUN_JOB_TASK, RUN_TURN_TASK, send_job_run
+from broker.dispatcher import EXECUTE_TASK
+from broker.runs import resend_unsent
+from relay.dispatch import RUN_JOB_TASK, RUN_TURN_TASK, send_job_run, send_run
 from relay.notifier import NOTIFY_TASK
 from relay.retention import StreamCaps
 from store.models import JobRun, Run, Turn
@@ -46,10 +48,20 @@ def housekeeping(self: Task) -> int:
 
 @shared_task(name="skillfleet.sweep", bind=True, send_events=False)
 def sweep_minute(self: Task) -> int:
-    """Expire approvals nobody answered; deliver notices a lost wake left behind."""
+    """Expire approvals nobody answered and files past their time; deliver notices a lost wake
+    left behind; send once more the runs queued long enough to have lost their message."""
     context = control_context(self.app)
     expired = sweep(context.sessions, lambda job_run_id: send_job_run(self.app, job_run_id))
+    expired += context.files.expire()
     notify.pump(notify_context(self.app))
+    # Last: Redis being away fails the task here, after the rest of the round.
+    resent = resend_unsent(
+        context.sessions,
+        context.redis,
+        lambda run_id, queue: send_run(self.app, EXECUTE_TASK, run_id, queue),
+    )
+    if resent:
+        log.warning("queued runs sent again", runs=resent)
     return expired
 
 

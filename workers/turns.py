@@ -26,10 +26,12 @@ from broker import loaded, questions
 from broker.broker import Broker
 from broker.calls import CallOutcome, CallRequest
 from relay import events, heartbeat, naming
+from relay.errors import ModelTimedOut
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import TurnStream
 from store import modelsettings
 from store.db import SessionFactory, transaction
+from store.egress import Egress
 from store.errors import SkillfleetError
 from store.lifecycle import turns as turnstates
 from store.lifecycle.calls import OPEN_STATES
@@ -66,6 +68,8 @@ class TurnContext:
     worker: str
     time_limit: float
     caps: StreamCaps = DEFAULT_CAPS  # what a turn's stream holds and how long (settings)
+    # Where the model may be: public hosts and those the operator allows (egress_allow).
+    egress: Egress = field(default_factory=Egress)
 
 
 def execute(context: TurnContext, turn_id: str) -> str | None:
@@ -128,8 +132,9 @@ def lost(sessions: SessionFactory, client: redis.Redis) -> list[Turn]:
             session.execute(select(Turn.id, Turn.worker).where(Turn.status == TurnStatus.RUNNING))
         )
     reaped = []
+    gone = heartbeat.lost_among(client, [worker for _, worker in running if worker])
     for turn_id, worker in running:
-        if not worker or heartbeat.is_alive(client, worker):
+        if worker not in gone:
             continue
         with transaction(sessions) as session:
             error = ("interrupted", LOST_WORKER)
@@ -164,9 +169,15 @@ class _Loop:
         for _round in range(MAX_MODEL_ROUNDS):
             if self._should_stop():
                 return self._why_stopped()
-            reply = complete(
-                config, messages, tools, self._on_text, self._should_stop, self._left()
-            )
+            try:
+                reply = complete(
+                    config, messages, tools, self._on_text, self._should_stop, self._left(),
+                    self.context.egress,
+                )  # fmt: skip
+            except ModelTimedOut:
+                if self._should_stop():  # the request's deadline was the turn's own
+                    return self._why_stopped()
+                raise
             if reply.stopped:
                 return self._why_stopped()
             if not reply.tool_calls:

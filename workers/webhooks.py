@@ -2,7 +2,8 @@
 
 Each delivery resolves the webhook's host again and goes only to an address that is allowed
 (store/egress.py): a name that resolved to a public address when the webhook was added may not
-be pointed at a private one later.
+be pointed at a private one later. A delivery is over within WEBHOOK_SECONDS, however slowly
+the receiver answers.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from typing import Any
 import httpx
 import structlog
 
+from store.deadlines import Deadline
 from store.egress import Egress, EgressRefused
+from store.limits import WEBHOOK_SECONDS
 
 log = structlog.get_logger(__name__)
 
 SIGNATURE_HEADER = "Skillfleet-Signature"
 EVENT_HEADER = "Skillfleet-Event"
 DELIVERY_HEADER = "Skillfleet-Delivery"
-TIMEOUT_SECONDS = 10.0
 # Seconds before each retry of a failed delivery; after the last one it is given up.
 BACKOFF_SECONDS = (10, 60, 300, 1800, 7200)
 
@@ -39,9 +41,10 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
 
 
 def deliver(
-    egress: Egress, url: str, secret: str, event_id: str, kind: str, data: dict[str, Any]
-) -> bool:
-    """POST one event; True when the receiver answered 2xx."""
+    egress: Egress, url: str, secret: str, event_id: str, kind: str, data: dict[str, Any],
+    seconds: float = WEBHOOK_SECONDS,
+) -> bool:  # fmt: skip
+    """POST one event, over within `seconds`; True when the receiver answered 2xx."""
     body = body_of(event_id, kind, data)
     headers = {
         "Content-Type": "application/json",
@@ -51,7 +54,7 @@ def deliver(
         "User-Agent": "skillfleet-webhooks",
     }
     try:
-        with egress.client(timeout=TIMEOUT_SECONDS, follow_redirects=False) as client:
+        with egress.client(Deadline.after(seconds), follow_redirects=False) as client:
             response = client.post(url, content=body, headers=headers)
     except EgressRefused as e:
         log.warning("webhook address refused", event_id=event_id, reason=e.message)

@@ -2,7 +2,7 @@
 
 pywebpush encrypts the message and py_vapid signs the VAPID header; the message goes out through
 an egress client (store/egress.py), so it reaches only an address the push service's host
-resolved to and that was checked, as webhooks do.
+resolved to and that was checked, as webhooks do, and is over within PUSH_SECONDS.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from urllib.parse import urlsplit
 import httpx
 import structlog
 from py_vapid import Vapid
-from pywebpush import WebPusher, WebPushException
 
+from store.deadlines import Deadline
 from store.egress import Egress, EgressRefused
+from store.limits import PUSH_SECONDS
 
 log = structlog.get_logger(__name__)
 
 TTL_SECONDS = 86400
-SEND_TIMEOUT_SECONDS = 10
 CONTENT_ENCODING = "aes128gcm"
 # How long the VAPID signature holds (RFC 8292 allows at most a day).
 VAPID_SECONDS = 12 * 3600
@@ -42,6 +42,9 @@ def send(
     target: Target, payload: dict[str, Any], vapid: Vapid, contact: str, egress: Egress
 ) -> int:
     """Encrypt and send one message; the push service's HTTP status (0 when unreachable)."""
+    # Imported here: only a worker that sends a push needs it (it brings aiohttp and requests).
+    from pywebpush import WebPusher, WebPushException
+
     subscription = {
         "endpoint": target.endpoint,
         "keys": {"p256dh": target.p256dh, "auth": target.auth},
@@ -63,7 +66,7 @@ def send(
         "TTL": str(TTL_SECONDS),
     }
     try:
-        with egress.client(timeout=SEND_TIMEOUT_SECONDS) as client:
+        with egress.client(Deadline.after(PUSH_SECONDS)) as client:
             response = client.post(target.endpoint, content=encrypted["body"], headers=headers)
     except EgressRefused as e:
         log.warning("push address refused", reason=e.message)

@@ -1,7 +1,8 @@
 """The owner console: static HTML, CSS and ES modules served at /, using the public REST API.
 
 No build step: the files in static/ are what the browser runs. The console signs in with an
-owner token kept in the tab's sessionStorage and talks to /api like any other frontend.
+owner token kept in the tab's sessionStorage (pasted, or given by a GitHub sign-in, api/signin.py)
+and talks to /api like any other frontend.
 """
 
 from __future__ import annotations

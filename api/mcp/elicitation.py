@@ -39,6 +39,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
+from store import jsoncodec
+
 log = structlog.get_logger(__name__)
 
 APPROVALS_ROUTE = "/#/approvals"  # the console's page where the owner answers approvals
@@ -118,8 +120,8 @@ def resumed(params: types.CallToolRequestParams) -> Resumed | None:
     if params.request_state is None:
         return None
     try:
-        state = json.loads(params.request_state)
-    except ValueError:
+        state = jsoncodec.decode(params.request_state)
+    except ValueError:  # not JSON, or nested too deep to read
         state = None
     call_id = state.get("call_id") if isinstance(state, dict) else None
     if not isinstance(call_id, str) or not call_id:

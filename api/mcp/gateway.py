@@ -12,7 +12,9 @@ is POST /api/tools/<tool> with the caller's token; what follows depends on the e
   client sends can answer it. A client that takes URL elicitations is first given the
   console's approvals page to open, and waits once it comes back (api/mcp/elicitation.py).
   Approved: the run is followed as above; denied: an error result with the denial's message;
-  unanswered: a result naming the approval and the tool that collects the outcome later.
+  unanswered: a result naming the approval and the tool that collects the outcome later. A
+  client that cancels (or leaves) while it waits withdraws the approval (POST
+  /api/calls/<id>/withdraw): answering it later runs nothing.
 - anything else: the envelope's result or error, as it is.
 
 The skills are resources too, and the Skills extension's manifests (api/mcp/skills.py).
@@ -35,6 +37,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 
+from api.mcp import files as runfiles
 from api.mcp.elicitation import (
     QUESTIONS_ROUTE,
     StateError,
@@ -132,6 +135,9 @@ class Caller:
     rest: Rest
     chat: str  # its calls' chat_id, unless a call's _meta names one
     token_id: str = ""  # tells callers apart, so a client cancels only its own calls
+    # `chat` is skillfleet's guess (a client without a session, one chat for all its
+    # conversations), not a conversation the host named.
+    guessed: bool = False
 
 
 CallerOf = Callable[[ServerRequestContext[Any, Any]], Caller]
@@ -163,8 +169,8 @@ class Gateway:
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
             on_list_resources=self.skills.list_resources,
-            on_list_resource_templates=self.skills.list_templates,
-            on_read_resource=self.skills.read_resource,
+            on_list_resource_templates=self.list_templates,
+            on_read_resource=self.read_resource,
             on_subscriptions_listen=self.skills.listen,
             get_tool_input_schema=self.schemas.get,
         )
@@ -186,6 +192,22 @@ class Gateway:
             self.server.add_notification_handler(
                 "notifications/initialized", types.NotificationParams, self.announce_changes
             )
+
+    async def list_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        """The skills' files and the runs' files."""
+        found = await self.skills.list_templates(ctx, params)
+        return types.ListResourceTemplatesResult(
+            resource_templates=[*found.resource_templates, runfiles.TEMPLATE]
+        )
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        if runfiles.is_file_uri(params.uri):
+            return await runfiles.read(self.caller_of(ctx).rest, params.uri)
+        return await self.skills.read_resource(ctx, params)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -301,12 +323,17 @@ class Gateway:
 
         async def waited(group: anyio.abc.TaskGroup) -> None:
             nonlocal answered
-            answered = await self._await_owner(ctx, rest, envelope)
+            # A declined link ends this wait, and the approval stays: the wait keeps it.
+            answered = await self._await_owner(ctx, rest, envelope, withdraw=False)
             group.cancel_scope.cancel()
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(shown, group)
-            group.start_soon(waited, group)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(shown, group)
+                group.start_soon(waited, group)
+        except anyio.get_cancelled_exc_class():  # the client cancelled or left: withdrawn
+            await _withdraw(rest, envelope)
+            raise
         return answered
 
     def _body(
@@ -314,10 +341,19 @@ class Gateway:
     ) -> dict[str, Any]:
         meta = dict(ctx.meta or {})
         chat, turn = meta.get(CHAT_META), meta.get(TURN_META)
+        named = isinstance(chat, str) and bool(chat)
+        turned = isinstance(turn, str) and bool(turn)
         return {
             "arguments": arguments,
-            "chat_id": chat if isinstance(chat, str) and chat else caller.chat,
-            "turn_id": turn if isinstance(turn, str) and turn else None,
+            "chat_id": chat if named else caller.chat,
+            "turn_id": turn if turned else None,
+            # The gateway's chat is its name for the client, whose host may hold many
+            # conversations in it (every conversation of a client without sessions, every
+            # one a stdio host starts): no load in it tells what a conversation holds.
+            "full_loads": not (named or turned),
+            # Without a session either, the chat is a guess: its grants were given in other
+            # conversations, and no grant is offered for it.
+            "chat_guessed": caller.guessed and not named,
         }
 
     async def _outcome(self, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -339,13 +375,24 @@ class Gateway:
         return envelope
 
     async def _await_owner(
-        self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        rest: Rest,
+        envelope: dict[str, Any],
+        *,
+        withdraw: bool = True,
     ) -> dict[str, Any]:
-        """Wait for the owner to answer the call's approval, telling the client at each round."""
+        """Wait for the owner to answer the call's approval, telling the client at each round;
+        a client that cancels or leaves meanwhile withdraws the approval (with `withdraw`)."""
         approval_id = envelope.get("approval_id")
         console = console_url(ctx, str(rest.http.base_url))
-        waiting = await _waiting_for(rest, approval_id, console)
-        return await self._wait_while(ctx, rest, envelope, waiting)
+        try:
+            waiting = await _waiting_for(rest, approval_id, console)
+            return await self._wait_while(ctx, rest, envelope, waiting, keep=not withdraw)
+        except anyio.get_cancelled_exc_class():
+            if withdraw:
+                await _withdraw(rest, envelope)
+            raise
 
     async def _await_answer(
         self, ctx: ServerRequestContext[Any, Any], rest: Rest, envelope: dict[str, Any]
@@ -366,16 +413,20 @@ class Gateway:
         rest: Rest,
         envelope: dict[str, Any],
         waiting: str,
+        *,
+        keep: bool = False,
     ) -> dict[str, Any]:
         """The call's envelope once it left its waiting state, or when `approval_wait` ran out;
-        `waiting` is sent as a progress notification at each round."""
+        `waiting` is sent as a progress notification at each round. With `keep`, a wait cut
+        short leaves the approval pending (else the API withdraws it)."""
         call_id, status = envelope["call_id"], envelope.get("status")
         deadline = time.monotonic() + self.approval_wait
         rounds = 0
         while (left := deadline - time.monotonic()) > 0:
             rounds += 1
             await ctx.session.report_progress(rounds, None, waiting)
-            envelope = envelope_of(await rest.get_call(call_id, wait=min(left, APPROVAL_ROUND)))
+            answer = await rest.get_call(call_id, wait=min(left, APPROVAL_ROUND), keep_pending=keep)
+            envelope = envelope_of(answer)
             if envelope.get("status") != status:
                 return envelope
         return envelope
@@ -410,6 +461,20 @@ async def _console_link(
         "skillfleet approvals); nothing sent from here answers it."
     )
     return console_url(ctx, str(rest.http.base_url)), message
+
+
+async def _withdraw(rest: Rest, envelope: dict[str, Any]) -> None:
+    """The client stopped waiting for the owner: the call's approval is withdrawn, so an answer
+    that comes later runs nothing (shielded: it runs while the call unwinds)."""
+    call_id = envelope.get("call_id")
+    if not call_id:
+        return
+    with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_SECONDS):
+        try:
+            await rest.withdraw(str(call_id))
+            log.info("mcp client left: approval withdrawn", call_id=call_id)
+        except RestError as e:  # answered meanwhile, or the API is away
+            log.info("mcp client left: approval not withdrawn", call_id=call_id, code=e.code)
 
 
 async def _cancel(rest: Rest, run_id: str) -> None:
@@ -515,7 +580,9 @@ def result_of(envelope: dict[str, Any]) -> types.CallToolResult:
             return _text_result(text, {**result, "error": {"code": code, "message": message}}, True)
         return error_result(str(code), str(message))
     if isinstance(result, dict) and "exit_code" in result:
-        return _text_result(_run_text(result), result)
+        made = _text_result(_run_text(result), result)
+        made.content.extend(runfiles.links(result))
+        return made
     structured = result if isinstance(result, dict) else {"result": result}
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
     return _text_result(text, structured)
@@ -536,6 +603,18 @@ def _run_text(result: dict[str, Any]) -> str:
     for stream in ("stdout", "stderr"):
         if result.get(stream):
             parts.append(f"{stream}:\n{result[stream]}")
+    made = [entry for entry in result.get("files") or [] if isinstance(entry, dict)]
+    if made:
+        listed = "\n".join(
+            f"{entry.get('path')}: {runfiles.file_uri(str(entry.get('id')))} "
+            f"({entry.get('size')} bytes)"
+            for entry in made
+        )
+        parts.append(
+            f"files (read each resource, or name its id in a later run's files):\n{listed}"
+        )
+    if result.get("files_note"):
+        parts.append(str(result["files_note"]))
     return "\n\n".join(parts)
 
 

@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import structlog
 
+from api.auth import RESOURCE_SCOPE_KEY
+
 log = structlog.get_logger(__name__)
 
 Message = MutableMapping[str, Any]
@@ -25,6 +27,9 @@ App = Callable[
 # Whose request this is, as the app sees it: put a (host, port) pair in a request's extensions
 # under this key, so the API counts a wrong token against the MCP client, not this process.
 CLIENT_EXTENSION = "skillfleet.client"
+# The /mcp URL a request serves (an OAuth token is accepted only for its own): this key of a
+# request's extensions becomes RESOURCE_SCOPE_KEY of its scope.
+RESOURCE_EXTENSION = "skillfleet.resource"
 CLOSE_SECONDS = 5.0  # an app told its client left has this long to end before it is cancelled
 
 
@@ -101,6 +106,7 @@ def _scope(request: httpx.Request) -> Message:
         "server": (request.url.host, request.url.port),
         "client": client,
         "root_path": "",
+        RESOURCE_SCOPE_KEY: request.extensions.get(RESOURCE_EXTENSION),
     }
 
 

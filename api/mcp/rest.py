@@ -54,9 +54,9 @@ class TokenVerdict:
     """What the API's answers so far said of the caller's token.
 
     `accepted` once a request succeeded (it passed the API's authentication); `refused`, the
-    API's error, once one was refused for its token. Any other error says nothing of the token:
-    a route may refuse a request before authenticating it (a body too large, a locked-out
-    address)."""
+    API's error, once one was refused for its token (not valid, or a node's). Any other error
+    says nothing of the token: a route may refuse a request before authenticating it (a body
+    too large, a locked-out address)."""
 
     accepted: bool = False
     refused: RestError | None = None
@@ -86,6 +86,17 @@ class Rest:
         as every route does (one tool definition, not all of them)."""
         await self._json("GET", "/api/tools", params={"page_size": 1})
 
+    async def is_owner_token(self) -> bool:
+        """Whether the token is an owner's: one of the routes only an owner's token may read
+        (GET /api/tokens) answers it; an agent's gets 403."""
+        try:
+            await self._json("GET", "/api/tokens", params={"page_size": 1})
+        except RestError as e:
+            if e.http_status == 403:
+                return False
+            raise
+        return True
+
     async def call(self, tool: str, body: dict[str, Any], wait: float = 0) -> dict[str, Any]:
         """The envelope of one call of `tool` (ToolCallSchema's `body`)."""
         path = f"/api/tools/{quote(tool, safe='')}"
@@ -93,11 +104,23 @@ class Rest:
         found: dict[str, Any] = await self._json("POST", path, json=body, params=params)
         return found
 
-    async def get_call(self, call_id: str, wait: float = 0) -> dict[str, Any]:
-        """A call as GET /api/calls/<id> shows it, waiting up to `wait` s for its end."""
-        params = {"wait": min(wait, LONGEST_WAIT)} if wait > 0 else {}
+    async def get_call(
+        self, call_id: str, wait: float = 0, keep_pending: bool = False
+    ) -> dict[str, Any]:
+        """A call as GET /api/calls/<id> shows it, waiting up to `wait` s for its end; leaving
+        while it waits for approval withdraws the approval unless `keep_pending`."""
+        params: dict[str, Any] = {"wait": min(wait, LONGEST_WAIT)} if wait > 0 else {}
+        if keep_pending and params:
+            params["keep_pending"] = "true"
         found: dict[str, Any] = await self._json(
             "GET", f"/api/calls/{quote(call_id, safe='')}", params=params
+        )
+        return found
+
+    async def withdraw(self, call_id: str) -> dict[str, Any]:
+        """Withdraw the call's pending approval (POST /api/calls/<id>/withdraw)."""
+        found: dict[str, Any] = await self._json(
+            "POST", f"/api/calls/{quote(call_id, safe='')}/withdraw"
         )
         return found
 
@@ -123,6 +146,13 @@ class Rest:
         the skill's folder by the API as a `read_skill_resource` call is."""
         url = f"/api/skills/{quote(name, safe='')}/files/{quote(path, safe='/')}"
         response = await self._send(self._request("GET", url))
+        if response.status_code >= 400:
+            raise self._error(response)
+        return response.content
+
+    async def file(self, file_id: str) -> bytes:
+        """The bytes of one of the caller's files (GET /api/files/<id>)."""
+        response = await self._send(self._request("GET", f"/api/files/{quote(file_id, safe='')}"))
         if response.status_code >= 400:
             raise self._error(response)
         return response.content
@@ -176,9 +206,15 @@ class Rest:
 
     def _error(self, response: httpx.Response) -> RestError:
         error = _error(response)
-        if error.http_status == 401:  # the API's authentication refused the token
+        if _refuses_token(error):
             self.verdict.refused = error
         return error
+
+
+def _refuses_token(error: RestError) -> bool:
+    """Whether the API refused the token itself: not valid (401), or not an owner's or an
+    agent's (a node token: 403 `forbidden`)."""
+    return error.http_status == 401 or (error.http_status == 403 and error.code == "forbidden")
 
 
 def _error(response: httpx.Response) -> RestError:

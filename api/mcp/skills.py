@@ -4,7 +4,12 @@ Each file of each skill the caller may use (enabled, owned or shared: GET /api/s
 resource `skill://<name>/<path>`. Hosts that speak the extension (`io.modelcontextprotocol/
 skills`) get every skill's manifest from `skills/list` and `skills/get`: its SKILL.md header and
 every file with its `sha256:` digest and size. Hosts that don't still list and read the same
-files as resources (and through the tools).
+files as resources (and through the tools). A host reads SKILL.md's frontmatter as the
+extension requires it (a string for each `metadata` value, `name` the name in the URI); where
+the header as written is not that (a `parameters_schema` mapping, a skill installed under
+another name, a header only skillfleet's lenient reading takes), `skill://<name>/SKILL.md` is
+served with the manifest's frontmatter over the same body, and the manifest's digest is of
+those bytes. The stored file, its content hash and the REST routes keep the bytes uploaded.
 
 Everything is read through the REST routes with the caller's token, so the API decides who
 sees what; a file is read by GET /api/skills/<name>/files/<path>, whose path is confined by the
@@ -34,6 +39,7 @@ from urllib.parse import quote, unquote, urlsplit
 import anyio
 import mcp_types as types
 import structlog
+import yaml
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged
 from mcp.shared.exceptions import MCPError
@@ -41,6 +47,7 @@ from mcp_types import INVALID_PARAMS
 
 from api.mcp.rest import Rest, RestError
 from store.errors import SkillInvalid, StoreError
+from store.frontmatter import read_loose
 from store.hashing import file_digest, hash_entries
 from store.resources import check_relative_path
 from store.skillmd import read_skill_md
@@ -153,6 +160,39 @@ def wire_header(header: dict[str, Any], name: str, description: str) -> dict[str
     return shown
 
 
+def served_skill_md(data: bytes, name: str, description: str | None) -> bytes:
+    """SKILL.md as `resources/read` serves it: as uploaded when its header is what the
+    extension requires (`wire_header`), else that header over the same body. `description`
+    stands in for a header without one; None when it is not known (`lacks_description`)."""
+    try:
+        loose = read_loose(data)
+    except SkillInvalid:
+        return data  # unreadable here as everywhere: served as it is
+    shown = wire_header(loose.header, name, description or name)
+    if _as_written(data, shown):
+        return data
+    front = yaml.safe_dump(shown, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    return f"---\n{front}---\n\n{loose.body}".encode()
+
+
+def lacks_description(data: bytes) -> bool:
+    """Whether SKILL.md's header holds no description of its own (the index has one)."""
+    try:
+        written = read_loose(data).header.get("description")
+    except SkillInvalid:
+        return True
+    return not (isinstance(written, str) and written.strip())
+
+
+def _as_written(data: bytes, shown: dict[str, Any]) -> bool:
+    """Whether SKILL.md's front matter reads, strictly, as the header `shown`."""
+    try:
+        header, _body = read_skill_md(data)
+    except SkillInvalid:
+        return False
+    return bool(json.loads(json.dumps(header, default=str, ensure_ascii=False)) == shown)
+
+
 class Catalog:
     """Builds the caller's manifests through REST, keeping each by the skill's name and content
     hash (a manifest is a function of those alone, so callers who see the same skill share it;
@@ -217,12 +257,14 @@ async def _read(rest: Rest, summary: dict[str, Any]) -> tuple[Manifest, str]:
     async with anyio.create_task_group() as group:
         for path in listed:
             group.start_soon(fetch, path)
-    files = tuple(SkillFile(p, file_digest(contents[p]), len(contents[p])) for p in listed)
+    description = str(summary.get("description") or name)
+    served = dict(contents)
+    served[SKILL_MD] = served_skill_md(contents.get(SKILL_MD, b""), name, description)
+    files = tuple(SkillFile(p, file_digest(served[p]), len(served[p])) for p in listed)
     try:
-        header, _body = read_skill_md(contents.get(SKILL_MD, b""))
+        header = read_loose(served[SKILL_MD]).header
     except SkillInvalid:
         header = {}
-    description = str(summary.get("description") or name)
     manifest = Manifest(name, wire_header(header, name, description), files)
     return manifest, hash_entries(contents.items())
 
@@ -299,8 +341,11 @@ class SkillResources:
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         name, path = parse_uri(params.uri)
+        rest = self.rest_of(ctx)
         try:
-            data = await self.rest_of(ctx).skill_file(name, path)
+            data = await rest.skill_file(name, path)
+            if path == SKILL_MD:
+                data = served_skill_md(data, name, await _description(rest, name, data))
         except RestError as e:
             raise MCPError(INVALID_PARAMS, f"{e.message} ({e.code})") from e
         return types.ReadResourceResult(contents=[contents(params.uri, path, data)])
@@ -355,6 +400,13 @@ class SkillResources:
             return await self.catalog.named(self.rest_of(ctx), name)
         except RestError as e:
             raise MCPError(INVALID_PARAMS, f"{e.message} ({e.code})") from e
+
+
+async def _description(rest: Rest, name: str, data: bytes) -> str | None:
+    """The description a served SKILL.md's header needs: its own, else the index's."""
+    if not lacks_description(data):
+        return None
+    return str((await rest.skill(name)).get("description") or name)
 
 
 async def _state(rest: Rest) -> frozenset[tuple[str, str]]:

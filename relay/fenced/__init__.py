@@ -7,7 +7,8 @@ pyproject.toml, the module says which private names it uses, and a setting turns
 - `kombu_redis` (kombu `>=5.7,<5.8`; off with `SKILLFLEET_FENCED_KOMBU=false`): a worker
   survives losing Redis with unacknowledged messages in hand. kombu's Redis channel raises
   AttributeError restoring them once the connection is detached, and Celery stops the worker
-  for good; tests/workers/test_reliability.py fails without it.
+  for good (with kombu's Sentinel channel too, when the primary dies); tests/workers/
+  test_reliability.py and test_redis_failover.py fail without it.
 - `uvicorn_http` (uvicorn `>=0.55,<0.56`; off with `SKILLFLEET_FENCED_UVICORN=false`): time
   limits on a request's headers and body (slowloris, a body never sent), and a lost connection
   ends every response open on it; tests/api/test_live_streams.py's slow-client tests fail

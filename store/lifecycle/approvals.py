@@ -2,6 +2,7 @@
 
     pending -> answering -> approved | approved_for_chat | denied | stale
     pending -> expired                             (nobody answered in time)
+    pending -> withdrawn                           (the agent stopped waiting for the answer)
     approved | approved_for_chat -> stale          (the skill moved before the call ran)
 
 Answering starts with one conditional UPDATE (`claim`), so of two answers racing exactly one
@@ -54,6 +55,17 @@ def expire_pending(session: Session, approval_id: str, at: datetime) -> bool:
         update(Approval)
         .where(Approval.id == approval_id, Approval.status == ApprovalStatus.PENDING)
         .values(status=APPROVALS.check(ApprovalStatus.PENDING, ApprovalStatus.EXPIRED))
+        .values(answered_at=at)
+    )
+    return int(claimed.rowcount) == 1  # type: ignore[attr-defined]
+
+
+def withdraw_pending(session: Session, approval_id: str, at: datetime) -> bool:
+    """pending -> withdrawn by id; False when it was no longer pending (an answer came first)."""
+    claimed = session.execute(
+        update(Approval)
+        .where(Approval.id == approval_id, Approval.status == ApprovalStatus.PENDING)
+        .values(status=APPROVALS.check(ApprovalStatus.PENDING, ApprovalStatus.WITHDRAWN))
         .values(answered_at=at)
     )
     return int(claimed.rowcount) == 1  # type: ignore[attr-defined]

@@ -35,6 +35,10 @@ _CLAIM = CoreStatement(
     )
     .returning(*_RUNS.c)
 )
+# What a run's finish writes, beside its isolation.
+FINISHED_COLUMNS = (
+    "status", "exit_code", "stdout", "stderr", "error", "finished_at", "output_files",
+)  # fmt: skip
 _FINISH = CoreStatement(
     update(_RUNS)
     .where(_RUNS.c.id == bindparam("run_id"), _RUNS.c.status == RunStatus.RUNNING)
@@ -42,7 +46,7 @@ _FINISH = CoreStatement(
         {
             **{
                 column: bindparam(f"new_{column}", type_=_RUNS.c[column].type)
-                for column in ("status", "exit_code", "stdout", "stderr", "error", "finished_at")
+                for column in FINISHED_COLUMNS
             },
             # A run ended by the reaper keeps the isolation it had (None: not known).
             "isolation": func.coalesce(bindparam("new_isolation", type_=String), _RUNS.c.isolation),
@@ -66,10 +70,11 @@ def claim(connection: CoreConnection, run_id: str, worker: str) -> list[dict[str
 def finish(
     connection: CoreConnection, run_id: str, status: str, values: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """running -> `status`, with `values` (exit_code, stdout, stderr, error, isolation): the
-    run's row, or none if it was not running."""
+    """running -> `status`, with `values` (exit_code, stdout, stderr, error, isolation,
+    output_files): the run's row, or none if it was not running."""
     RUNS.check(RunStatus.RUNNING, RunStatus(status))
-    parameters = {f"new_{key}": value for key, value in values.items()}
+    parameters: dict[str, Any] = {"new_output_files": None}
+    parameters.update({f"new_{key}": value for key, value in values.items()})
     parameters.update(run_id=run_id, new_status=status, new_finished_at=utcnow())
     return _FINISH.execute(connection, parameters)
 

@@ -172,6 +172,33 @@ def test_editing_the_skill_before_the_answer_makes_the_approval_stale(client, au
     assert approval["status"] == "stale"
 
 
+def test_an_approval_card_says_when_its_skill_changed_and_approving_it_runs_nothing(
+    client, auth, wiper
+):
+    envelope, other = run(client, auth), run(client, auth)
+    card = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
+    assert card["skill_hash"] == card["skill_hash_now"] == wiper["hash"]
+    assert card["skill_changed"] is False and card["skill_change"] is None
+    changed = install(client, auth, "wiper", WIPE, "?replace=true", {"references/x.md": b"new"})
+    cards = {c["id"]: c for c in client.get("/api/approvals?status=pending", headers=auth).json}
+    card = cards[envelope["approval_id"]]
+    assert card["skill_changed"] is True and card["skill_hash_now"] == changed["hash"]
+    assert f"version {wiper['hash'][:8]} is now {changed['hash'][:8]}" in card["skill_change"]
+    assert "Approving runs nothing" in card["skill_change"]
+    refused = answer(client, auth, envelope["approval_id"], "approve")
+    assert refused.status_code == 409 and refused.json["code"] == "approval_stale"
+    assert changed["hash"][:8] in refused.json["message"]
+    call = client.get(f"/api/calls/{envelope['call_id']}", headers=auth).json
+    assert call["status"] == "failed" and call["run_id"] is None
+    answered = client.get(f"/api/approvals/{envelope['approval_id']}", headers=auth).json
+    assert answered["status"] == "stale" and answered["skill_changed"] is None
+
+    assert client.delete("/api/skills/wiper", headers=auth).status_code == 204
+    removed = client.get(f"/api/approvals/{other['approval_id']}", headers=auth).json
+    assert removed["skill_changed"] is True and removed["skill_hash_now"] is None
+    assert "was removed after you were asked" in removed["skill_change"]
+
+
 def test_a_skill_deleted_and_reinstalled_under_its_name_makes_the_approval_stale(
     client, auth, wiper
 ):

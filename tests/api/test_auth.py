@@ -9,7 +9,7 @@ from factories import finished_run, skill_files, zip_bytes
 from sqlalchemy import select
 
 from store.db import transaction
-from store.models import ApiToken, Base, Node, Owner
+from store.models import ApiToken, Base, Owner
 from store.tokens import create_node_token, token_digest
 
 PROTECTED = [
@@ -117,7 +117,6 @@ def world(client, auth, agent_auth, services) -> dict[str, str]:
     assert envelope["status"] == "pending_approval"
     skill_hash = client.get("/api/skills/wiper", headers=auth).json["hash"]
     with transaction(services.sessions) as session:
-        session.add(Node(name="web01"))
         alice = session.scalar(select(Owner.id).where(Owner.name == "alice"))
         token_id = session.scalar(
             select(ApiToken.id).where(ApiToken.owner_id == alice, ApiToken.role == "owner")
@@ -129,7 +128,15 @@ def world(client, auth, agent_auth, services) -> dict[str, str]:
         "hash": skill_hash,
         "token_id": str(token_id),
         "run": RUN_ID,
+        "file": _uploaded(client, auth),
     }
+
+
+def _uploaded(client, auth) -> str:
+    body = {"file": (io.BytesIO(b"alice's file"), "a.txt")}
+    answer = client.post("/api/files", headers=auth, data=body, content_type="multipart/form-data")
+    assert answer.status_code == 201, answer.json
+    return str(answer.json["id"])
 
 
 RUN_ID = "7d1c4e0a-0000-4000-8000-000000000001"
@@ -145,7 +152,9 @@ def everything(services) -> dict[str, list[tuple[str, ...]]]:
                 for row in session.execute(select(table))
             )
     skills_dir = services.settings.skills_dir
-    rows["files"] = sorted((p.relative_to(skills_dir).as_posix(),) for p in skills_dir.rglob("*"))
+    rows["skill files"] = sorted(
+        (p.relative_to(skills_dir).as_posix(),) for p in skills_dir.rglob("*")
+    )
     return rows
 
 
@@ -161,6 +170,7 @@ OWNER_ONLY = [
     ("POST", "/api/skills", lambda: {"json": {"github": "https://github.com/a/b/tree/main/s"}}),
     ("DELETE", "/api/skills/wiper", dict),
     ("PUT", "/api/skills/wiper/enabled", lambda: {"json": {"enabled": False}}),
+    ("PUT", "/api/skills/wiper/execution", lambda: {"json": {"execution": "spark"}}),
     ("POST", "/api/skills/skill-authoring/duplicate", lambda: {"json": {"name": "my-copy"}}),
     ("GET", "/api/tokens", dict),
     ("POST", "/api/tokens", lambda: {"json": {"role": "owner", "label": "mine now"}}),
@@ -179,6 +189,7 @@ OWNER_ONLY = [
     ("POST", "/api/jobs", lambda: {"json": {"name": "n", "cron": "* * * * *", "steps": []}}),
     ("POST", "/api/jobs/some-job/run", dict),
     ("DELETE", "/api/jobs/some-job", dict),
+    ("DELETE", "/api/files/{file}", dict),
 ]
 
 

@@ -83,7 +83,7 @@ def test_the_whole_loop_from_a_failed_call_to_an_applied_edit(client, auth, serv
     listed = tool(client, auth, "list_skills", {"include_disabled": True})["result"]["skills"]
     entry = next(s for s in listed if s["name"] == "web-check")
     assert entry["source_chats"] == ["c1"] and entry["rationale"] == arguments["rationale"]
-    assert entry["execution"] == "node" and entry["tier"] == "change"
+    assert entry["execution"] == "auto" and entry["tier"] == "change"
     plain = tool(client, auth, "list_skills", {})["result"]["skills"]
     assert "web-check" not in [s["name"] for s in plain]
 

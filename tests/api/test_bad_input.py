@@ -159,3 +159,29 @@ def test_json_nested_too_deep_for_python_is_refused_as_bad_json_and_nothing_reco
     with services.sessions() as session:
         assert session.scalar(select(func.count()).select_from(ToolCall)) == 0
     assert store_snapshot(services.settings.skills_dir, services.sessions) == before
+
+
+@pytest.mark.parametrize("sent", [0, 1, "true", "yes", None])
+def test_a_boolean_of_a_json_body_is_true_or_false_and_nothing_else_is_saved(
+    client, auth, services, sent
+):
+    before = client.get("/api/settings", headers=auth).json
+    files = skill_files("switch")
+    upload = {"file": (io.BytesIO(zip_bytes(files, top="switch")), "s.zip")}
+    client.post("/api/skills", headers=auth, data=upload, content_type="multipart/form-data")
+    skills = store_snapshot(services.settings.skills_dir, services.sessions)
+
+    shell = client.put(
+        "/api/settings", headers=auth, json={"auto_tools": [], "run_command_shell": sent}
+    )
+    enabled = client.put("/api/skills/switch/enabled", headers=auth, json={"enabled": sent})
+
+    if sent is not None:  # null leaves run_command_shell as it is
+        assert shell.status_code == 422, shell.json
+        assert shell.json["code"] == "invalid_request"
+        assert shell.json["errors"] == {"json": {"run_command_shell": ["Not a valid boolean."]}}
+    assert enabled.status_code == 422, enabled.json
+    assert enabled.json["code"] == "invalid_request"
+    assert "enabled" in enabled.json["errors"]["json"]
+    assert client.get("/api/settings", headers=auth).json == before
+    assert store_snapshot(services.settings.skills_dir, services.sessions) == skills

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import offer_node
 from factories import owner_id_of, skill_files, zip_bytes
 from sqlalchemy import func, select, update
 from toolcalls import draft_arguments, tool
@@ -94,6 +95,7 @@ class Live:
 def live(settings: Settings, redis_client: redis.Redis, auth) -> Iterator[Live]:
     built = Services.build(dataclasses.replace(settings, dry_run=False))
     node = f"t-{uuid.uuid4().hex[:8]}"
+    offer_node(built, node)
     queue = naming.node_queue(node)
     instance = heartbeat.Instance(role="node", queue=queue, name=node)
     heartbeat.beat(redis_client, instance)

@@ -16,15 +16,18 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 from conftest import REDIS_URL
 from flask.testing import FlaskClient
+from fleet import LiveServer
 
 from api import create_app
 from api.auth import client_address
+from api.mcp.http import WHAT_TO_SEND
 from api.services import Services
-from relay import lockouts
+from relay import lockouts, naming
 from store.db import transaction
 from store.settings import Settings, SettingsError
 from store.tokens import create_owner_token
@@ -275,3 +278,57 @@ def test_a_valid_token_pays_no_redis_command_for_the_limit(tmp_path, database_ur
     # What may run meanwhile is the watch's own keepalive (and this test's INFO), no more.
     assert {name for name, calls in during.items() if calls} <= {"info", "ping", "mget"}
     assert {name for name, calls in after.items() if calls} <= {"info", "ping", "mget"}
+
+
+# --- /mcp: its wrong tokens count as the REST routes' do, once a request ---------------------
+
+MCP_MESSAGES = {
+    "initialize": {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "curl", "version": "1"},
+        },
+    },
+    "tools/list": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    "tools/call": {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "list_skills", "arguments": {}},
+    },
+}
+
+
+@pytest.fixture
+def behind_a_proxy(services: Services, settings: Settings) -> Iterator[LiveServer]:
+    """The API served over HTTP (/mcp is ASGI's), reading clients from X-Forwarded-For."""
+    behind = create_app(services=Services.build(settings.with_overrides(trusted_proxies=1)))
+    server = LiveServer(behind)
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("method", MCP_MESSAGES)
+def test_a_wrong_token_at_mcp_counts_once_against_its_address(behind_a_proxy, live_redis, method):
+    address = an_address()
+    headers = {
+        **WRONG,
+        "X-Forwarded-For": address,
+        "Accept": "application/json, text/event-stream",
+    }
+
+    answer = httpx.post(
+        f"{behind_a_proxy.url}/mcp", json=MCP_MESSAGES[method], headers=headers, timeout=30
+    )
+
+    assert answer.status_code == 401 and answer.headers["WWW-Authenticate"] == "Bearer"
+    assert answer.json() == {
+        "code": "unauthorized",
+        "status": 401,
+        "message": f"The bearer token is not valid. {WHAT_TO_SEND}",
+    }
+    assert live_redis.get(naming.failed_logins(address)) == b"1"

@@ -78,6 +78,7 @@ def post_json(client, method: str, path: str, auth: dict[str, str], text: str):
         ("POST", "/api/jobs", '{"name": "n", "cron": "* * * * *", "steps": [%s]}'),
         ("POST", "/api/tokens", '{"role": "agent", "label": %s}'),
         ("POST", "/api/skills", '{"github": %s}'),
+        ("PUT", "/api/skills/skill-authoring/execution", '{"execution": %s}'),
     ],
 )
 def test_an_integer_of_over_4300_digits_is_400_invalid_json_on_every_route(

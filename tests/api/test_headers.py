@@ -85,3 +85,35 @@ def test_only_the_docs_page_gets_the_docs_policy(client, auth):
     assert "Content-Security-Policy" not in client.get("/api/skills", headers=auth).headers
     console = client.get("/").headers["Content-Security-Policy"]
     assert "script-src 'self';" in console  # the console's own, unchanged
+
+
+def test_a_skill_file_is_text_with_one_charset_or_bytes_no_browser_renders(client, auth):
+    files = skill_files("typed")
+    files["scripts/run.py"] = b"print('hi')\n"
+    files["assets/logo.svg"] = b"<svg xmlns='http://www.w3.org/2000/svg'><script>1</script></svg>"
+    files["assets/page.html"] = b"<html><script>alert(1)</script></html>"
+    files["assets/blob.bin"] = b"\x00\x01\x02"
+    upload = {"file": (io.BytesIO(zip_bytes(files, top="typed")), "s.zip")}
+    imported = client.post(
+        "/api/skills", headers=auth, data=upload, content_type="multipart/form-data"
+    )
+    assert imported.status_code == 201, imported.json
+
+    types = {
+        path: client.get(f"/api/skills/typed/files/{path}", headers=auth).headers["Content-Type"]
+        for path in (
+            "SKILL.md",
+            "scripts/run.py",
+            "assets/page.html",
+            "assets/logo.svg",
+            "assets/blob.bin",
+        )
+    }
+
+    assert types == {
+        "SKILL.md": "text/plain; charset=utf-8",
+        "scripts/run.py": "text/plain; charset=utf-8",
+        "assets/page.html": "text/plain; charset=utf-8",
+        "assets/logo.svg": "application/octet-stream",
+        "assets/blob.bin": "application/octet-stream",
+    }

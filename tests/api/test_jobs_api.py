@@ -8,6 +8,10 @@ from datetime import datetime
 
 import pytest
 from factories import skill_files, zip_bytes
+from sqlalchemy import delete, select
+
+from store.db import transaction
+from store.models import Grant, SkillVersion
 
 WIPE = {"skillfleet.tier": "destructive", "skillfleet.execution": "node"}
 READ = {"skillfleet.tier": "read", "skillfleet.execution": "node"}
@@ -236,3 +240,77 @@ def test_fifty_run_nows_at_once_queue_exactly_one_run(app, client, auth, wiper):
 
     assert sorted(answers) == [202] + [409] * 49
     assert len(client.get(f"/api/jobs/{job['id']}/runs", headers=auth).json) == 1
+
+
+ZEROS = "0" * 64
+
+
+def grant_rows(services) -> list[tuple[str, str]]:
+    with services.sessions() as session:
+        return sorted(
+            (row.subject, row.key) for row in session.execute(select(Grant.subject, Grant.key))
+        )
+
+
+def test_a_grant_naming_no_version_the_skill_ever_had_is_refused_and_nothing_is_saved(
+    services, client, auth, wiper
+):
+    refused = client.post(
+        "/api/jobs", headers=auth, json=nightly(grants={"skills": [f"wiper@{ZEROS}"]})
+    )
+    assert refused.status_code == 422, refused.json
+    assert refused.json["code"] == "grant_invalid"
+    assert "no version the skill 'wiper' has or had" in refused.json["message"]
+    assert client.get("/api/jobs", headers=auth).json == []
+    assert grant_rows(services) == []
+    job = client.post("/api/jobs", headers=auth, json=nightly()).json
+    before = grant_rows(services)
+    changed = client.put(
+        f"/api/jobs/{job['id']}", headers=auth, json=nightly(grants={"skills": [f"wiper@{ZEROS}"]})
+    )
+    assert changed.status_code == 422 and changed.json["code"] == "grant_invalid"
+    assert client.get(f"/api/jobs/{job['id']}", headers=auth).json == job
+    assert grant_rows(services) == before
+
+
+def replace_wiper(client, auth) -> dict:
+    """A new version of the wiper skill, over the one installed."""
+    files = skill_files("wiper", metadata=WIPE)
+    files["scripts/wipe.sh"] = b'#!/bin/bash\necho "wiping differently"\n'
+    replaced = client.post(
+        "/api/skills?replace=true",
+        headers=auth,
+        data={"file": (io.BytesIO(zip_bytes(files, top="wiper")), "s.zip")},
+        content_type="multipart/form-data",
+    )
+    assert replaced.status_code == 201, replaced.json
+    return dict(replaced.json)
+
+
+def test_a_grant_may_name_a_version_the_skill_had_before_it_changed(client, auth, wiper):
+    assert replace_wiper(client, auth)["hash"] != wiper["hash"]
+    old = f"wiper@{wiper['hash']}"
+    created = client.post("/api/jobs", headers=auth, json=nightly(grants={"skills": [old]}))
+    assert created.status_code == 201, created.json
+    assert created.json["grants"]["skills"] == [old]
+
+
+def test_a_job_sent_back_as_read_keeps_a_grant_saved_before_versions_were_recorded(
+    services, client, auth, wiper
+):
+    job = client.post("/api/jobs", headers=auth, json=nightly()).json
+    replace_wiper(client, auth)
+    with transaction(services.sessions) as session:  # as in a database migrated from before
+        session.execute(delete(SkillVersion).where(SkillVersion.hash == wiper["hash"]))
+    read = client.get(f"/api/jobs/{job['id']}", headers=auth).json
+    old = f"wiper@{wiper['hash']}"
+    assert read["grants"]["skills"] == [old]
+    kept = client.put(
+        f"/api/jobs/{job['id']}",
+        headers=auth,
+        json=nightly(grants=read["grants"], cron="0 3 * * *"),
+    )
+    assert kept.status_code == 200, kept.json
+    assert kept.json["grants"]["skills"] == [old]
+    elsewhere = client.post("/api/jobs", headers=auth, json=nightly(grants=read["grants"]))
+    assert elsewhere.status_code == 422 and elsewhere.json["code"] == "grant_invalid"

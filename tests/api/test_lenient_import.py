@@ -138,7 +138,7 @@ def test_the_skill_shows_its_unknown_keys_as_written_and_its_allowed_tools(clien
     got = tool(client, auth, "get_skill", {"skill_name": "commit-helper"})["result"]
     assert got["unknown_keys"] == detail["unknown_keys"]
     # Nothing in the header becomes a setting: the defaults hold.
-    assert (detail["tier"], detail["execution"]) == ("change", "node")
+    assert (detail["tier"], detail["execution"]) == ("change", "auto")
 
 
 def test_a_renamed_skill_shows_the_name_its_skill_md_gives(client, auth):

@@ -1,9 +1,9 @@
-"""Every list route pages the same way, and the run and call filters a frontend relies on."""
+"""Every list route pages the same way (by cursor), and the run and call filters a frontend
+relies on."""
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 from collections.abc import Callable
 from datetime import timedelta
@@ -12,6 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from factories import owner_id_of
+from pages import next_link, walk
 from test_approvals import WIPE, install, run
 from test_frontend_contract import add_run
 
@@ -93,25 +94,30 @@ LISTS: dict[str, Callable[..., str]] = {
 
 
 @pytest.mark.parametrize("setup", LISTS.values(), ids=LISTS.keys())
-def test_page_size_one_gives_one_item_the_total_and_pages_in_a_stable_order(
+def test_page_size_one_gives_one_item_the_count_and_a_link_to_the_next_in_a_stable_order(
     client, auth, services, setup
 ):
     path = setup(client, auth, services)
     everything = client.get(path, headers=auth)
     assert everything.status_code == 200 and len(everything.json) == 2
+    assert next_link(everything) is None and everything.headers["X-Total-Count"] == "2"
     first = client.get(f"{path}?page_size=1", headers=auth)
     assert first.status_code == 200
     assert first.json == everything.json[:1]
-    pagination = json.loads(first.headers["X-Pagination"])
-    assert pagination["total"] == 2 and pagination["page"] == 1 and pagination["last_page"] == 2
-    second = client.get(f"{path}?page=2&page_size=1", headers=auth)
+    assert first.headers["X-Total-Count"] == "2"
+    link = next_link(first)
+    assert link is not None and link.startswith(f"{path}?page_size=1&cursor=")
+    second = client.get(link, headers=auth)
     assert second.json == everything.json[1:]
-    assert client.get(f"{path}?page=3&page_size=1", headers=auth).json == []
+    assert next_link(second) is None
+    assert walk(client, f"{path}?page_size=1", auth) == [[item] for item in everything.json]
 
 
 @pytest.mark.parametrize("setup", LISTS.values(), ids=LISTS.keys())
-@pytest.mark.parametrize("query", ["page_size=100000", "page_size=0", "page=0", "page_size=x"])
-def test_a_bad_page_or_page_size_is_refused_like_every_list(client, auth, services, setup, query):
+@pytest.mark.parametrize("query", ["page_size=100000", "page_size=0", "page=2", "page_size=x"])
+def test_a_bad_page_size_or_a_page_number_is_refused_like_every_list(
+    client, auth, services, setup, query
+):
     path = setup(client, auth, services)
     response = client.get(f"{path}?{query}", headers=auth)
     assert response.status_code == 422, response.json
@@ -130,22 +136,28 @@ def test_the_openapi_document_pages_every_new_list(client):
     for path in ("/api/jobs", "/api/jobs/{job_id}/runs", "/api/tokens", "/api/webhooks",
                  "/api/push/subscriptions"):  # fmt: skip
         listing = paths[path]["get"]
-        assert {"page", "page_size"} <= {p["name"] for p in listing["parameters"]}, path
-        assert "X-Pagination" in listing["responses"]["200"]["headers"], path
+        assert {"cursor", "page_size"} <= {p["name"] for p in listing["parameters"]}, path
+        assert "page" not in {p["name"] for p in listing["parameters"]}, path
+        assert {"Link", "X-Total-Count"} <= set(listing["responses"]["200"]["headers"]), path
 
 
 def test_runs_are_filtered_by_the_chat_of_the_call_that_started_them(client, auth, services):
-    def call_in(chat: str) -> str:
+    def call_in(chat: str) -> dict[str, object]:
+        """The call's id and its chat's, as the dispatcher gives them to the call's run."""
         body = {"arguments": {}, "chat_id": chat}
-        return str(client.post("/api/tools/list_skills", headers=auth, json=body).json["call_id"])
+        call_id = client.post("/api/tools/list_skills", headers=auth, json=body).json["call_id"]
+        with transaction(services.sessions) as session:
+            call = session.get(ToolCall, call_id)
+            assert call is not None and call.chat_id is not None
+            return {"call_id": call_id, "chat_id": call.chat_id}
 
     alice = owner_id_of(services)
     now = utcnow()
-    in_a = add_run(services, alice, call_id=call_in("chat-a"), created_at=now)
+    in_a = add_run(services, alice, **call_in("chat-a"), created_at=now)
     older_in_a = add_run(
-        services, alice, call_id=call_in("chat-a"), created_at=now - timedelta(minutes=1)
+        services, alice, **call_in("chat-a"), created_at=now - timedelta(minutes=1)
     )
-    add_run(services, alice, call_id=call_in("chat-b"))
+    add_run(services, alice, **call_in("chat-b"))
     add_run(services, alice)  # no call, no chat
 
     def ids(query: str) -> list[str]:
@@ -206,12 +218,9 @@ def test_runs_and_calls_made_at_the_same_instant_page_once_each_in_a_fixed_order
             session.get(ToolCall, call_id).created_at = now
 
     def paged(path: str) -> list[str]:
-        found = []
-        for page in (1, 2, 3):
-            response = client.get(f"{path}?page_size=1&page={page}", headers=auth)
-            assert response.status_code == 200, response.json
-            found += [row["run_id" if "runs" in path else "call_id"] for row in response.json]
-        return found
+        pages = walk(client, f"{path}?page_size=1", auth)
+        assert [len(page) for page in pages] == [1, 1, 1]
+        return [page[0]["run_id" if "runs" in path else "call_id"] for page in pages]
 
     assert paged("/api/runs") == sorted(runs, reverse=True)
     assert paged("/api/calls") == sorted(calls, reverse=True)

@@ -9,6 +9,7 @@ closing or revoking them frees everything.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import socket
@@ -177,8 +178,11 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
 
             health = await owner.get("/api/health")
             tool = await owner.post("/api/tools/list_skills", json={})
-            open_now = len(tier(running).open)
-            assert open_now >= FEEDS + WATCHERS + WAITERS - 5, open_now
+            # Streams are the tier's; a wait is the tier's, or holds its request's thread
+            # while half the threads are free.
+            live = tier(running)
+            open_now = len(live.open) + live.threads.busy
+            assert open_now >= FEEDS + WATCHERS + WAITERS - 5, (len(live.open), live.threads.busy)
 
             for approval in pending:
                 answered = await owner.post(
@@ -276,6 +280,43 @@ def test_past_its_limit_a_token_gets_429_too_many_streams_until_one_closes(runni
         wait_until(lambda: slots_of(running, token) == 0, 30, "every slot to free")
     except AssertionError as e:
         raise AssertionError(f"{e}: {slots_of(running, token)} {len(tier(running).open)}") from None
+
+
+def waited_with_slots(running: Fleet, token: str) -> tuple[dict, int]:
+    """A tool call's answer after `?wait=` for a run that outlasts the grace, and the most
+    stream slots its token held meanwhile (a hand-off takes one; a wait in its thread none)."""
+    body = run_call(running.env["TEST_NODE"], "ticker", "grace", count=3, every=0.4)
+    headers = {"Authorization": f"Bearer {token}"}
+    with (
+        httpx.Client(base_url=running.url, headers=headers, timeout=60) as client,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        answer = pool.submit(
+            lambda: client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body)
+        )
+        most = 0
+        while not answer.done():
+            most = max(most, slots_of(running, token))
+            time.sleep(0.02)
+        return answer.result().json(), most
+
+
+def test_a_wait_past_the_grace_keeps_its_thread_while_half_the_threads_are_free(running: Fleet):
+    _, token = agent_token(running)
+    threads = tier(running).threads
+    assert running.settings.wait_grace < 1.2  # the run lasts longer
+
+    answer, slots = waited_with_slots(running, token)
+    assert (answer["status"], answer["result"]["stdout"]) == ("done", "line 0\nline 1\nline 2\n")
+    assert slots == 0  # no hand-off
+
+    with contextlib.ExitStack() as busy:
+        for _ in range(threads.size // 2):  # held as requests hold them: with the wait's, more
+            busy.enter_context(threads.serving())  # than half of them are busy
+        answer, slots = waited_with_slots(running, token)
+    assert (answer["status"], answer["result"]["stdout"]) == ("done", "line 0\nline 1\nline 2\n")
+    assert slots == 1  # handed off to the live tier, which held a slot while it waited
+    wait_until(lambda: slots_of(running, token) == 0, 30, "the slot to free")
 
 
 def test_revoking_a_token_closes_its_feed_and_run_streams(running: Fleet):

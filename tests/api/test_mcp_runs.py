@@ -238,6 +238,7 @@ def test_an_edit_waits_for_the_owner_and_returns_the_new_hash_once_approved(owne
 def test_an_unanswered_call_names_its_approval_and_its_outcome_is_collected_later(owner):
     owner.import_skill("wiper", WIPE_NODE, WIPER)
     gateway = owner.running.server.tier.mcp.gateway
+    was = gateway.approval_wait
     gateway.approval_wait = 0.5
 
     async def scenario(client: Client) -> Any:
@@ -253,7 +254,7 @@ def test_an_unanswered_call_names_its_approval_and_its_outcome_is_collected_late
     try:
         first, still, later = using(mcp_client(owner.running, owner.agent), scenario)
     finally:
-        gateway.approval_wait = 600.0
+        gateway.approval_wait = was
     assert not first.is_error and first.structured_content["status"] == "pending_approval"
     assert first.structured_content["approval_id"] in first.content[0].text
     assert "get_call_outcome" in first.content[0].text

@@ -18,9 +18,12 @@ import fastmcp
 import httpx
 import mcp_types as types
 import pytest
+import yaml
 from factories import skill_md, zip_bytes
 from fastmcp.client.transports import StdioTransport
+from fastmcp.server.providers.skills import SkillsDirectoryProvider
 from fastmcp.skills import SkillsClientExtension
+from fastmcp.skills.extension import SkillsExtension
 from fleet import Fleet, fleet, sqlite_settings
 from mcp.shared.exceptions import MCPError
 from mcpclients import McpOwner, mcp_client, skills_client, stdio_client, using
@@ -99,9 +102,16 @@ def test_skills_list_gives_each_usable_skill_with_digests_equal_to_resources_rea
     by_path = {r.uri.removeprefix(f"skill://{name}/"): r for r in ours.resources}
     assert sorted(by_path) == sorted(files)
     for path, resource in by_path.items():
-        assert resource.digest == f"sha256:{hashlib.sha256(files[path]).hexdigest()}", path
-        assert resource.size == len(files[path])
-        assert read[resource.uri] == files[path], path
+        served = read[resource.uri]
+        assert resource.digest == f"sha256:{hashlib.sha256(served).hexdigest()}", path
+        assert resource.size == len(served)
+        if path != "SKILL.md":
+            assert served == files[path], path
+    # SKILL.md is served with the frontmatter the manifest gives (its parameters_schema as
+    # JSON text), over the same body.
+    front, body = read[ours.uri].decode().removeprefix("---\n").split("---\n", 1)
+    assert yaml.safe_load(front) == ours.frontmatter.root
+    assert body == f"\n# {name}\n\nFollow these steps.\n"
     assert got == ours
 
 
@@ -191,10 +201,13 @@ def test_a_host_without_the_extension_lists_and_reads_the_files_as_resources(ser
     assert {r.uri for r in ours} == {f"skill://{name}/{path}" for path in files}
     for resource in ours:
         path = resource.uri.removeprefix(f"skill://{name}/")
-        assert resource.size == len(files[path])
-        assert served_bytes(read[resource.uri]) == files[path]
+        served = served_bytes(read[resource.uri])
+        assert resource.size == len(served)
+        assert served == files[path] or path == "SKILL.md"  # SKILL.md: as the extension reads it
     assert read[f"skill://{name}/assets/logo.bin"].blob
-    assert [t.uri_template for t in templates] == ["skill://{name}/{path}"]
+    assert [t.uri_template for t in templates] == [
+        "skill://{name}/{path}", "skillfleet://files/{id}",
+    ]  # fmt: skip
 
 
 def test_a_listening_client_hears_resources_list_changed_when_its_owner_adds_a_skill(served):
@@ -285,3 +298,134 @@ def test_the_stdio_server_gives_the_same_manifests_as_mcp(served):
         return await client.get_skill(f"skill://{name}/SKILL.md")
 
     assert using(over_stdio, ours) == using(skills_client(served, owner.agent), ours)
+
+
+def loads(name: str, meta: dict[str, str] | None = None) -> Any:
+    """A scenario: load_skill of `name` (with `meta` as the request's _meta), its result."""
+
+    async def loaded(connected: Any) -> Any:
+        result = await connected.call_tool("load_skill", {"skill_name": name}, meta=meta)
+        assert not result.is_error, result
+        return result.structured_content
+
+    return loaded
+
+
+@pytest.mark.parametrize("way", ["modern", "legacy", "stdio"])
+def test_every_conversation_of_a_client_gets_the_skill_s_content_from_load_skill(served, way):
+    owner = Owner.create(served)
+    name = owner.import_skill(unique("notes"))
+
+    def conversation() -> Any:
+        if way == "stdio":
+            return stdio_client(served, owner.agent, name="Claude Desktop")
+        mode = "auto" if way == "modern" else "legacy"
+        return mcp_client(served, owner.agent, name="Claude Desktop", mode=mode)
+
+    async def twice(client: Any) -> Any:  # a host's one process may serve many conversations
+        return [await loads(name)(client), await loads(name)(client)]
+
+    first = using(conversation(), twice)
+    second = using(conversation(), twice)
+
+    for answer in (*first, *second):
+        assert "already_loaded" not in answer
+        assert answer["content"].startswith(f'<skill_content name="{name}">')
+        assert "Skill directory: ../skill" in answer["content"]
+
+
+def test_a_host_that_names_its_turn_gets_already_loaded_for_a_repeat_in_that_turn(served):
+    owner = Owner.create(served)
+    name = owner.import_skill(unique("notes"))
+    turn = {"skillfleet/turn_id": f"t-{uuid.uuid4().hex[:6]}"}
+    next_turn = {"skillfleet/turn_id": f"t-{uuid.uuid4().hex[:6]}"}
+
+    async def three_loads(client: Any) -> Any:
+        return [await loads(name, meta)(client) for meta in (turn, turn, next_turn)]
+
+    first, repeat, later = using(mcp_client(served, owner.agent), three_loads)
+    assert first["content"].startswith(f'<skill_content name="{name}">')
+    assert repeat["already_loaded"] is True and "content" not in repeat
+    assert later["content"] == first["content"]
+
+
+def schema_files(name: str) -> dict[str, bytes]:
+    """A skill whose header holds a parameters_schema mapping, as skillfleet reads it."""
+    metadata = {
+        "skillfleet.tier": "read",
+        "parameters_schema": {"type": "object", "properties": {"pdf": {"type": "string"}}},
+    }
+    return {
+        "SKILL.md": skill_md(name, license="MIT", metadata=metadata).encode(),
+        "scripts/show.py": b"print('notes')\n",
+        "references/guide.md": b"# Guide\n",
+    }
+
+
+def fetched_into(folder: Path, skills: list[str]) -> Any:
+    """A host's scenario: each skill's manifest, and every file of it read as a resource and
+    written where the host keeps skills (`folder/<name>/<path>`)."""
+
+    async def fetched(client: Any) -> Any:
+        entries = {}
+        for name in skills:
+            entry = await client.get_skill(f"skill://{name}/SKILL.md")
+            for resource in entry.resources:
+                path = folder / name / resource.uri.removeprefix(f"skill://{name}/")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(served_bytes((await client.read_resource(resource.uri))[0]))
+            entries[name] = entry
+        return entries
+
+    return fetched
+
+
+def read_by_fastmcp(folder: Path, skills: list[str]) -> Any:
+    """What fastmcp's own skills server makes of the files a host fetched: each skill's entry
+    as its SkillsDirectoryProvider reads and checks them (SKILL.md's frontmatter, the name)."""
+    provider = SkillsDirectoryProvider(folder, experimental_skills=True)
+    server = fastmcp.FastMCP("host-copy", providers=[provider])
+    server.add_extension(SkillsExtension(providers=[provider]))
+    client = fastmcp.Client(server, extensions=[SkillsClientExtension()])
+
+    async def entries(connected: Any) -> Any:
+        return {name: await connected.get_skill(f"skill://{name}/SKILL.md") for name in skills}
+
+    return using(client, entries)
+
+
+def test_fastmcp_reads_every_skill_a_host_fetched_as_the_manifest_says(served, tmp_path):
+    owner = Owner.create(served)
+    with_schema = unique("schema")
+    with owner.rest() as rest:
+        upload = io.BytesIO(zip_bytes(schema_files(with_schema), top=with_schema))
+        assert rest.post("/api/skills", files={"file": ("s.zip", upload)}).status_code == 201
+    renamed = owner.import_skill(unique("declared"), name=unique("installed"))
+    plain = unique("plain")
+    plain_md = skill_md(plain, license="MIT").encode()
+    with owner.rest() as rest:
+        upload = io.BytesIO(zip_bytes({"SKILL.md": plain_md}, top=plain))
+        assert rest.post("/api/skills", files={"file": ("s.zip", upload)}).status_code == 201
+    bare = unique("bare")  # SKILL.md without front matter: the lenient reading names it
+    with owner.rest() as rest:
+        upload = io.BytesIO(zip_bytes({"SKILL.md": b"Keeps notes of meetings.\n"}, top=bare))
+        assert rest.post("/api/skills", files={"file": ("s.zip", upload)}).status_code == 201
+    skills = [with_schema, renamed, plain, bare]
+
+    fetched = using(skills_client(served, owner.agent), fetched_into(tmp_path, skills))
+    read = read_by_fastmcp(tmp_path, skills)
+
+    for name in skills:
+        assert read[name].frontmatter == fetched[name].frontmatter, name
+        assert read[name].resources == fetched[name].resources, name
+    assert fetched[renamed].frontmatter.name == renamed
+    assert fetched[bare].frontmatter.root == {
+        "name": bare,
+        "description": "Keeps notes of meetings.",
+    }
+    assert fetched[with_schema].frontmatter.metadata == {
+        "skillfleet.tier": "read",
+        "parameters_schema": '{"type": "object", "properties": {"pdf": {"type": "string"}}}',
+    }
+    # A skill whose header the extension takes as written is served byte for byte.
+    assert (tmp_path / plain / "SKILL.md").read_bytes() == plain_md

@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from fleet import wait_until
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api import create_app
+from relay.counters import RUN_DURATION, RUN_QUEUE_WAIT
 from store.db import transaction
 from store.models import utcnow
 from store.settings import Settings
@@ -146,29 +148,115 @@ def test_metrics_count_calls_by_tool_and_status_and_policy_decisions_by_rule(cli
     assert 'skillfleet_queue_depth{queue="spark"}' in text
 
 
-def test_a_run_shows_in_runs_by_runner_and_state_and_in_both_histograms(client, auth, services):
+def test_a_run_the_reaper_ends_shows_in_runs_by_state_and_in_the_duration_histogram(
+    client, auth, services, live_redis
+):
     from datetime import timedelta
 
+    from broker.runs import reap
     from store.models import Run
 
+    runner = f"r{uuid.uuid4().hex[:6]}"  # a runner label of this test's own
     now = utcnow()
     with transaction(services.sessions) as session:
         session.add(
             Run(
-                id="00000000-0000-0000-0000-00000000run1", skill_name="demo", skill_hash="0" * 64,
-                script="scripts/a.py", arguments={}, execution="spark", queue="spark",
-                status="succeeded", timeout_seconds=300, created_at=now - timedelta(seconds=3),
-                started_at=now - timedelta(seconds=2), finished_at=now,
+                id=str(uuid.uuid4()), skill_name="demo", skill_hash="0" * 64,
+                script="scripts/a.py", arguments={}, execution=runner, queue="spark",
+                status="running", timeout_seconds=300, created_at=now - timedelta(seconds=3),
+                started_at=now - timedelta(seconds=2), worker="gone@nowhere:1:1",
             )
         )  # fmt: skip
+    before = client.get("/metrics").get_data(as_text=True)
+
+    reaped = reap(services.sessions, live_redis)
+    text = client.get("/metrics").get_data(as_text=True)
+
+    assert len(reaped) == 1
+    assert sample(before, "skillfleet_run_duration_seconds_count", runner=runner) == 0
+    assert sample(text, "skillfleet_runs_total", runner=runner, state="interrupted") == 1
+    assert sample(text, "skillfleet_run_duration_seconds_bucket", runner=runner, le="1.0") == 0
+    assert sample(text, "skillfleet_run_duration_seconds_bucket", runner=runner, le="2.5") == 1
+    assert sample(text, "skillfleet_run_duration_seconds_count", runner=runner) == 1
+    assert 2 <= sample(text, "skillfleet_run_duration_seconds_sum", runner=runner) < 2.5
+
+
+def test_the_histograms_are_read_from_their_counters_not_from_the_runs(
+    client, services, live_redis
+):
+    from store.models import Run
+
+    runner = f"r{uuid.uuid4().hex[:6]}"
+    with transaction(services.sessions) as session:  # a run that ended without its worker
+        session.add(
+            Run(
+                id=str(uuid.uuid4()), skill_name="demo", skill_hash="0" * 64,
+                script="scripts/a.py", arguments={}, execution=runner, queue="spark",
+                status="succeeded", timeout_seconds=300, created_at=utcnow(),
+                started_at=utcnow(), finished_at=utcnow(),
+            )
+        )  # fmt: skip
+    RUN_QUEUE_WAIT.observe_to(live_redis, 0.07, runner)
+    RUN_QUEUE_WAIT.observe_to(live_redis, 70, runner)
 
     text = client.get("/metrics").get_data(as_text=True)
 
-    assert sample(text, "skillfleet_runs_total", runner="spark", state="succeeded") == 1
-    assert sample(text, "skillfleet_run_duration_seconds_bucket", runner="spark", le="1.0") == 0
-    assert sample(text, "skillfleet_run_duration_seconds_bucket", runner="spark", le="2.5") == 1
-    assert sample(text, "skillfleet_run_queue_wait_seconds_bucket", runner="spark", le="1.0") == 1
-    assert sample(text, "skillfleet_run_queue_wait_seconds_count", runner="spark") == 1
+    assert sample(text, "skillfleet_runs_total", runner=runner, state="succeeded") == 1
+    assert sample(text, "skillfleet_run_duration_seconds_count", runner=runner) == 0
+    assert sample(text, "skillfleet_run_queue_wait_seconds_bucket", runner=runner, le="0.05") == 0
+    assert sample(text, "skillfleet_run_queue_wait_seconds_bucket", runner=runner, le="0.1") == 1
+    assert sample(text, "skillfleet_run_queue_wait_seconds_bucket", runner=runner, le="60.0") == 1
+    assert sample(text, "skillfleet_run_queue_wait_seconds_bucket", runner=runner, le="+Inf") == 2
+    assert sample(text, "skillfleet_run_queue_wait_seconds_sum", runner=runner) == 70.07
+
+
+def test_per_node_series_are_capped_and_the_fleet_wide_ones_count_every_node(
+    client, services, live_redis
+):
+    from relay import heartbeat, naming
+    from store.limits import METRICS_NODE_SERIES
+    from store.models import Run
+
+    count = METRICS_NODE_SERIES + 5
+    tag = uuid.uuid4().hex[:6]
+    beating = [
+        heartbeat.Instance(role="node", queue=naming.node_queue(f"m{tag}-{n:02d}"),
+                           name=f"m{tag}-{n:02d}")
+        for n in range(count)
+    ]  # fmt: skip
+    for instance in beating:
+        heartbeat.beat(live_redis, instance, alive_seconds=60)
+    with transaction(services.sessions) as session:
+        for n in range(count):  # node m..-00 has 1 run waiting, m..-01 has 2, ...
+            for _ in range(n + 1):
+                session.add(
+                    Run(
+                        id=str(uuid.uuid4()), skill_name="demo", skill_hash="0" * 64,
+                        script="scripts/a.py", arguments={}, execution="node",
+                        queue=naming.node_queue(f"m{tag}-{n:02d}"), status="queued",
+                        timeout_seconds=300,
+                    )
+                )  # fmt: skip
+    before_beats = None
+    try:
+        text = client.get("/metrics").get_data(as_text=True)
+        before_beats = sample(text, "skillfleet_node_heartbeats", state="alive")
+        heartbeat.stop(live_redis, beating[0])
+        after = client.get("/metrics").get_data(as_text=True)
+    finally:
+        for instance in beating[1:]:
+            heartbeat.stop(live_redis, instance)
+
+    depths = [line for line in text.splitlines() if line.startswith("skillfleet_queue_depth{")]
+    mine = [line for line in depths if f'queue="node.m{tag}-' in line]
+    assert len(mine) <= METRICS_NODE_SERIES
+    assert f'skillfleet_queue_depth{{queue="node.m{tag}-{count - 1:02d}"}} {float(count)}' in mine
+    assert not any(f'"node.m{tag}-00"' in line for line in depths)  # the shallowest is left out
+    assert sample(text, "skillfleet_node_runs_queued") >= count * (count + 1) / 2
+    ages = [line for line in text.splitlines()
+            if line.startswith("skillfleet_node_heartbeat_age_seconds{")]  # fmt: skip
+    assert len(ages) <= METRICS_NODE_SERIES
+    assert sample(after, "skillfleet_node_heartbeats", state="alive") == before_beats - 1
 
 
 # -- gunicorn: every worker process answers with the same totals --------------------------
@@ -381,6 +469,8 @@ def test_the_grafana_dashboard_queries_metrics_and_labels_that_metrics_has(clien
                 status="succeeded", timeout_seconds=300, started_at=utcnow(), finished_at=utcnow(),
             )
         )  # fmt: skip
+    RUN_DURATION.observe_to(services.redis, 1.5, "spark")  # as its worker counts it
+    RUN_QUEUE_WAIT.observe_to(services.redis, 0.2, "spark")
     stream = client.get("/api/events", headers=auth, buffered=False)
     next(stream.response)
 

@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import offer_node
 from factories import skill_zip
 from flask.testing import FlaskClient
 
 from api import create_app
 from api.services import Services
 from relay import heartbeat, naming
+from relay.connections import database_number
 from store.db import transaction
-from store.models import Node
 from store.signing import public_key_text, verify_manifest
 from store.tokens import create_node_token
 
@@ -31,9 +32,9 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def register(services: Services, name: str) -> dict[str, str]:
+    """Register `name` for alice (the owner `auth` stands for) and issue its node token."""
+    offer_node(services, name)
     with transaction(services.sessions) as session:
-        if session.get(Node, name) is None:
-            session.add(Node(name=name))
         return bearer(create_node_token(session, name))
 
 
@@ -54,7 +55,7 @@ def web01(services: Services) -> dict[str, str]:
 @pytest.fixture
 def subscriber(live_redis: redis.Redis) -> Iterator[Any]:
     pubsub = live_redis.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(naming.nodes_sync())
+    pubsub.subscribe(naming.nodes_sync(database_number(live_redis)))
     yield pubsub
     pubsub.close()
 
@@ -91,16 +92,49 @@ def test_a_node_token_gets_its_own_node_s_signed_manifest(client, services, auth
     ).items()
 
 
+def test_an_unchanged_manifest_is_answered_304_without_a_body(client, auth, web01):
+    upload(client, auth, "disk-report")
+    first = client.get("/api/nodes/web01/manifest", headers=web01)
+    tag = first.headers["ETag"]
+    again = client.get("/api/nodes/web01/manifest", headers={**web01, "If-None-Match": tag})
+    assert (again.status_code, again.data, again.headers["ETag"]) == (304, b"", tag)
+
+
+def test_a_changed_manifest_is_sent_again_whatever_tag_the_node_sends(
+    client, services, auth, web01
+):
+    upload(client, auth, "disk-report")
+    tag = client.get("/api/nodes/web01/manifest", headers=web01).headers["ETag"]
+    skill = upload(client, auth, "net-report")
+    changed = client.get("/api/nodes/web01/manifest", headers={**web01, "If-None-Match": tag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != tag
+    manifest = verify_manifest(public_key_text(services.signing_key), changed.json)
+    assert skill["hash"] in {entry["hash"] for entry in manifest["packages"]}
+    other = client.get("/api/nodes/web01/manifest", headers={**web01, "If-None-Match": '"x"'})
+    assert (other.status_code, other.headers["ETag"]) == (200, changed.headers["ETag"])
+
+
+def test_a_manifest_tag_is_no_way_past_the_node_check(client, auth, web01, other_auth):
+    tag = client.get("/api/nodes/web01/manifest", headers=web01).headers["ETag"]
+    for headers in (other_auth, {"Authorization": "Bearer nope"}):
+        refused = client.get("/api/nodes/web01/manifest", headers={**headers, "If-None-Match": tag})
+        assert refused.status_code in (401, 404)
+
+
 def test_a_node_token_asking_for_another_node_s_manifest_gets_404(client, web01):
     response = client.get("/api/nodes/web02/manifest", headers=web01)
     assert response.status_code == 404
     assert response.json["code"] == "node_not_found"
 
 
-def test_an_owner_may_read_any_node_s_manifest(client, auth):
+def test_an_owner_reads_its_own_node_s_manifest_and_no_other(client, services, auth, other_auth):
+    register(services, "web02")
     response = client.get("/api/nodes/web02/manifest", headers=auth)
     assert response.status_code == 200
     assert response.json["manifest"]["node"] == "web02"
+    for node in ("web02", "spark", "nowhere"):  # bob's token: none of these is his
+        refused = client.get(f"/api/nodes/{node}/manifest", headers=other_auth)
+        assert (refused.status_code, refused.json["code"]) == (404, "node_not_found")
 
 
 def test_a_node_downloads_exactly_the_package_its_manifest_lists(client, auth, web01):
@@ -207,35 +241,68 @@ def test_a_registered_node_without_a_worker_is_listed_as_not_alive(
         "features": [],
         "hashes": {},
         "last_heartbeat": None,
+        "shared": False,
+        "runs_as": None,
     }
 
 
-def test_a_live_worker_of_an_unregistered_node_is_listed_as_unregistered(client, auth, live_redis):
+def test_a_live_worker_of_a_node_offered_to_no_one_is_listed_to_no_owner(
+    client, services, auth, other_auth, live_redis
+):
+    stray, bobs = unique_node(), unique_node()
+    offer_node(services, bobs, "bob")
+    workers = [
+        heartbeat.Instance(role="node", queue=naming.node_queue(name), name=name)
+        for name in (stray, bobs)
+    ]
+    for instance in workers:
+        heartbeat.beat(live_redis, instance)
+    try:
+        alices = [n["name"] for n in client.get("/api/nodes", headers=auth).json]
+        bob_sees = [n["name"] for n in client.get("/api/nodes", headers=other_auth).json]
+    finally:
+        for instance in workers:
+            heartbeat.stop(live_redis, instance)
+    assert stray not in alices and bobs not in alices
+    assert stray not in bob_sees and bobs in bob_sees
+
+
+def test_a_node_shared_by_two_owners_says_so_and_how_it_runs_scripts(
+    client, services, auth, other_auth, live_redis
+):
     name = unique_node()
+    register(services, name)
+    offer_node(services, name, "bob")
     instance = heartbeat.Instance(
-        role="node", queue=naming.node_queue(name), name=name, features=["skills"]
+        role="node", queue=naming.node_queue(name), name=name, features=["skills", "run-uids"]
     )
     heartbeat.beat(live_redis, instance)
     try:
-        listed = {n["name"]: n for n in client.get("/api/nodes", headers=auth).json}
+        views = [
+            {n["name"]: n for n in client.get("/api/nodes", headers=who).json}[name]
+            for who in (auth, other_auth)
+        ]
     finally:
         heartbeat.stop(live_redis, instance)
-    assert listed[name]["registered"] is False
-    assert listed[name]["features"] == ["skills"]
+    for view in views:
+        assert (view["shared"], view["runs_as"]) == (True, "uid")
 
 
 # -- sync requests ------------------------------------------------------------------------
 
 
-def test_a_sync_request_is_published_on_that_node_s_channel(client, auth, live_redis):
+def test_a_sync_request_is_published_on_that_node_s_channel(client, services, auth, live_redis):
     name = unique_node()
+    register(services, name)
+    refused = client.post(f"/api/nodes/{unique_node()}/sync", headers=auth)  # no node of hers
+    assert (refused.status_code, refused.json["code"]) == (404, "node_not_found")
     pubsub = live_redis.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(naming.node_sync(name))
+    pubsub.subscribe(naming.node_sync(name, database_number(live_redis)))
     try:
         response = client.post(f"/api/nodes/{name}/sync", headers=auth)
         assert response.status_code == 202
         assert response.json == {"node": name, "receivers": 1}
-        assert channel(next_message(pubsub)) == naming.node_sync(name)
+        assert channel(next_message(pubsub)) == naming.node_sync(name, database_number(live_redis))
     finally:
         pubsub.close()
 
@@ -249,12 +316,15 @@ def test_a_sync_request_is_published_on_that_node_s_channel(client, auth, live_r
     ],
     ids=["disable", "delete", "duplicate"],
 )
-def test_every_skill_change_asks_all_nodes_to_sync(client, auth, subscriber, method, path, body):
+def test_every_skill_change_asks_all_nodes_to_sync(
+    client, auth, subscriber, live_redis, method, path, body
+):
+    everyone = naming.nodes_sync(database_number(live_redis))
     upload(client, auth, "disk-report")
-    assert channel(next_message(subscriber)) == naming.nodes_sync()
+    assert channel(next_message(subscriber)) == everyone
     response = client.open(path, method=method, headers=auth, json=body)
     assert response.status_code < 300, response.json
-    assert channel(next_message(subscriber)) == naming.nodes_sync()
+    assert channel(next_message(subscriber)) == everyone
 
 
 def test_a_skill_change_succeeds_when_redis_is_away(services, auth):

@@ -269,6 +269,111 @@ def test_notify_owner_stops_at_the_owners_hourly_limit(services, client, auth):
     assert int(services.redis.get(hour)) == 20  # a refused notice is not counted
 
 
+def questions_of(services) -> list[str]:
+    with services.sessions() as session:
+        return list(session.scalars(select(Question.id)))
+
+
+def waiting_notices(services, owner_id: int, envelopes: list[dict[str, Any]]) -> list[str]:
+    """The calls among `envelopes` whose question was sent to the owner (the test Redis keeps
+    the feeds of earlier tests' owners of the same id)."""
+    ours = {envelope["call_id"] for envelope in envelopes}
+    return [
+        e.data["call_id"]
+        for e in events.read(services.redis, owner_id)
+        if e.kind == "question.waiting" and e.data["call_id"] in ours
+    ]
+
+
+def test_questions_count_with_notices_against_the_turn_and_past_it_nothing_is_asked(
+    services, client, auth
+):
+    owner_id = fresh_notices(services, client, auth)
+    turn = {"turn_id": f"t-{uuid.uuid4().hex}"}
+    notified = [call(client, auth, "notify_owner", {"message": f"n{i}"}, **turn) for i in (1, 2)]
+    asked = call(client, auth, "ask_owner", {"question": "Third notice?"}, **turn)
+    assert [e["status"] for e in notified] == ["done", "done"]
+    assert asked["status"] == "pending_question"
+    secret = call(client, auth, "request_secret", {"name": "ONE_TOO_MANY", "reason": "r"}, **turn)
+    assert secret["status"] == "failed" and secret["error"]["code"] == "notify_limit"
+    assert "this turn already sent 3 notices" in secret["error"]["message"]
+    again = call(client, auth, "ask_owner", {"question": "And a fifth?"}, **turn)
+    assert again["status"] == "failed" and again["error"]["code"] == "notify_limit"
+    assert questions_of(services) == [asked["question_id"]]
+    assert waiting_notices(services, owner_id, [asked, secret, again]) == [asked["call_id"]]
+    assert int(services.redis.get(naming.notices_of_turn(owner_id, turn["turn_id"]))) == 3
+
+
+def test_questions_stop_at_the_owners_hourly_limit_and_nothing_is_asked(services, client, auth):
+    owner_id = fresh_notices(services, client, auth)
+    now = int(time.time()) // 3600
+    for at in (now, now + 1):  # the call may come in the next hour
+        services.redis.set(naming.notices_of_hour(owner_id, at), 20, ex=7200)
+    refused = [
+        call(client, auth, tool, arguments, turn_id=f"t-{uuid.uuid4().hex}")
+        for tool, arguments in (
+            ("ask_owner", {"question": "Over the hour?"}),
+            ("request_secret", {"name": "OVER", "reason": "r"}),
+        )
+    ]
+    for envelope in refused:
+        assert envelope["status"] == "failed" and envelope["error"]["code"] == "notify_limit"
+        assert "this hour" in envelope["error"]["message"]
+    assert questions_of(services) == []
+    assert waiting_notices(services, owner_id, refused) == []
+    assert int(services.redis.get(naming.notices_of_hour(owner_id, now))) == 20
+
+
+def no_turn(client, auth, tool: str, arguments: dict[str, Any], chat: str | None):
+    """A call made without a turn_id (and, with `chat` None, outside any chat)."""
+    body: dict[str, Any] = {"arguments": arguments}
+    if chat is not None:
+        body["chat_id"] = chat
+    response = client.post(f"/api/tools/{tool}", headers=auth, json=body)
+    assert response.status_code == 200, response.json
+    return response.json
+
+
+@pytest.mark.parametrize("chat", ["chat-without-turns", None])
+def test_notices_without_a_turn_still_meet_the_turns_limit(services, client, auth, chat):
+    fresh_notices(services, client, auth)
+    sent = [no_turn(client, auth, "notify_owner", {"message": f"n{i}"}, chat) for i in range(3)]
+    assert [e["status"] for e in sent] == ["done"] * 3
+    asked = no_turn(client, auth, "ask_owner", {"question": "A fourth?"}, chat)
+    assert asked["status"] == "failed" and asked["error"]["code"] == "notify_limit"
+    assert "this turn" in asked["error"]["message"]
+    assert questions_of(services) == []
+    elsewhere = no_turn(client, auth, "notify_owner", {"message": "other chat"}, "another-chat")
+    assert elsewhere["status"] == "done"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("ask_owner", {"question": "Deploy?", "urgent": True}),
+        ("ask_owner", {"question": "Deploy?", "choices": ["y", "n"], "default": "y"}),
+        ("request_secret", {"name": "TOKEN", "reason": "r", "scope": "all"}),
+        ("notify_owner", {"message": "hi", "colour": "red"}),
+    ],
+)
+def test_owner_tools_refuse_fields_their_schema_does_not_have_and_send_nothing(
+    services, client, auth, tool, arguments
+):
+    owner_id = fresh_notices(services, client, auth)
+    refused = call(client, auth, tool, arguments, turn_id="t-unknown-fields")
+    assert refused["status"] == "failed" and refused["error"]["code"] == "invalid_call"
+    extra = sorted(set(arguments) - {"question", "choices", "name", "reason", "message"})
+    assert f"not {extra}" in refused["error"]["message"]
+    assert questions_of(services) == []
+    told = [
+        e.kind
+        for e in events.read(services.redis, owner_id)
+        if e.data.get("call_id") == refused["call_id"]
+    ]
+    assert told == ["call.finished"]  # the failed call, and no notice
+    assert services.redis.get(naming.notices_of_turn(owner_id, "t-unknown-fields")) is None
+
+
 # -- request_secret -------------------------------------------------------------------------
 
 

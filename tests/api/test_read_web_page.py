@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,9 +21,10 @@ from conftest import REDIS_URL
 from factories import skill_files, zip_bytes
 from netguard import watched_connections
 from sqlalchemy import select
+from trickle import trickling
 
 from broker import webtools
-from broker.webpages import AddressRefused, PageLimits, PageTimeout, ReadersBusy
+from broker.webpages import AddressRefused, PageLimits, PageTimeout, ReadersBusy, WebPageError
 from broker.webtools import PageReader
 from store.db import transaction
 from store.egress import Egress
@@ -456,6 +458,32 @@ def test_a_page_slower_than_the_time_limit_fails_with_a_timeout():
         finally:
             _Silent.release.set()
             server.shutdown()
+
+
+def test_sites_trickling_their_headers_are_cut_off_at_the_deadline_and_free_their_readers(site):
+    reader = PageReader(Egress(["127.0.0.1"]), PageLimits(seconds=1.5, at_once=2))
+    failures: list[WebPageError] = []
+
+    def read_slowly(url: str) -> None:
+        try:
+            reader(None, {"url": url})  # type: ignore[arg-type]
+        except WebPageError as e:
+            failures.append(e)
+
+    with trickling("head", every=0.5) as slow:
+        readers = [threading.Thread(target=read_slowly, args=(f"{slow.url}/p",)) for _ in "ab"]
+        started = time.monotonic()
+        for thread in readers:
+            thread.start()
+        for thread in readers:
+            thread.join(15)
+        took = time.monotonic() - started
+
+    assert slow.requests == 2 and slow.sent >= 2  # both were answered, a byte at a time
+    assert [(type(e), e.code) for e in failures] == [(PageTimeout, "web_timeout")] * 2
+    assert all("/p was not read within 1.5 seconds" in e.message for e in failures)
+    assert 1.5 <= took < 4.5
+    assert reader(None, {"url": f"{site}/page"})["status"] == 200  # type: ignore[arg-type]
 
 
 class _Silent(BaseHTTPRequestHandler):

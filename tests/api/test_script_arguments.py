@@ -90,13 +90,15 @@ def test_a_top_level_node_is_moved_inside_and_counted(client, auth, reader):
         (
             {"node": 5},
             {},
-            'HOST: arguments.node must be the server\'s name as a string, such as "lucialab01".',
+            "HOST: arguments.node must be the server's name as a string, as list_nodes names "
+            'it (or "spark" or "sandbox").',
         ),
         (
             None,
             {},
             'HOST: arguments has no "node" key; add the server to run on, such as '
-            '{"node": "lucialab01", ...}.',
+            '{"node": "a", ...}; none of your nodes is running now (a, b, db01, local, '
+            "lucialab01, n, web01, web02, x; list_nodes shows them).",
         ),
     ],
 )
@@ -283,3 +285,35 @@ def test_a_later_positional_without_an_earlier_one_fails_before_anyone_is_asked(
     assert envelope["error"]["code"] == "arguments_schema"
     assert '"target" without "source"' in envelope["error"]["message"]
     assert "approval_id" not in envelope and "run_id" not in envelope
+
+
+# -- a command line as the call gives it (`args`) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ("in.pdf out.json", "'args' must be a list of strings"),
+        ([1, 2], "'args' must be a list of strings"),
+        (["a\x00b"], "holds a NUL character"),
+        (["x"] * 300, "at most 256 are taken"),
+        (["x" * 40_000], "at most 32,768 are taken"),
+    ],
+)
+def test_a_malformed_args_fails_before_anyone_is_asked(client, auth, reader, args, said):
+    envelope = run(client, auth, {"node": "web01"}, args=args)
+    assert (envelope["status"], envelope["error"]["code"]) == ("failed", "invalid_call")
+    assert said in envelope["error"]["message"]
+
+
+def test_args_and_a_declared_argv_are_not_given_together(client, auth, forms):
+    envelope = run(client, auth, {"node": "web01", "pdf": "a.pdf"}, name="forms", args=["b.pdf"])
+    assert (envelope["status"], envelope["error"]["code"]) == ("failed", "invalid_call")
+    assert "builds its command line from 'arguments'" in envelope["error"]["message"]
+
+
+def test_args_reach_the_run_as_given_options_and_spaces_included(client, auth, reader):
+    args = ["--pages", "1-3", "tax form (2026).pdf", "$(id)", "-"]
+    envelope = run(client, auth, {"node": "web01"}, args=args)
+    assert envelope["status"] == "done", envelope
+    assert envelope["result"]["would_dispatch"]["args"] == args

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
 import pytest
+from conftest import offer_node
 from factories import skill_files, skill_folder, skill_zip, zip_bytes
 from flask.testing import FlaskClient
 from toolcalls import draft_arguments
 
+from api import create_app
 from api.services import Services
+from store.db import transaction
+from store.errors import PackageNotFound
 from store.packagestore import PackageStore
+from store.skills import BUILTIN_DIR
+from store.tokens import Role, create_owner_token, create_token
 
 
 def files_of(folder: Path) -> dict[str, bytes]:
@@ -156,12 +163,13 @@ def test_replacing_with_the_same_name_makes_a_second_owner_their_own_skill(
     assert client.get("/api/skills/ledger", headers=other_auth).status_code == 404
 
 
-def test_the_node_manifest_serves_both_owners_skills_of_one_name_by_hash(
+def test_a_node_shared_by_two_owners_holds_both_skills_of_one_name_by_hash(
     client, auth, other_auth, services: Services, alices
 ):
     files = skill_files("ledger")
     files["references/guide.md"] = b"# Bob's guide\n"
     bobs = upload(client, other_auth, zip_bytes(files, top="ledger")).json
+    offer_node(services, "web01", "bob")  # alice's node, shared with bob
     packages = PackageStore(services.settings.data_dir / "packages", services.store)
     manifest = packages.manifest_for("web01", services.sessions)
     held = {(p["name"], p["hash"]) for p in manifest["packages"]}
@@ -169,6 +177,20 @@ def test_the_node_manifest_serves_both_owners_skills_of_one_name_by_hash(
     for skill_hash in (alices["hash"], bobs["hash"]):
         found = packages.find("ledger", skill_hash, services.sessions, node="web01")
         assert found.hash == skill_hash and found.path.is_file()
+
+
+def test_a_node_holds_only_its_owners_skills_and_serves_no_others_package(
+    client, auth, other_auth, services: Services, alices
+):
+    files = skill_files("ledger")
+    files["references/guide.md"] = b"# Bob's guide\n"
+    bobs = upload(client, other_auth, zip_bytes(files, top="ledger")).json
+    packages = PackageStore(services.settings.data_dir / "packages", services.store)
+    held = {(p["name"], p["hash"]) for p in packages.manifest_for("web01", services.sessions)[
+        "packages"]}  # fmt: skip
+    assert ("ledger", alices["hash"]) in held and ("ledger", bobs["hash"]) not in held
+    with pytest.raises(PackageNotFound):
+        packages.find("ledger", bobs["hash"], services.sessions, node="web01")
 
 
 def test_shared_skills_are_read_only_for_every_owner(client, auth, other_auth):
@@ -197,3 +219,32 @@ def test_a_malformed_skill_name_is_not_found_and_nothing_is_touched(
     assert envelope["error"]["code"] == "skill_not_found"
     assert client.get("/api/skills/ledger", headers=auth).status_code == 200
     assert Path(skill_folder(services, "ledger"), "SKILL.md").is_file()
+
+
+def test_shared_skills_never_show_callers_their_folder_on_the_server(tmp_path, settings):
+    shared = tmp_path / "operator-skills" / "team-notes"
+    for relative, data in skill_files("team-notes").items():
+        (shared / relative).parent.mkdir(parents=True, exist_ok=True)
+        (shared / relative).write_bytes(data)
+    services = Services.build(dataclasses.replace(settings, skill_paths=(shared.parent,)))
+    try:
+        client = create_app(services=services).test_client()
+        with transaction(services.sessions) as session:
+            tokens = [
+                create_owner_token(session, "carol"),
+                create_token(session, "carol", Role.AGENT),
+            ]
+        for token in tokens:
+            headers = {"Authorization": f"Bearer {token}"}
+            listed = client.get("/api/skills", headers=headers)
+            assert listed.status_code == 200
+            by_name = {skill["name"]: skill for skill in listed.json}
+            shown = [client.get(f"/api/skills/{name}", headers=headers) for name in by_name]
+            assert all(answer.status_code == 200 for answer in shown)
+            for answer in (listed, *shown):
+                assert str(tmp_path) not in answer.text and str(BUILTIN_DIR) not in answer.text
+            assert by_name["team-notes"]["source"] == "path"
+            assert by_name["team-notes"]["origin"] is None
+            assert by_name["skill-authoring"]["origin"] is None
+    finally:
+        services.engine.dispose()

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import io
+from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from factories import owner_id_of, skill_files, skill_folder, skill_zip, zip_bytes
 from flask.testing import FlaskClient
+from sqlalchemy import select
 
 from api.services import Services
 from store.hashing import content_hash, grant_key
+from store.models import Skill
 
 
 def upload(client: FlaskClient, auth: dict[str, str], data: bytes, query: str = "", **form: str):
@@ -138,6 +142,32 @@ def test_deleting_an_owned_skill_removes_folder_and_index_entry(client, auth, se
     assert response.status_code == 204
     assert not folder.exists()
     assert client.get("/api/skills/disk-report", headers=auth).status_code == 404
+
+
+@pytest.mark.both_databases  # concurrent writes of one row
+def test_fifty_choices_of_where_a_skill_runs_at_once_leave_one_consistent_row(
+    app, client, auth, services
+):
+    assert upload(client, auth, skill_zip("busy")).status_code == 201
+    before = client.get("/api/skills/busy", headers=auth).json
+    choices = ["node", "spark", "sandbox", None, "spark"] * 10
+
+    def choose(choice: str | None) -> int:
+        body = {"execution": choice}
+        return (
+            app.test_client().put("/api/skills/busy/execution", headers=auth, json=body).status_code
+        )
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        statuses = list(pool.map(choose, choices))
+
+    assert set(statuses) == {200}
+    after = client.get("/api/skills/busy", headers=auth).json
+    assert (after["hash"], after["revision"]) == (before["hash"], before["revision"])
+    assert after["execution"] == (after["execution_choice"] or "auto")
+    with services.sessions() as session:
+        rows = session.scalars(select(Skill).where(Skill.name == "busy")).all()
+    assert len(rows) == 1 and rows[0].execution == after["execution"]
 
 
 def test_importing_from_json_needs_a_github_address(client, auth):

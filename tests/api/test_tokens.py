@@ -73,7 +73,10 @@ def test_the_token_is_stored_only_as_its_hash_and_listed_without_secrets(
     assert listed.status_code == 200
     assert [t["role"] for t in listed.json] == ["owner", "agent"]  # alice's, oldest first
     mine = listed.json[-1]
-    assert set(mine) == {"id", "role", "label", "created_at", "last_used_at"}
+    assert set(mine) == {
+        "id", "role", "label", "created_at", "last_used_at", "resource", "expires_at"
+    }  # fmt: skip
+    assert mine["resource"] is None and mine["expires_at"] is None  # not an MCP host's
     assert mine["id"] == created["id"] and mine["label"] == "laptop"
     assert created["token"] not in listed.get_data(as_text=True)
     assert token_digest(created["token"]) not in listed.get_data(as_text=True)

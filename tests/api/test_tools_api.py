@@ -99,12 +99,32 @@ def test_load_skill_returns_body_resources_and_scripts_with_schemas(client, auth
     result = call(client, auth, "load_skill", {"skill_name": "disk-report"})["result"]
     assert "Follow these steps." in result["content"]
     assert "---" not in result["content"].split("\n")[1]  # the front matter is stripped
-    assert result["base_path"] == "skills/disk-report"
+    assert result["base_path"] == "../skill"  # from the run's working directory, every tier
     assert result["resources"] == ["references/guide.md", "scripts/hello.py"]
     [script] = result["scripts"]
-    assert script["path"] == "scripts/hello.py"
-    assert script["schema"]["required"] == ["node"]  # node skills need the server's name
+    assert (script["path"], script["input"]) == ("scripts/hello.py", "arguments")
+    # It declares no execution: the Spark runs it while one serves, else the node a call names.
+    assert result["execution"] == "auto"
+    assert script["schema"]["properties"]["node"]["type"] == "string"
+    assert "required" not in script["schema"]
     assert "<available_scripts>" in result["content"]
+    assert '<script path="scripts/hello.py" input="arguments">' in result["content"]
+
+
+def test_load_skill_tells_a_script_that_reads_its_command_line_to_take_args(client, auth):
+    files = skill_files("pdf-tools")
+    files["scripts/fields.py"] = (
+        b"import sys\nfrom pypdf import PdfReader\n"
+        b"if len(sys.argv) != 3:\n    print('Usage: fields.py [input pdf] [output json]')\n"
+    )
+    install(client, auth, "pdf-tools", files)
+    result = call(client, auth, "load_skill", {"skill_name": "pdf-tools"})["result"]
+    inputs = {script["path"]: script["input"] for script in result["scripts"]}
+    assert inputs["scripts/fields.py"] == "args"
+    assert (
+        '<script path="scripts/fields.py" input="args">reads its command line: send it as args'
+        in result["content"]
+    )
 
 
 def test_a_repeat_load_in_the_same_chat_returns_a_short_note(client, auth):
@@ -140,6 +160,28 @@ def test_a_repeat_load_in_the_same_turn_is_a_note_and_a_new_turn_gets_the_conten
     assert other["content"] == first["content"]
     # Without a turn id the chat is one context, as the client keeps it.
     assert call(client, auth, "load_skill", load, chat_id="c1")["result"]["already_loaded"]
+
+
+def test_full_loads_gives_the_content_every_time_and_still_records_the_load(client, auth):
+    # The MCP gateway's chat is its name for a client, whose host may hold many conversations.
+    install(client, auth, "disk-report")
+    load = {"skill_name": "disk-report"}
+    answers = [
+        call(client, auth, "load_skill", load, chat_id="mcp-host-1", full_loads=True)["result"]
+        for _ in range(2)
+    ]
+    assert answers[0]["content"].startswith('<skill_content name="disk-report">')
+    assert answers[1] == answers[0]
+    # The load counts for the chat (its turns and web grants read it), so a caller that does
+    # keep one context in it hears the note.
+    assert call(client, auth, "load_skill", load, chat_id="mcp-host-1")["result"]["already_loaded"]
+
+
+def test_full_loads_must_be_true_or_false(client, auth):
+    body = {"arguments": {"skill_name": "skill-authoring"}, "full_loads": "yes please"}
+    response = client.post("/api/tools/load_skill", headers=auth, json=body)
+    assert response.status_code == 422
+    assert response.json["code"] == "invalid_request"
 
 
 @pytest.mark.both_databases  # concurrent writes

@@ -17,10 +17,13 @@ NUMBER = "HOST: arguments was a number; send a JSON object."
 NOT_JSON = (
     "HOST: arguments was a string that isn't valid JSON; send a JSON object, not a quoted string."
 )
-NODE_NOT_TEXT = 'HOST: arguments.node must be the server\'s name as a string, such as "lucialab01".'
+NODE_NOT_TEXT = (
+    "HOST: arguments.node must be the server's name as a string, as list_nodes names it "
+    '(or "spark" or "sandbox").'
+)
 NO_NODE = (
-    'HOST: arguments has no "node" key; add the server to run on, '
-    'such as {"node": "lucialab01", ...}.'
+    'HOST: arguments has no "node" key; add the server to run on, as list_nodes names it: '
+    '{"node": "<node>", ...}.'
 )
 Logs = list[MutableMapping[str, Any]]
 TOO_LONG = "HOST: arguments text is over 32 KiB; send a smaller JSON object."

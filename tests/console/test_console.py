@@ -22,7 +22,7 @@ from browsing import (  # fixtures and helpers
     signed_in,
 )
 from factories import skill_files, zip_bytes
-from fleet import Fleet, wait_until
+from fleet import NODE_ISOLATION, Fleet, wait_until
 
 from store.lifecycle.calls import OPEN_STATES
 
@@ -79,7 +79,7 @@ def test_an_approval_appears_live_is_approved_and_its_run_streams_to_the_end(
     assert "done" in page.inner_text("#output .stderr")
     facts = page.inner_text("#run-facts")
     assert "Exit code\n0" in facts and f"Node\n{NODE}" in facts
-    assert "Isolation\nprocess" in facts and skill_hash in facts
+    assert f"Isolation\n{NODE_ISOLATION}" in facts and skill_hash in facts
     assert page.is_hidden("#cancel")
 
 

@@ -55,7 +55,7 @@ def mine(console: Fleet) -> Fleet:
     return owned
 
 
-def ask(fleet: Fleet, skill: str = "changer", **where: str) -> dict[str, Any]:
+def ask(fleet: Fleet, skill: str = "changer", **where: str | bool) -> dict[str, Any]:
     """A script call that waits for the owner: in a chat (chat_id, turn_id) or a job run."""
     arguments = {"skill_name": skill, "script": "scripts/tick.py",
                  "arguments": {"node": NODE, "count": 2}}  # fmt: skip
@@ -251,6 +251,31 @@ def test_a_skill_page_shows_its_review_warnings_and_switches_it_but_never_a_buil
     assert page.locator(f"tr[data-skill='{name}'] button", has_text="Disable").count() == 1
 
 
+ANYWHERE = "the Spark while a Spark worker serves, else the node a call names"
+
+
+def test_a_skill_page_chooses_where_it_runs_and_keeps_its_hash(page: Any, console: Fleet) -> None:
+    owner = console.with_new_owner()
+    imported = owner.import_skill("anywhere", {"skillfleet.tier": "read"}, {"scripts/go.py": "1\n"})
+
+    open_route(page, owner, "skills/anywhere")
+    assert page.wait_for_selector("#skill-runs-on").inner_text() == ANYWHERE
+    page.select_option("#skill-execution", "spark")
+    page.locator("#skill-runs-on", has_text="(your choice)").wait_for()
+    assert page.inner_text("#skill-runs-on") == "the Spark (a throwaway container) (your choice)"
+    with owner.http() as client:
+        detail = client.get("/api/skills/anywhere").json()
+    assert (detail["execution"], detail["execution_choice"]) == ("spark", "spark")
+    assert detail["hash"] == imported["hash"]
+
+    page.select_option("#skill-execution", "")
+    page.locator("#skill-runs-on", has_text="while a Spark worker serves").wait_for()
+    # A built-in is read-only: its page says where it runs and offers no choice.
+    page.goto(f"{owner.url}/#/skills/skill-authoring")
+    page.locator("#skill-runs-on", has_text="a node the call names").wait_for()
+    assert page.locator("#skill-execution").count() == 0
+
+
 def import_described(fleet: Fleet, count: int) -> list[str]:
     """`count` skills whose descriptions run from a line to the 1,024-character limit."""
     descriptions = []
@@ -417,3 +442,24 @@ def test_saving_a_job_keeps_its_host_grants_and_never_overwrites_a_change_made_s
     with owner.http() as client:
         now = client.get(f"/api/jobs/{job['id']}").json()
     assert now["name"] == "docs digest, weekly" and not now["grants"].get("hosts")
+
+
+def test_a_guessed_chat_s_card_says_why_it_only_approves_once_and_a_withdrawn_one_says_so(
+    page: Any, console: Fleet
+) -> None:
+    owner = mine(console)
+    signed_in(page, owner)
+    guessed = ask(owner, chat_id="mcp-cursor-0a1b2c3d4e5f", chat_guessed=True)
+
+    card = page.wait_for_selector(f"article[data-approval-id='{guessed['approval_id']}']")
+    assert buttons(card) == ["Approve once", "Deny"]
+    assert "skillfleet had to guess this call's chat" in card.inner_text()
+
+    with owner.http() as client:  # the agent stops waiting
+        withdrawn = client.post(f"/api/calls/{guessed['call_id']}/withdraw")
+    assert withdrawn.status_code == 200, withdrawn.text
+    approval = guessed["approval_id"]
+    page.wait_for_selector(f"article[data-approval-id='{approval}']", state="detached")
+    row = page.locator(f"#answered tr[data-approval-id='{approval}']")
+    row.wait_for()
+    assert "withdrawn: the agent stopped waiting" in row.inner_text()

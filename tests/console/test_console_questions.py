@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from browsing import browser, call_tool, page, signed_in  # fixtures and helpers
 from fleet import Fleet, fleet, sqlite_settings, wait_until
+from toolcalls import draft_arguments
 
 __all__ = ["browser", "page"]
 
@@ -98,3 +99,51 @@ def test_a_skill_page_names_the_secrets_it_declares_and_which_are_set(
     items = [item.inner_text() for item in section.query_selector_all("li")]
     assert items == ["DEPLOY_KEY — set", "REGISTRY_TOKEN — not set"]
     assert "dk-5a4b3c" not in page.content()
+
+
+def drafted(console: Fleet, body: str) -> str:
+    """The agent's draft `helper`, (re)written with `body`; its hash."""
+    arguments = draft_arguments(
+        "helper", body=body, metadata={"skillfleet.secrets": "HELPER_TOKEN"}
+    )
+    envelope = call_tool(console, "draft_skill", arguments)
+    assert envelope["status"] == "done", envelope
+    return str(envelope["result"]["hash"])
+
+
+def secret_consents(console: Fleet) -> list[tuple[str, str, bool]]:
+    with console.http() as client:
+        skills = client.get("/api/secrets").json()["skills"]
+    return [(s["skill"], s["hash"], s["allowed"]) for s in skills]
+
+
+def test_a_secret_card_names_its_skill_version_and_a_changed_skill_needs_an_explicit_choice(
+    page: Any, console: Fleet
+) -> None:
+    console = console.with_new_owner()
+    first = drafted(console, "# Helper\n\nFirst. Needs HELPER_TOKEN.\n")
+    arguments = {"name": "HELPER_TOKEN", "reason": "To call the tracker.", "skill": "helper"}
+    asked = call_tool(console, "request_secret", arguments)
+    signed_in(page, console)
+    page.goto(f"{console.url}/#/questions")
+    page.wait_for_selector("main[data-ready=questions]")
+    card = page.locator(f"[data-question-id='{asked['question_id']}']")
+    assert card.locator(".skill-ref").inner_text() == f"helper@{first[:8]}"
+    assert card.locator(".skill-changed").count() == 0
+
+    swapped = drafted(console, "# Helper\n\nSwapped in while the owner looked.\n")
+    card.locator("input[name=secret]").fill("tok-on-screen")
+    card.get_by_role("button", name="Store secret").click()
+    banner = page.locator("#error")
+    banner.wait_for()
+    assert "skill_changed" in banner.inner_text() and "Nothing was stored" in banner.inner_text()
+    assert call_of(console, asked["call_id"])["status"] == "pending_question"
+
+    changed = card.locator(".skill-changed")
+    changed.wait_for()  # the page read the card again after the refusal
+    assert first[:8] in changed.inner_text() and swapped[:8] in changed.inner_text()
+    assert card.get_by_role("button", name="Store secret").count() == 0
+    card.locator("input[name=secret]").fill("tok-knowingly")
+    card.get_by_role("button", name=f"Allow version {swapped[:8]} and store").click()
+    wait_until(lambda: call_of(console, asked["call_id"])["status"] == "done", 10, "the secret")
+    assert secret_consents(console) == [("helper", swapped, True)]

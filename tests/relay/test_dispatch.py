@@ -1,5 +1,5 @@
-"""Sending a run to its queue: when the queue can't take it, nothing is left open; a message
-that comes before its run is saved waits for it, and one whose run never is runs nothing."""
+"""Sending a run to its queue: its rows are committed before its message leaves, a save that
+fails sends nothing, and when the queue can't take the message nothing is left open."""
 
 from __future__ import annotations
 
@@ -12,18 +12,22 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
+from celery.signals import before_task_publish
+from conftest import offer_node
 from factories import skill_zip
 from flask.testing import FlaskClient
+from sqlalchemy import select
 
 from api import create_app
 from api.services import Services
-from broker import dispatcher, runs
-from broker.dispatcher import NO_SANDBOX, SANDBOX_FIX, UNREACHABLE
-from relay import heartbeat, naming
-from store.db import transaction
-from store.models import Run
+from broker import runs
+from broker.dispatcher import EXECUTE_TASK, NO_SANDBOX, SANDBOX_FIX, UNREACHABLE
+from relay import dispatch, heartbeat, naming
+from store.db import make_engine, transaction
+from store.models import Run, ToolCall, utcnow
 from store.settings import Settings
 from store.tokens import create_owner_token
 
@@ -54,11 +58,14 @@ def node(redis_client) -> Iterator[str]:
     redis_client.delete(naming.node_queue(name))
 
 
-def call_run(services: Services, node: str) -> tuple[FlaskClient, dict[str, str], object]:
+def call_run(
+    services: Services, node: str, chat: str | None = None, tier: str = "read"
+) -> tuple[FlaskClient, dict[str, str], object]:
     client = create_app(services=services).test_client()
     with transaction(services.sessions) as session:
         auth = {"Authorization": f"Bearer {create_owner_token(session, 'alice')}"}
-    archive = skill_zip("hello", metadata={"skillfleet.tier": "read"})
+    offer_node(services, node)
+    archive = skill_zip("hello", metadata={"skillfleet.tier": tier})
     upload = {"file": (io.BytesIO(archive), "hello.zip")}
     assert client.post("/api/skills", headers=auth, data=upload).status_code == 201
     body = {
@@ -66,7 +73,8 @@ def call_run(services: Services, node: str) -> tuple[FlaskClient, dict[str, str]
             "skill_name": "hello",
             "script": "scripts/hello.py",
             "arguments": {"node": node},
-        }
+        },
+        **({"chat_id": chat} if chat is not None else {}),
     }
     return client, auth, client.post("/api/tools/run_skill_script", headers=auth, json=body)
 
@@ -143,46 +151,155 @@ def test_a_sent_run_is_saved_queued_and_its_message_carries_its_id(
 
 
 @pytest.mark.both_databases
-def test_a_claim_that_comes_before_its_run_is_saved_waits_and_claims_it_once(
-    live_services: Services, node: str
+@pytest.mark.parametrize("tier", ["read", "destructive"])  # run at once, or once approved
+def test_a_run_is_saved_in_its_calls_chat_and_listed_by_it(
+    live_services: Services, node: str, redis_client, tier: str
+):
+    client, auth, answer = call_run(live_services, node, chat="ops", tier=tier)
+    assert answer.status_code == 200, answer.json
+    if tier == "destructive":
+        approval_id = answer.json["approval_id"]
+        decision = {"decision": "approve"}
+        answered = client.post(f"/api/approvals/{approval_id}", headers=auth, json=decision)
+        assert answered.status_code == 200, answered.json
+    with transaction(live_services.sessions) as session:
+        call = session.scalars(select(ToolCall)).one()
+        assert call.run_id is not None and call.chat_id is not None
+        run = session.get(Run, call.run_id)
+        assert run is not None and run.chat_id == call.chat_id
+    listed = client.get("/api/runs?chat=ops", headers=auth)
+    assert [r["run_id"] for r in listed.json] == [call.run_id]
+    assert client.get("/api/runs?chat=other", headers=auth).json == []
+
+
+@pytest.fixture
+def published() -> Iterator[list[dict[str, object]]]:
+    """What each task message carried as it left, seen by Celery's `before_task_publish`."""
+    seen: list[dict[str, object]] = []
+
+    def note(body: object = None, headers: object = None, **_: object) -> None:
+        seen.append({"body": body, "headers": headers})
+
+    before_task_publish.connect(note, weak=False)
+    yield seen
+    before_task_publish.disconnect(note)
+
+
+@pytest.mark.both_databases
+def test_the_run_and_its_call_are_committed_before_the_message_leaves(
+    live_services: Services, node: str, redis_client
+):
+    # Another process's view: a connection of an engine of its own, as a worker has.
+    other = make_engine(live_services.settings.database)
+    seen: list[tuple[object, object]] = []
+
+    def look(body: object = None, **_: object) -> None:
+        [run_id] = body[0]  # type: ignore[index]
+        with other.connect() as connection:
+            run = connection.execute(
+                select(Run.status, Run.call_id).where(Run.id == run_id)
+            ).first()
+            call = run and connection.scalar(
+                select(ToolCall.status).where(ToolCall.id == run.call_id)
+            )
+        seen.append((run and run.status, call))
+
+    before_task_publish.connect(look, weak=False)
+    try:
+        client, auth, answer = call_run(live_services, node)
+    finally:
+        before_task_publish.disconnect(look)
+        other.dispose()
+    assert answer.status_code == 200, answer.json
+    assert seen == [("queued", "running")]
+    assert queued_run_ids(redis_client, node) == [answer.json["run_id"]]
+
+
+# A trigger that refuses every new run, and what takes it away, on each database.
+REFUSE_RUNS = {
+    "sqlite": (
+        ["CREATE TRIGGER refuse_runs BEFORE INSERT ON runs "
+         "BEGIN SELECT RAISE(ABORT, 'no room for runs'); END"],
+        ["DROP TRIGGER refuse_runs"],
+    ),
+    "postgresql": (
+        ["CREATE FUNCTION refuse_runs() RETURNS trigger LANGUAGE plpgsql "
+         "AS $$ BEGIN RAISE EXCEPTION 'no room for runs'; END $$",
+         "CREATE TRIGGER refuse_runs BEFORE INSERT ON runs "
+         "FOR EACH ROW EXECUTE FUNCTION refuse_runs()"],
+        ["DROP TRIGGER refuse_runs ON runs", "DROP FUNCTION refuse_runs()"],
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture
+def runs_refused(live_services: Services) -> Iterator[None]:
+    """The database refuses every new run, as a full disk or a lost connection would, until
+    the test ends (the next tests share a PostgreSQL database)."""
+    engine = live_services.engine
+    refuse, allow = REFUSE_RUNS[engine.dialect.name]
+    with engine.begin() as connection:
+        for statement in refuse:
+            connection.exec_driver_sql(statement)
+    yield
+    with engine.begin() as connection:
+        for statement in allow:
+            connection.exec_driver_sql(statement)
+
+
+@pytest.mark.usefixtures("runs_refused")
+def test_a_save_that_fails_sends_nothing(
+    live_services: Services, node: str, redis_client, published: list[dict[str, object]]
 ):
     client, auth, answer = call_run(live_services, node)
-    with live_services.sessions() as session:
-        saved = session.get(Run, answer.json["run_id"])
-        columns = {c.key: getattr(saved, c.key) for c in Run.__table__.columns}
-    early = str(uuid.uuid4())  # the same run under an id not saved yet
+    assert answer.status_code >= 500, answer.json
+    assert published == []
+    assert redis_client.llen(naming.node_queue(node)) == 0
+    assert client.get("/api/runs", headers=auth).json == []
+
+
+@pytest.mark.both_databases
+def test_a_run_delivered_twice_is_claimed_once(live_services: Services, node: str):
+    client, auth, answer = call_run(live_services, node)
+    run_id = answer.json["run_id"]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        claims = [pool.submit(runs.claim, live_services.sessions, early, "w", []) for _ in "ab"]
-        time.sleep(0.2)  # both have looked, found nothing and wait
-        assert not any(claim.done() for claim in claims)
-        with transaction(live_services.sessions) as session:
-            session.add(Run(**{**columns, "id": early}))
+        claims = [pool.submit(runs.claim, live_services.sessions, run_id, "w", []) for _ in "ab"]
         claimed = [claim.result(timeout=10) for claim in claims]
     [won] = [run for run in claimed if run is not None]
-    assert won.id == early and won.status == "running"
+    assert won.id == run_id and won.status == "running"
     assert claimed.count(None) == 1  # the other found it claimed: it never runs twice
 
 
-def test_a_message_whose_run_is_never_saved_runs_nothing(
-    live_services: Services, monkeypatch: pytest.MonkeyPatch
+def test_a_message_whose_run_is_not_saved_runs_nothing_and_waits_for_nothing(
+    live_services: Services,
 ):
-    monkeypatch.setattr(runs, "RUN_SAVE_WAIT_SECONDS", 0.3)
     started = time.monotonic()
     assert runs.claim(live_services.sessions, str(uuid.uuid4()), "w", []) is None
-    assert time.monotonic() - started >= 0.3
+    assert time.monotonic() - started < 0.5  # one read, no polling
 
 
-def test_a_run_saved_too_late_for_its_worker_is_rolled_back_and_its_message_finds_nothing(
-    live_services: Services, node: str, redis_client, monkeypatch: pytest.MonkeyPatch
+def test_a_run_whose_message_never_left_is_sent_once_more_by_the_sweep(
+    live_services: Services, node: str, redis_client
 ):
-    monkeypatch.setattr(dispatcher, "RUN_SAVE_SECONDS", -1.0)  # every save is too late
+    # The API committed both runs and stopped before sending either (its process died).
     client, auth, answer = call_run(live_services, node)
-    assert answer.status_code == 503, answer.json
-    assert answer.json["code"] == "service_unavailable"
-    assert client.get("/api/runs", headers=auth).json == []
-    [run_id] = queued_run_ids(redis_client, node)
-    monkeypatch.setattr(runs, "RUN_SAVE_WAIT_SECONDS", 0.1)
-    assert runs.claim(live_services.sessions, run_id, "w", []) is None
+    redis_client.delete(naming.node_queue(node))  # as if its message had never left
+    stale_id = answer.json["run_id"]
+    with transaction(live_services.sessions) as session:
+        stale = session.get(Run, stale_id)
+        columns = {c.key: getattr(stale, c.key) for c in Run.__table__.columns}
+        stale.created_at = utcnow() - timedelta(seconds=runs.RESEND_AFTER_SECONDS + 5)
+        fresh_id = str(uuid.uuid4())  # queued a moment ago: its message is on its way
+        session.add(Run(**{**columns, "id": fresh_id, "call_id": None, "created_at": utcnow()}))
+
+    def send(run_id: str, queue: str) -> None:
+        dispatch.send_run(live_services.celery, EXECUTE_TASK, run_id, queue)
+
+    assert runs.resend_unsent(live_services.sessions, redis_client, send) == [stale_id]
+    assert runs.resend_unsent(live_services.sessions, redis_client, send) == []  # once only
+    assert queued_run_ids(redis_client, node) == [stale_id]
+    claimed = [runs.claim(live_services.sessions, stale_id, "w", []) for _ in "ab"]
+    assert claimed[0] is not None and claimed[1] is None  # a second message runs nothing
 
 
 def call_sandbox_skill(services: Services) -> dict[str, object]:

@@ -67,3 +67,72 @@ def test_a_beater_beats_at_its_setting_s_pace():
     finally:
         beater.stop()
     assert heartbeat.live_workers(client, queue) == []
+
+
+def test_a_node_s_workers_are_read_without_reading_the_rest_of_the_fleet():
+    # 1,000 nodes mean 1,000 heartbeats: a page of one owner's nodes reads its own only.
+    client = redis.Redis.from_url(REDIS_URL)
+    tag = uuid.uuid4().hex[:8]
+    mine = [f"mine-{tag}-{n}" for n in range(2)]
+    others = [f"other-{tag}-{n}" for n in range(40)]
+    serving = heartbeat.Instance(role="node", queue=naming.node_queue(mine[0]), name=mine[0])
+    idle = heartbeat.Instance(role="node", queue=naming.node_queue(mine[1]), name=mine[1])
+    fleet = [heartbeat.Instance(role="node", queue=naming.node_queue(n), name=n) for n in others]
+    heartbeat.beat(client, serving)
+    heartbeat.beat(client, idle, serving=False)  # beating, but offering no queue
+    for instance in fleet:
+        heartbeat.beat(client, instance)
+    try:
+        before = _calls(client, "hgetall")
+        found = heartbeat.workers_named(client, mine)
+        read = _calls(client, "hgetall") - before
+
+        assert sorted((w["name"], w["serving"]) for w in found) == [(mine[0], "1"), (mine[1], "0")]
+        # Its own two (the server's count is shared: other tests may read a few meanwhile).
+        assert 2 <= read < len(others)
+    finally:
+        for instance in (serving, idle, *fleet):
+            heartbeat.stop(client, instance)
+        assert heartbeat.workers_named(client, mine) == []
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0))
+
+
+def test_the_reaper_s_check_finds_the_lost_among_many_workers_in_one_answer():
+    client = redis.Redis.from_url(REDIS_URL)
+    queue = naming.node_queue(f"t-{uuid.uuid4().hex[:8]}")
+    alive = heartbeat.Instance(role="node", queue=queue, name=queue.removeprefix("node."))
+    ran_out = heartbeat.Instance(role="node", queue=queue, name=queue.removeprefix("node."))
+    ran_out.pid += 1
+    heartbeat.beat(client, alive, alive_seconds=60)
+    heartbeat.beat(client, ran_out, alive_seconds=60)
+    client.zadd(naming.all_workers(), {ran_out.id: time.time() - 1})  # its window ran out
+    never = f"never-{uuid.uuid4().hex}@nowhere:1:1"
+    try:
+        lost = heartbeat.lost_among(client, [alive.id, ran_out.id, never, alive.id])
+    finally:
+        heartbeat.stop(client, alive)
+        heartbeat.stop(client, ran_out)
+
+    assert lost == {ran_out.id, never}
+    assert heartbeat.lost_among(client, []) == set()
+
+
+def test_a_node_s_name_counts_alive_until_its_last_worker_stops():
+    client = redis.Redis.from_url(REDIS_URL)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    first = heartbeat.Instance(role="node", queue=naming.node_queue(name), name=name)
+    second = heartbeat.Instance(role="node", queue=naming.node_queue(name), name=name)
+    second.pid += 1
+    heartbeat.beat(client, first, alive_seconds=60)
+    heartbeat.beat(client, second, alive_seconds=60)
+    try:
+        assert client.zscore(naming.beating_names(), name) is not None
+        heartbeat.stop(client, first)
+        assert client.zscore(naming.beating_names(), name) is not None
+    finally:
+        heartbeat.stop(client, second)
+    assert client.zscore(naming.beating_names(), name) is None

@@ -1,15 +1,22 @@
-"""The `skillfleet` command line against one real `skillfleet up`, run as a user would run it."""
+"""The `skillfleet` command line against one real `skillfleet up`, run as a user would run it;
+and an MCP host signing in to that same `skillfleet up` through OAuth."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import httpx2
 import pytest
 from factories import write_skill
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import Implementation
+from oauthhost import Host
 from test_up import SKILLFLEET, Running, clean_env, free_port, up_env
 
 pytestmark = pytest.mark.fleet
@@ -212,7 +219,7 @@ def test_skills_import_then_list_shows_the_skill_in_a_table_with_a_header_row(
     assert listed.returncode == 0, listed.stderr
     header = re.split(r"\s{2,}", listed.stdout.splitlines()[0])
     assert header == ["NAME", "ENABLED", "SOURCE", "RUNS ON", "TIER", "HASH", "DESCRIPTION"]
-    assert table_row(listed.stdout, "csv-report")[1:5] == ["yes", "upload", "node", "change"]
+    assert table_row(listed.stdout, "csv-report")[1:5] == ["yes", "upload", "auto", "change"]
     assert table_row(listed.stdout, "skill-authoring")[2] == "builtin"
 
 
@@ -229,6 +236,88 @@ def test_skills_show_prints_the_skill_and_its_files(up: Running, skills_dir: Pat
     for rel in ("SKILL.md", "references/guide.md", "scripts/hello.py"):
         size = (folder / rel).stat().st_size
         assert table_row(shown.stdout, rel) == [rel, str(size)]
+
+
+PUBLIC_SHAPED = Path(__file__).resolve().parents[1] / "fixtures" / "public-shaped"
+
+
+def test_skills_import_and_show_print_the_review_warnings_and_how_to_see_them_all(
+    up: Running, skills_dir: Path
+) -> None:
+    files = {"SKILL.md": b"---\nname: many-steps\ndescription: Runs many steps.\n---\n\nGo.\n"}
+    for step in range(1, 8):  # seven scripts that reach the network: a warning each
+        files[f"scripts/step{step}/run.rb"] = b'puts "step"\n'
+        files[f"scripts/run{step}.sh"] = f"curl -s https://step{step}.example.com\n".encode()
+    folder = write_skill(skills_dir, "many-steps", files)
+
+    imported = as_owner(up, "skills", "import", str(folder))
+
+    assert imported.returncode == 0, imported.stderr
+    lines = imported.stdout.splitlines()
+    count = next(line for line in lines if "review warning(s)" in line)
+    total = int(count.split()[0])
+    assert total > 5
+    assert count == f"{total} review warning(s), where to look before you enable or run it:"
+    shown = [line for line in lines if line.startswith("  review: ")]
+    assert len(shown) == 5
+    assert shown[0] == (
+        "  review: scripts/run1.sh reaches the network (curl) but the skill declares no "
+        "skillfleet.allowed-domains."
+    )
+    assert lines[-1] == f"  … and {total - 5} more: skillfleet skills show many-steps --warnings"
+    brief = as_owner(up, "skills", "show", "many-steps").stdout.splitlines()
+    assert [line for line in brief if line.startswith("  review: ")] == shown
+    every = as_owner(up, "skills", "show", "many-steps", "--warnings").stdout.splitlines()
+    reviews = [line for line in every if line.startswith("  review: ")]
+    assert len(reviews) == total
+    assert any(
+        r.startswith("  review: scripts/step1/run.rb, scripts/step2/run.rb,") for r in reviews
+    )
+
+
+def test_a_docx_like_skill_imports_without_false_review_warnings(up: Running) -> None:
+    # Its scripts read their command line and import what the standard environment holds, its
+    # XML names namespaces (not the network) and its helper modules are no scripts.
+    imported = as_owner(up, "skills", "import", str(PUBLIC_SHAPED / "office-docs"))
+
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines() == [
+        "Imported office-docs (14 files, enabled).",
+        imported.stdout.splitlines()[1],
+    ]
+    assert imported.stdout.splitlines()[1].startswith("hash: ")
+
+
+def test_skills_execution_chooses_where_a_skill_runs_and_keeps_its_hash(
+    up: Running, skills_dir: Path
+) -> None:
+    imported = as_owner(up, "skills", "import", str(write_skill(skills_dir, "pdf-forms")))
+    hash8 = imported.stdout.splitlines()[1].removeprefix("hash: ")[:8]
+
+    spark = as_owner(up, "skills", "execution", "pdf-forms", "spark")
+    listed = as_owner(up, "skills", "list")
+    back = as_owner(up, "skills", "execution", "pdf-forms", "default")
+    wrong = as_owner(up, "skills", "execution", "pdf-forms", "gpu")
+
+    assert spark.returncode == 0, spark.stderr
+    assert spark.stdout == f"pdf-forms runs on spark (your choice); its hash is still {hash8}.\n"
+    assert table_row(listed.stdout, "pdf-forms")[3] == "spark"
+    assert back.stdout == (
+        "pdf-forms runs on the Spark while a Spark worker serves, else on the node a call "
+        f"names (its SKILL.md says nothing); its hash is still {hash8}.\n"
+    )
+    assert wrong.returncode == 2 and "'gpu' is not one of" in wrong.stderr
+
+
+def test_skills_import_with_an_execution_runs_the_skill_there(
+    up: Running, skills_dir: Path
+) -> None:
+    folder = write_skill(skills_dir, "xlsx-tools")
+
+    result = as_owner(up, "skills", "import", str(folder), "--execution", "sandbox")
+
+    assert result.returncode == 0, result.stderr
+    assert table_row(as_owner(up, "skills", "list").stdout, "xlsx-tools")[3] == "sandbox"
 
 
 def test_skills_disable_and_enable_change_the_state_that_list_shows(
@@ -345,6 +434,10 @@ API_COMMANDS = [
     ["skills", "enable", "skill-authoring"],
     ["skills", "disable", "skill-authoring"],
     ["skills", "delete", "skill-authoring"],
+    ["tokens", "list"],
+    ["tokens", "revoke", "7"],
+    ["runs", "show", "0f1e2d3c"],  # a short id: looked for in the list first
+    ["approvals", "approve", "0f1e2d3c"],
 ]
 
 
@@ -391,3 +484,35 @@ def test_with_no_server_listening_every_command_says_it_cannot_reach_skillfleet(
     assert result.stderr.startswith(f"Error (unreachable): Can't reach skillfleet at {url}")
     assert "Is `skillfleet up` running?" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# -- an MCP host signing in ----------------------------------------------------------------
+
+
+def test_an_mcp_host_signs_in_through_oauth_and_calls_a_tool_of_skillfleet_up(up: Running) -> None:
+    # The MCP SDK's OAuthClientProvider against `skillfleet up` as `make up` runs it (gunicorn
+    # and its workers): a 401 that points to the metadata, registration, the console's consent
+    # page (the owner signs in with the owner token the banner printed and presses Allow), the
+    # code, the token, then tools/call with it.
+    host = Host(up.url, up.token, name="Cursor (test)")
+
+    async def scenario() -> tuple[list[str], bool, str]:
+        http = httpx2.AsyncClient(auth=host.provider(), timeout=httpx2.Timeout(60.0))
+        transport = streamable_http_client(f"{up.url}/mcp", http_client=http)
+        info = Implementation(name=host.name, version="1")
+        async with Client(transport, client_info=info) as client:
+            listed = await client.list_tools()
+            called = await client.call_tool("list_skills", {})
+        return [tool.name for tool in listed.tools], called.is_error, str(called.content)
+
+    names, failed, content = asyncio.run(scenario())
+
+    assert "list_skills" in names and "run_skill_script" in names
+    assert not failed, content
+    assert "skill-authoring" in content  # the built-in skill every owner sees
+    assert len(host.authorizations) == 1
+    tokens = httpx.get(
+        f"{up.url}/api/tokens", headers={"Authorization": f"Bearer {up.token}"}, timeout=30
+    ).json()
+    mine = [token for token in tokens if token["label"] == host.name]
+    assert [(t["role"], t["resource"]) for t in mine] == [("agent", f"{up.url}/mcp")]

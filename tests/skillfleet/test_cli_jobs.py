@@ -176,9 +176,9 @@ def test_a_run_that_ends_without_succeeding_exits_with_its_own_code(running, tmp
     assert "failed: The owner declined this call. (owner_denied)" in ended.stderr
 
 
-def test_waiting_past_timeout_exits_124_and_the_run_goes_on(running, tmp_path: Path):
+def test_waiting_past_timeout_exits_124_and_the_run_goes_on(running, tmp_path: Path, scratch: Path):
     running.import_skill("holder", READ, {"scripts/hold.py": HOLD})
-    release = tmp_path / "release"
+    release = scratch / "release"  # where the run's uid may look
     steps = [script_step("holder", "scripts/hold.py", until=str(release))]
     job_id = create_job(running, tmp_path, steps, skills=["holder"])
     waited = cli(running, "run", job_id, "--wait", "--timeout", "1")

@@ -45,7 +45,7 @@ def test_the_stdio_server_lists_the_api_tools_and_records_calls_in_its_chat(serv
 
 @pytest.mark.parametrize(
     ("token", "message"),
-    [(None, "No token: export SKILLFLEET_TOKEN="), ("sf_wrong", "The bearer token is not valid.")],
+    [(None, "No token: give it an agent token"), ("sf_wrong", "The bearer token is not valid.")],
 )
 def test_without_a_valid_token_it_exits_saying_why(served, token, message):
     finished = subprocess.run(
@@ -58,6 +58,31 @@ def test_without_a_valid_token_it_exits_saying_why(served, token, message):
     )
     assert finished.returncode == 1
     assert message in finished.stderr
+    assert "SKILLFLEET_TOKEN=$SKILLFLEET_AGENT_TOKEN" in finished.stderr
+    assert "--role agent" in finished.stderr
+
+
+def test_an_owner_token_is_served_with_a_warning_to_give_an_agent_token(served):
+    owner, agent = new_tokens(served)
+
+    def started(token: str) -> str:
+        with subprocess.Popen(
+            [sys.executable, "-m", "skillfleet", "mcp"],
+            env=stdio_env(served, token),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as process:
+            try:
+                _, errors = process.communicate("", timeout=60)  # the host leaves at once
+            finally:
+                process.kill()
+        return errors
+
+    assert "SKILLFLEET_TOKEN is an owner token" in started(owner)
+    assert "--role agent" in started(owner)
+    assert "owner token" not in started(agent)
 
 
 def test_other_commands_do_not_import_the_mcp_sdk_or_the_api():

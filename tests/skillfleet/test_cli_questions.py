@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from fleet import Fleet, fleet, sqlite_settings, wait_until
+from toolcalls import draft_arguments
 
 from skillfleet.cli import cli
 
@@ -83,3 +84,34 @@ def test_a_secret_is_typed_without_echo_and_never_shown(running):
 def test_an_unknown_question_is_a_clear_error(running):
     missing = questions(running, "answer", "no-such-question", "x")
     assert missing.exit_code == 1 and "question_not_found" in missing.output
+
+
+def drafted(started: Fleet, body: str) -> str:
+    """The agent's draft `helper`, (re)written with `body`; its hash."""
+    envelope = ask(started, "draft_skill", draft_arguments("helper", body=body))
+    assert envelope["status"] == "done", envelope
+    return str(envelope["result"]["hash"])
+
+
+def test_a_secret_for_a_skill_that_changed_is_stored_only_for_the_version_named(running):
+    first = drafted(running, "# Helper\n\nFirst.\n")
+    arguments = {"name": "HELPER_TOKEN", "reason": "For the tracker.", "skill": "helper"}
+    asked = ask(running, "request_secret", arguments)
+    swapped = drafted(running, "# Helper\n\nSwapped in.\n")
+    listed = questions(running, "list")
+    assert f"helper@{first[:8]} (CHANGED: now {swapped[:8]})" in listed.output
+    shown = questions(running, "show", asked["question_id"])
+    assert f"skill_hash {swapped[:8]}" in shown.output
+    refused = questions(running, "answer", asked["question_id"], "--secret", typed="tok\n")
+    assert refused.exit_code == 1 and "skill_changed" in refused.output
+    alone = questions(running, "answer", asked["question_id"], "--skill-hash", swapped[:8])
+    assert alone.exit_code == 2 and "--secret" in alone.output
+    with running.http() as http:
+        assert http.get(f"/api/calls/{asked['call_id']}").json()["status"] == "pending_question"
+    given = questions(
+        running, "answer", asked["question_id"], "--secret", "--skill-hash", swapped[:8],
+        typed="tok\n",
+    )  # fmt: skip
+    assert given.exit_code == 0, given.output
+    with running.http() as http:
+        assert http.get(f"/api/calls/{asked['call_id']}").json()["status"] == "done"

@@ -188,3 +188,32 @@ def test_runs_list_show_logs_and_cancel_work_on_a_live_run(running):
     assert "cancelled" in cli("show", run_id).stdout
     again = cli("cancel", run_id)
     assert again.returncode == 1 and "already ended" in again.stderr
+
+
+def test_ctrl_c_while_waiting_for_approval_withdraws_it_and_exits_130(running):
+    started, node = running
+    started.import_skill(
+        "purge", {"skillfleet.tier": "destructive", "skillfleet.execution": "node"},
+        {"scripts/purge.py": "print('purged 3 files', flush=True)\n"},
+    )  # fmt: skip
+    process = subprocess.Popen(
+        [SKILLFLEET, "run", "purge", "scripts/purge.py", "--node", node],
+        env=cli_env(started), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_at_a_terminal,  # noqa: PLW1509 - one signal call before exec
+    )  # fmt: skip
+    assert process.stderr is not None
+    approval_id = re.search(r"approval (\S+);", process.stderr.readline()).group(1)  # type: ignore[union-attr]
+    process.stderr.readline()  # the approve command
+
+    process.send_signal(signal.SIGINT)
+    _out, errors = process.communicate(timeout=30)
+
+    assert process.returncode == 130
+    assert f"[stopped waiting; approval {approval_id} withdrawn]" in errors
+    with started.http() as client:
+        approval = client.get(f"/api/approvals/{approval_id}").json()
+        late = client.post(f"/api/approvals/{approval_id}", json={"decision": "approve"})
+        runs = client.get("/api/runs").json()
+    assert approval["status"] == "withdrawn"
+    assert late.status_code == 409 and late.json()["code"] == "approval_withdrawn"
+    assert runs == []

@@ -95,7 +95,7 @@ def test_the_mcp_approval_wait_comes_from_the_environment_or_the_config_file(
     assert Settings.from_env({"SKILLFLEET_CONFIG": str(config)}).mcp_approval_wait == 90.0
     both = {"SKILLFLEET_CONFIG": str(config), "SKILLFLEET_MCP_APPROVAL_WAIT": "30"}
     assert Settings.from_env(both).mcp_approval_wait == 30.0
-    assert Settings.from_env({}).mcp_approval_wait == 600.0
+    assert Settings.from_env({}).mcp_approval_wait == 240.0
     config.write_text("mcp:\n  approval_wait: soon\n", encoding="utf-8")
     with pytest.raises(SettingsError, match="'mcp.approval_wait' in .* must be a number"):
         Settings.from_env({"SKILLFLEET_CONFIG": str(config)})

@@ -15,7 +15,7 @@ import pytest
 import structlog
 from conftest import REDIS_URL
 from fleet import Fleet, fleet, wait_until
-from test_up import SKILLFLEET, Running, clean_env, free_port, listening, up_env
+from test_up import SKILLFLEET, clean_env, free_port
 
 from skillfleet.flower import credentials
 from store.logs import configure_logging
@@ -59,8 +59,12 @@ def test_nodes_enroll_writes_a_private_token_file_and_keeps_it_when_run_again(
 ):
     token_file = tmp_path / "secrets" / "edge1.token"
 
-    first = skillfleet(settings, "nodes", "enroll", "edge1", "--token-file", str(token_file))
+    owner = ("--owner", api.owner_name)
+    first = skillfleet(
+        settings, "nodes", "enroll", "edge1", *owner, "--token-file", str(token_file)
+    )
     token = token_file.read_text().strip()
+    # An unattended step runs the same line again; a registered node needs no --owner.
     again = skillfleet(settings, "nodes", "enroll", "edge1", "--token-file", str(token_file))
 
     assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
@@ -77,7 +81,10 @@ def test_nodes_enroll_replaces_a_token_file_that_no_longer_authenticates(api, se
     token_file = tmp_path / "edge2.token"
     token_file.write_text("sf_revoked-or-from-another-database\n")
 
-    result = skillfleet(settings, "nodes", "enroll", "edge2", "--token-file", str(token_file))
+    result = skillfleet(
+        settings, "nodes", "enroll", "edge2", "--owner", api.owner_name,
+        "--token-file", str(token_file),
+    )  # fmt: skip
 
     assert result.returncode == 0, result.stderr
     token = token_file.read_text().strip()
@@ -86,7 +93,7 @@ def test_nodes_enroll_replaces_a_token_file_that_no_longer_authenticates(api, se
 
 
 def test_nodes_enroll_of_a_registered_node_prints_a_new_token_once(api, settings):
-    assert skillfleet(settings, "nodes", "add", "web01").returncode == 0
+    assert skillfleet(settings, "nodes", "add", "web01", "--owner", api.owner_name).returncode == 0
 
     result = skillfleet(settings, "nodes", "enroll", "web01")
 
@@ -94,6 +101,16 @@ def test_nodes_enroll_of_a_registered_node_prints_a_new_token_once(api, settings
     token = result.stdout.strip()
     assert len(result.stdout.strip().splitlines()) == 1
     assert manifest_status(api, "web01", token) == 200
+
+
+def test_nodes_enroll_of_a_new_node_needs_its_owner_and_registers_nothing_without(api, settings):
+    result = skillfleet(settings, "nodes", "enroll", "edge3")
+
+    assert result.returncode == 1
+    assert "'edge3' is new: name its owner with --owner." in result.stderr
+    assert "sf_" not in result.stdout
+    with api.services.sessions() as session:
+        assert session.get(Node, "edge3") is None
 
 
 def test_nodes_enroll_refuses_a_bad_name_and_registers_nothing(api, settings):
@@ -283,31 +300,3 @@ def test_celery_per_task_lines_are_quiet_unless_debugging():
         assert {logging.getLogger(n).getEffectiveLevel() for n in celery_lines} == {logging.DEBUG}
     finally:
         configure_logging("info", "console")
-
-
-FLOWER_LINE = re.compile(r"^\s*Flower:\s+(http://127\.0\.0\.1:\d+) \(user (\S+), password (\S+)\)$")
-
-
-@pytest.mark.fleet
-def test_up_starts_flower_on_loopback_behind_the_credentials_it_prints(tmp_path):
-    data_dir = tmp_path / "var"
-    port, flower_port = free_port(), free_port()
-    env = up_env(data_dir, port, SKILLFLEET_FLOWER_PORT=str(flower_port))
-    running = Running(data_dir, port, env, tmp_path / "stderr.log")
-    try:
-        url, user, password = running.read_until(FLOWER_LINE).groups()
-        assert url == f"http://127.0.0.1:{flower_port}"
-        assert (data_dir / "flower-password").read_text().strip() == password
-        wait_until(lambda: _status(url + "/api/workers") == 401, 90, "Flower to answer")
-
-        def listed() -> list[str] | None:
-            found = httpx.get(url + "/api/workers?refresh=1", auth=(user, password), timeout=30)
-            names = list(found.json())
-            return names if any(name.startswith("node-local-") for name in names) else None
-
-        names = wait_until(listed, 60, "Flower to list the local node's worker", every=1)
-        assert any(name.startswith("control-") for name in names)
-        assert running.ctrl_c() == 0
-        assert not listening(flower_port)
-    finally:
-        running.close()

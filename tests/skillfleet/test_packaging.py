@@ -39,3 +39,31 @@ def test_an_editable_install_puts_the_project_on_the_path_without_a_warning(
     with zipfile.ZipFile(wheel) as archive:
         [pth] = [name for name in archive.namelist() if name.endswith(".pth")]
         assert archive.read(pth).decode().strip() == str(project)
+
+
+SERVER_SIDE = ("sqlalchemy", "jsonschema", "celery", "broker.policy", "store.models")
+
+
+def test_a_command_that_talks_to_the_api_loads_nothing_of_the_server_side() -> None:
+    # Each `skillfleet …` starts a Python process; a client command that imported the store and
+    # the broker paid about a second and a half of CPU before it said anything.
+    probe = (
+        "import sys\n"
+        "from skillfleet.cli import cli\n"
+        "for name in ('skills', 'runs', 'run', 'nodes', 'approvals', 'jobs', 'secrets'):\n"
+        "    cli.get_command(None, name)\n"
+        f"print([m for m in {SERVER_SIDE!r} if m in sys.modules])\n"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert shown.stdout.strip() == "[]"
+
+
+def test_every_command_group_is_listed_and_loads() -> None:
+    from skillfleet.cli import LAZY_COMMANDS, cli
+
+    listed = cli.list_commands(None)  # type: ignore[arg-type]
+
+    assert {"up", "api", "db", "tokens", *LAZY_COMMANDS} <= set(listed)
+    assert all(cli.get_command(None, name) is not None for name in LAZY_COMMANDS)  # type: ignore[arg-type]

@@ -98,7 +98,7 @@ def test_the_strict_check_still_refuses_what_the_import_accepts(tmp_path: Path) 
 def test_an_unknown_key_never_becomes_a_setting(tmp_path: Path) -> None:
     md = skill_md("plain", **{"skillfleet.tier": "read", "execution": "spark"})
     info = read_skill_dir(write_skill(tmp_path, "plain", {"SKILL.md": md.encode()}), "plain")
-    assert (info.tier, info.execution) == ("change", "node")
+    assert (info.tier, info.execution) == ("change", "auto")
     assert info.unknown_keys == {"skillfleet.tier": "read", "execution": "spark"}
 
 

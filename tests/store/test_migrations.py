@@ -108,3 +108,51 @@ def test_0004_makes_every_existing_owner_token_an_owner_and_node_tokens_stay_rol
             )
     finally:
         engine.dispose()
+
+
+def test_0022_gives_each_run_its_calls_chat_and_a_deleted_chat_leaves_its_runs_with_none(
+    database_url,
+):
+    engine = make_engine(database_url)
+    tables = Base.metadata.tables
+    run = {
+        "owner_id": 1, "skill_name": "s", "skill_hash": "a" * 64, "script": "scripts/s.py",
+        "arguments": {}, "execution": "node", "queue": "node.web01", "status": "succeeded",
+        "timeout_seconds": 300,
+    }  # fmt: skip
+    call = {"owner_id": 1, "tool": "run_skill_script", "tier": "read", "status": "done"}
+    try:
+        command.downgrade(alembic_config(database_url), "0021")
+        assert "chat_id" not in {c["name"] for c in inspect(engine).get_columns("runs")}
+        with engine.begin() as connection:
+            connection.execute(tables["owners"].insert(), {"id": 1, "name": "a"})
+            connection.execute(
+                tables["chats"].insert(),
+                [{"id": 7, "owner_id": 1, "external_id": "c7"},
+                 {"id": 8, "owner_id": 1, "external_id": "c8"}],
+            )  # fmt: skip
+            connection.execute(
+                tables["tool_calls"].insert(),
+                [{**call, "id": "in-7", "chat_id": 7}, {**call, "id": "in-8", "chat_id": 8},
+                 {**call, "id": "no-chat", "chat_id": None}],
+            )  # fmt: skip
+            # Only the columns given (and those with defaults): none that 0022 adds.
+            for run_id, call_id in (("r7", "in-7"), ("r8", "in-8"), ("rn", "no-chat"),
+                                    ("job", None)):  # fmt: skip
+                connection.execute(
+                    tables["runs"].insert(), {**run, "id": run_id, "call_id": call_id}
+                )
+    finally:
+        upgrade(database_url)
+    try:
+        with engine.begin() as connection:
+            chats = text("SELECT id, chat_id FROM runs ORDER BY id")
+            assert dict(connection.execute(chats).all()) == {
+                "job": None, "r7": 7, "r8": 8, "rn": None,
+            }  # fmt: skip
+            connection.execute(text("DELETE FROM chats WHERE id = 7"))
+            assert dict(connection.execute(chats).all()) == {
+                "job": None, "r7": None, "r8": 8, "rn": None,
+            }  # fmt: skip
+    finally:
+        engine.dispose()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import offer_node
 from factories import owned, owner_id_of, skill_files, write_skill
 
 from api.services import Services
@@ -18,7 +19,9 @@ from store.packagestore import PackageStore, execution_for, package_hash
 
 
 def install(services: Services, name: str, version: str = "1", **metadata: Any) -> Skill:
-    files = skill_files(name, metadata=metadata) if metadata else skill_files(name)
+    """A skill of alice's, on nodes unless `metadata` says otherwise (None: declares none)."""
+    declared = {"skillfleet.execution": "node", **metadata}
+    files = skill_files(name, metadata={k: v for k, v in declared.items() if v is not None})
     files["scripts/version.py"] = f"print({version!r})\n".encode()
     with services.store.staging() as stage:
         root = write_skill(stage, name, files)
@@ -39,6 +42,7 @@ def add_run(services: Services, skill: Skill, status: str = "queued", node: str 
                 execution=execution,
                 queue=queue,
                 node=node if execution == "node" else None,
+                owner_id=owner_id_of(services),
                 status=status,
                 timeout_seconds=60,
             )
@@ -57,6 +61,9 @@ def names(manifest: dict[str, Any]) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def packages(services: Services) -> PackageStore:
+    """alice's packages; her nodes are web01 and web02 (a node holds its owners' skills)."""
+    for node in ("web01", "web02"):
+        offer_node(services, node)
     return services.packages
 
 
@@ -151,6 +158,22 @@ def test_each_node_s_manifest_lists_only_enabled_skills_of_its_runner(services, 
     ]
     assert names(packages.manifest_for("sandbox", services.sessions)) == [
         ("in-sandbox", sandbox_skill.hash)
+    ]
+
+
+def test_a_skill_that_runs_on_the_spark_or_a_node_is_on_both_manifests(services, packages):
+    either = install(services, "either", **{"skillfleet.execution": None})
+    assert either.execution == "auto"
+    chose_spark = install(services, "chose-spark")
+    services.store.set_execution(owner_id_of(services), "chose-spark", "spark")
+
+    for node in ("web01", "spark"):
+        assert ("either", either.hash) in names(packages.manifest_for(node, services.sessions))
+    assert names(packages.manifest_for("sandbox", services.sessions)) == []
+    spark = names(packages.manifest_for("spark", services.sessions))
+    assert ("chose-spark", chose_spark.hash) in spark
+    assert "chose-spark" not in [
+        name for name, _ in names(packages.manifest_for("web01", services.sessions))
     ]
 
 

@@ -15,11 +15,20 @@ from store.limits import MAX_ARGUMENT_TEXT
 from store.schemas import argv_of, parse_schema_text, schema_for, scripts_of
 from store.validation import SkillInfo, validate_header, validate_skill_dir
 
-NODE_PROPERTY = {"type": "string", "description": "The server to run on."}
+NODE_PROPERTY = {
+    "type": "string",
+    "description": "The server to run on: one of your nodes, as list_nodes names them.",
+}
+WHERE_PROPERTY = {
+    "type": "string",
+    "description": 'Where to run: one of your nodes (list_nodes), or "spark" or "sandbox"; left '
+    "out, the Spark runs it while a Spark worker serves.",
+}
 
 
 def info_with(execution: str = "node", schema: Any = None) -> SkillInfo:
-    metadata: dict[str, Any] = {"skillfleet.execution": execution}
+    """A skill's header declaring `execution` (none at all for `auto`) and `schema`."""
+    metadata: dict[str, Any] = {} if execution == "auto" else {"skillfleet.execution": execution}
     if schema is not None:
         metadata["parameters_schema"] = schema
     header = {"name": "demo", "description": "Demo.", "metadata": metadata}
@@ -169,6 +178,19 @@ def test_a_node_skill_schema_gets_the_node_property_and_requirement_added() -> N
         "required": ["n", "node"],
     }
     assert info.parameters_schema == declared
+
+
+def test_a_skill_that_runs_on_the_spark_or_a_node_takes_an_optional_node_naming_either() -> None:
+    assert schema_for(info_with("auto"), "scripts/run.py") == {
+        "type": "object",
+        "properties": {"node": WHERE_PROPERTY},
+    }
+    declared = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    assert schema_for(info_with("auto", declared), "scripts/run.py") == {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "node": WHERE_PROPERTY},
+        "required": ["n"],
+    }
 
 
 def test_the_declared_schema_is_never_mutated() -> None:

@@ -17,6 +17,7 @@ from store.signing import (
     KEY_FILE,
     canonical_bytes,
     load_or_create_key,
+    manifest_tag,
     public_key_text,
     sign_manifest,
     verify_manifest,
@@ -167,3 +168,13 @@ def test_a_malformed_public_key_is_refused(key, public_key):
 
 def test_manifest_invalid_maps_to_a_stable_code_and_status():
     assert (ManifestInvalid.code, ManifestInvalid.status) == ("manifest_invalid", 422)
+
+
+def test_a_manifest_s_tag_follows_its_node_packages_and_key_not_its_issue_time(key):
+    tag = manifest_tag(key, MANIFEST)
+    assert manifest_tag(key, {**MANIFEST, "issued_at": 1_800_000_000}) == tag
+    other_node = {**MANIFEST, "node": "web02"}
+    more = {**MANIFEST, "packages": [*MANIFEST["packages"], {**MANIFEST["packages"][0], "size": 1}]}
+    changed = [other_node, more, {**MANIFEST, "packages": []}]
+    assert tag not in {manifest_tag(key, manifest) for manifest in changed}
+    assert manifest_tag(Ed25519PrivateKey.generate(), MANIFEST) != tag

@@ -159,10 +159,12 @@ def test_upgrading_to_the_status_checks_keeps_the_rows_already_there(database_ur
     # (the models are today's, so rows can't be made on the old schema itself).
     rows = _one_row_each(sessions)
     machines = [machine for machine in MACHINES if machine.table != "questions"]  # from 0012
+    # The last end each table knew then (an approval's `withdrawn` came with 0019).
+    ends = {m.table: next(e for e in reversed(m.ends) if e != "withdrawn") for m in machines}
     downgrade(database_url, "0010")
     try:
         for machine in machines:
-            _set(sessions, machine.table, rows[machine.table], machine.ends[-1])
+            _set(sessions, machine.table, rows[machine.table], ends[machine.table])
     finally:
         upgrade(database_url)
     for machine in machines:
@@ -171,7 +173,7 @@ def test_upgrading_to_the_status_checks_keeps_the_rows_already_there(database_ur
                 text(f"SELECT status FROM {machine.table} WHERE id = :id"),
                 {"id": rows[machine.table]},
             )
-        assert stored == machine.ends[-1]
+        assert stored == ends[machine.table]
         with pytest.raises(sqlalchemy.exc.IntegrityError):
             _set(sessions, machine.table, rows[machine.table], "finished")
 

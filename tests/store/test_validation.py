@@ -67,7 +67,7 @@ def test_a_minimal_skill_is_valid_with_skillfleet_defaults(tmp_path: Path) -> No
         compatibility=None,
         metadata={},
         allowed_tools=None,
-        execution="node",
+        execution="auto",
         tier="change",
         allowed_domains=(),
         network="none",
@@ -275,8 +275,7 @@ def test_a_misspelt_skillfleet_key_is_refused() -> None:
 
 def test_the_bridge_network_is_only_allowed_with_spark_execution() -> None:
     assert header_problems(with_metadata(**{"skillfleet.network": "bridge"})) == [
-        'The network "bridge" is only allowed with execution "spark"; '
-        'this skill\'s execution is "node".'
+        'The network "bridge" is only allowed with execution "spark"; this skill declares none.'
     ]
 
 

@@ -2,9 +2,9 @@
 
 The skill (tests/fixtures/argv-skills/pdf-forms) is written as skills for other agents are:
 `python scripts/check_fillable_fields.py <file.pdf>`, no skillfleet metadata. Imported as it
-is, its review warnings say the script reads a command line it would not get; once the owner
-declares `argv` in its parameters_schema, the API → broker → Celery → node worker → subprocess
-path hands the PDF's path to the script as its first argument, and refuses a value the script
+is, an agent runs it with its command line as `args` and the PDF as a file; once the owner
+declares `argv` in its parameters_schema instead, the API → broker → Celery → node worker →
+subprocess path builds the command line from checked arguments, and refuses a value the script
 would take for an option before anything runs.
 """
 
@@ -109,22 +109,44 @@ def check(client: httpx.Client, path: object) -> dict:
     return dict(response.json())
 
 
-def test_a_script_that_reads_argv_gets_the_pdf_path_once_the_owner_declares_it(
-    owner: Fleet, tmp_path: Path
-):
-    # Paths a shell would split or run: each reaches the script as one argument, untouched.
-    form = tmp_path / "tax form (2026).pdf"
-    form.write_bytes(pdf(with_fields=True))
-    plain = tmp_path / "$(touch pwned) `id`.pdf"
-    plain.write_bytes(pdf(with_fields=False))
+def test_a_published_argv_script_runs_with_its_command_line_and_its_pdf_as_a_file(owner: Fleet):
+    names = ["tax form (2026).pdf", "$(touch pwned) `id`.pdf"]  # a shell would split or run them
     with owner.http() as client:
         import_as_published(client)
         published = client.get("/api/skills/pdf-forms").json()
-        assert any(
-            f"{SCRIPT} reads its command line (sys.argv) but its parameters_schema declares no "
-            "argv" in warning
-            for warning in published["lint_warnings"]
-        ), published["lint_warnings"]
+        assert not any("command line" in w for w in published["lint_warnings"])
+        answers = []
+        for name, fields in zip(names, (True, False), strict=True):
+            sent = client.post("/api/files", files={"file": (name, io.BytesIO(pdf(fields)))})
+            body = {"arguments": {"skill_name": "pdf-forms", "script": SCRIPT, "node": NODE,
+                                  "args": [name], "files": {name: sent.json()["id"]}},
+                    "chat_id": "forms"}  # fmt: skip
+            asked = client.post("/api/tools/run_skill_script", json=body).json()
+            # A skill that declares no tier changes things: the owner approves each call.
+            assert asked["status"] == "pending_approval", asked
+            approval = client.get(f"/api/approvals/{asked['approval_id']}").json()
+            assert f"Command line: python3 {SCRIPT} " in approval["warning"]
+            answer = client.post(f"/api/approvals/{asked['approval_id']}",
+                                 json={"decision": "approve"})  # fmt: skip
+            assert answer.status_code == 200, answer.text
+            answers.append(client.get(f"/api/calls/{asked['call_id']}", params={"wait": 30}).json())
+    filled, empty = answers
+    assert filled["status"] == "done", filled
+    assert filled["result"]["stdout"] == "This PDF has fillable form fields\n"
+    assert empty["result"]["stdout"].startswith("This PDF does not have fillable form fields")
+    assert filled["result"]["files"] == []  # it wrote nothing
+
+
+def test_a_script_that_reads_argv_gets_the_pdf_path_once_the_owner_declares_it(
+    owner: Fleet, scratch: Path
+):
+    # Paths a shell would split or run: each reaches the script as one argument, untouched.
+    form = scratch / "tax form (2026).pdf"  # where the run's uid may read it
+    form.write_bytes(pdf(with_fields=True))
+    plain = scratch / "$(touch pwned) `id`.pdf"
+    plain.write_bytes(pdf(with_fields=False))
+    with owner.http() as client:
+        import_as_published(client)
         declare_argv(client)
         detail = client.get("/api/skills/pdf-forms").json()
         assert not any("reads its command line" in w for w in detail["lint_warnings"])
@@ -136,7 +158,7 @@ def test_a_script_that_reads_argv_gets_the_pdf_path_once_the_owner_declares_it(
     assert filled["result"]["stdout"] == "This PDF has fillable form fields\n"
     assert empty["status"] == "done", empty
     assert empty["result"]["stdout"].startswith("This PDF does not have fillable form fields")
-    assert not list(tmp_path.glob("pwned")) and not (Path.cwd() / "pwned").exists()
+    assert not list(scratch.glob("pwned")) and not (Path.cwd() / "pwned").exists()
 
 
 def test_a_value_the_script_would_take_for_an_option_never_reaches_the_node(owner: Fleet):

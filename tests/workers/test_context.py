@@ -13,6 +13,7 @@ from broker.calls import CallRequest
 from relay import naming
 from relay.app import create_celery
 from relay.heartbeat import Instance
+from store import nodes
 from store.db import transaction
 from store.discovery import read_only_skills
 from store.models import Owner, Run
@@ -50,8 +51,10 @@ def control(settings: Settings, shelf: Path, redis_client) -> Iterator[JobContex
 
 
 def owner(context: JobContext) -> int:
+    """alice, with her node web01."""
     with transaction(context.sessions) as session:
         create_owner_token(session, "alice")
+        nodes.register(session, "web01", "alice")
         found: int = session.scalars(select(Owner.id).where(Owner.name == "alice")).one()
         return found
 

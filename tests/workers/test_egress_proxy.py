@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from workers.runners.egress import SPECIAL_NETWORKS, Egress
 from workers.runners.egress_proxy import Policy, Refused, run_proxy, split_target
 
 
@@ -132,3 +134,21 @@ def test_what_is_not_a_proxy_request_is_a_bad_request(tmp_path, origin) -> None:
     reply = ask(tmp_path / "p.sock", policy, b"GET /relative HTTP/1.1\r\n\r\n")
 
     assert reply.startswith(b"HTTP/1.1 400 Bad Request")
+
+
+@pytest.mark.parametrize(
+    "address", ["3fff::1", "3fff:fff::1", "192.0.0.8", "5f00::1", "2001:db8::1"]
+)
+def test_the_proxy_refuses_every_iana_special_purpose_block_the_worker_names(address: str) -> None:
+    policy = Policy(["api.example.com"], [443], private=False, special=SPECIAL_NETWORKS)
+    assert not policy.public(address)
+    assert policy.public("93.184.215.14") and policy.public(
+        "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
+    )
+
+
+def test_the_proxy_is_started_with_the_special_purpose_blocks() -> None:
+    gates = Egress(lambda: None, "skillfleet/runner:latest", "skillfleet.run")  # type: ignore[arg-type, return-value]
+    command = gates.command(("api.example.com",))
+    assert json.loads(command[-1]) == SPECIAL_NETWORKS
+    assert "3fff::/20" in SPECIAL_NETWORKS and "192.0.0.8/32" in SPECIAL_NETWORKS

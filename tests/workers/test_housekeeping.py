@@ -167,6 +167,7 @@ def test_a_waiting_approval_reaches_a_webhook_promptly_with_no_beat_running(runn
         running.start("control", "worker", "control")  # and no beat: no sweep will come
         running.wait_for_queue(naming.CONTROL)
         running.import_skill("wiper", WIPE, {"scripts/wipe.sh": "echo wiping\n"})
+        running.node_env("web01")  # the owner's node the call names
         with running.http() as client:
             call = client.post("/api/tools/run_skill_script", json=WIPE_CALL).json()
         assert call["status"] == "pending_approval", call

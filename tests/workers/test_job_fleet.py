@@ -102,9 +102,9 @@ def test_beat_ticks_as_it_starts_so_a_time_that_came_meanwhile_runs_in_its_own_m
 
 
 def test_a_killed_control_worker_leaves_its_job_run_interrupted_never_run_again(
-    settings_for, tmp_path: Path
+    settings_for, tmp_path: Path, scratch: Path
 ):
-    marker = tmp_path / "runs.log"
+    marker = scratch / "runs.log"  # where the run's uid may write
     script = (
         "import os, time\n"
         f"open({str(marker)!r}, 'a').write(os.environ['SKILLFLEET_RUN_ID'] + '\\n')\n"

@@ -4,9 +4,11 @@ Real processes, a real SIGKILL of the worker; a stand-in worker runs the real no
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ SCRIPT = """
 import json, os, subprocess, time
 child = subprocess.Popen(["sleep", "300"])
 with open(json.loads(os.environ["SKILLFLEET_ARGS"])["pidfile"], "w") as out:
-    out.write(str(child.pid))
+    out.write(f"{child.pid} {os.getuid()}")
 time.sleep(300)
 """
 
@@ -32,35 +34,59 @@ from pathlib import Path
 import redis
 from relay.streams import RunStream
 from workers.runners.base import Job
+from workers.runners.isolation import RunSpace
 from workers.runners.node import NodeRunner
-folder, pidfile = Path(sys.argv[3]), Path(sys.argv[3]) / "child.pid"
+folder, runs, run_as = Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
+pidfile = runs / "keeper-test" / "tmp" / "child.pid"  # the run's own, whatever its uid
 job = Job("keeper-test", "keeper", "0" * 64, "run.py", {"pidfile": str(pidfile)}, 300)
 stream = RunStream(redis.Redis.from_url(sys.argv[2]), "keeper-test")
-runner = NodeRunner(launcher=sys.argv[1] or None)
+runner = NodeRunner(launcher=sys.argv[1] or None, space=RunSpace.of(runs, run_as))
 threading.Thread(target=runner.run, args=(job, folder, stream, lambda: False), daemon=True).start()
 while not pidfile.exists() or not pidfile.read_text():
     time.sleep(0.01)
-print(json.dumps({"pid": int(pidfile.read_text())}), flush=True)
+pid, uid = pidfile.read_text().split()
+if run_as == "uid":  # the pid the script saw is its PID namespace's: find the host's
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        lines = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if lines["Uid"].split()[0] == uid and lines["NSpid"].split()[-1] == pid:
+            pid = status.parent.name
+print(json.dumps({"pid": int(pid)}), flush=True)
 time.sleep(300)
 """
 
 
+@pytest.mark.parametrize("run_as", ["worker", "uid"])
 @pytest.mark.parametrize("way", ["skillfleet-launch", "setpriv or prctl"])
-def test_what_a_script_started_dies_with_its_worker(way: str, tmp_path: Path):
+def test_what_a_script_started_dies_with_its_worker_and_its_folder_goes(
+    way: str, run_as: str, tmp_path: Path
+):
     from workers.runners.node import LAUNCHER
 
     if way == "skillfleet-launch" and LAUNCHER is None:
         pytest.skip("skillfleet-launch is not built")
+    if run_as == "uid" and os.geteuid() != 0:
+        pytest.skip("a uid per run needs root")
     (tmp_path / "run.py").write_text(SCRIPT)
     launcher = LAUNCHER if way == "skillfleet-launch" else ""
-    killed_worker_leaves_no_child(
-        WORKER,
-        launcher or "",
-        REDIS_URL,
-        str(tmp_path),
-        what="the script's own child to die with its worker",
-        running=lambda pid: not process_ended(pid),
-    )
+    runs = Path(tempfile.mkdtemp(prefix="skillfleet-test-runs-"))  # reachable by a run's uid
+    try:
+        killed_worker_leaves_no_child(
+            WORKER,
+            launcher or "",
+            REDIS_URL,
+            str(tmp_path),
+            str(runs),
+            run_as,
+            what="the script's own child to die with its worker",
+            running=lambda pid: not process_ended(pid),
+        )
+        wait_until(lambda: not (runs / "keeper-test").exists(), 10, "the run's folder to go")
+    finally:
+        shutil.rmtree(runs, ignore_errors=True)
 
 
 def _group() -> subprocess.Popen[bytes]:

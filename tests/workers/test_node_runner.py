@@ -17,6 +17,7 @@ from relay.streams import RunStream, read_events
 from store.commandline import CommandLineError
 from store.limits import COALESCE_BYTES
 from workers.runners.base import SCRIPT_PATH, Job, OutputCollector, command_for, script_argv
+from workers.runners.isolation import default_runs_dir
 from workers.runners.node import NodeRunner
 
 
@@ -55,7 +56,7 @@ def test_a_python_script_gets_its_arguments_and_its_output_is_streamed(tmp_path,
     the_job = job("scripts/echo.py", word="hello")
     outcome = run_to_end(NodeRunner(), the_job, folder, redis_client)
     assert outcome.status == "succeeded" and outcome.exit_code == 0
-    assert outcome.stdout == f"hello\n{folder}\n"
+    assert outcome.stdout == f"hello\n{default_runs_dir() / the_job.run_id / 'work'}\n"
     assert outcome.stderr == "True\n"
     kinds = [e.kind for e in read_events(redis_client, the_job.run_id)]
     assert kinds[0] == "status" and "stdout" in kinds and "stderr" in kinds
@@ -149,13 +150,13 @@ def test_a_missing_interpreter_fails_the_run_clearly(tmp_path, redis_client):
         assert outcome.status in ("succeeded", "failed")
 
 
-def test_a_script_runs_as_its_worker_s_user_with_that_user_s_home(tmp_path, redis_client):
+def test_a_scripts_home_is_its_runs_own_temporary_folder(tmp_path, redis_client):
     # HOME set, Python never asks the password database for it (site.py's user base).
     folder = skill(
         tmp_path,
         "home.py",
-        "import os, pwd, site\n"
-        "print(os.environ['HOME'] == pwd.getpwuid(os.getuid()).pw_dir)\n"
+        "import os, site\n"
+        "print(os.environ['HOME'] == os.environ['TMPDIR'] == os.path.abspath('../tmp'))\n"
         "print(site.getuserbase() == os.path.join(os.environ['HOME'], '.local'))\n",
     )
     outcome = run_to_end(NodeRunner(), job("scripts/home.py"), folder, redis_client)
@@ -169,10 +170,11 @@ def test_the_node_runner_runs_a_script_each_way(launcher, tmp_path, redis_client
         "who.py",
         "import json, os, sys\nprint(sys.argv[0], json.loads(os.environ['SKILLFLEET_ARGS']))\n",
     )
-    outcome = run_to_end(NodeRunner(launcher=launcher), job("scripts/who.py", n=1), folder,
-                         redis_client)  # fmt: skip
+    the_job = job("scripts/who.py", n=1)
+    outcome = run_to_end(NodeRunner(launcher=launcher), the_job, folder, redis_client)
     assert (outcome.status, outcome.exit_code) == ("succeeded", 0)
-    assert outcome.stdout == "scripts/who.py {'n': 1}\n"
+    script = default_runs_dir() / the_job.run_id / "skill" / "scripts" / "who.py"
+    assert outcome.stdout == f"{script} {{'n': 1}}\n"
 
 
 def test_a_missing_interpreter_with_the_launcher_is_a_clear_start_failure(tmp_path, redis_client):
@@ -324,7 +326,8 @@ def test_a_script_gets_its_argv_as_separate_arguments_never_through_a_shell(
     the_job = job("scripts/argv.py", argv=HOSTILE)
     outcome = run_to_end(NodeRunner(launcher=launcher), the_job, folder, redis_client)
     assert (outcome.status, outcome.exit_code) == ("succeeded", 0), outcome.stderr
-    assert json.loads(outcome.stdout) == ["scripts/argv.py", *HOSTILE]
+    script = str(default_runs_dir() / the_job.run_id / "skill" / "scripts" / "argv.py")
+    assert json.loads(outcome.stdout) == [script, *HOSTILE]
     assert not (folder / "pwned").exists()
 
 

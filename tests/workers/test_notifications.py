@@ -13,6 +13,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from conftest import REDIS_URL
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from factories import owner_id_of
+from trickle import trickling
 
 from relay import naming, push
 from store.egress import Egress
@@ -327,6 +329,19 @@ def test_deliveries_show_in_the_api_s_metrics_by_channel_and_outcome(client, aut
     assert len(server.got) == 4
 
 
+def test_a_receiver_trickling_its_answer_fails_the_delivery_at_its_deadline():
+    with trickling("head", every=0.5) as slow:
+        started = time.monotonic()
+        delivered = webhooks.deliver(
+            Egress(("127.0.0.1",)), f"{slow.url}/hook", "whsec_x", "e1", "run.failed", {},
+            seconds=1.5,
+        )  # fmt: skip
+        took = time.monotonic() - started
+
+    assert delivered is False and slow.requests == 1 and slow.sent >= 2
+    assert 1.5 <= took < 4.5
+
+
 def test_webhooks_refuse_unknown_events_and_bad_urls_and_are_owner_only(client, auth, agent_auth):
     bad_event = client.post(
         "/api/webhooks", headers=auth, json={"url": "http://127.0.0.1:9/h", "events": ["nope"]}
@@ -461,6 +476,7 @@ def test_beat_and_the_control_worker_push_a_waiting_approval_within_seconds(tmp_
         running.start("control", "worker", "control")
         running.start("beat", "beat")
         running.import_skill("wiper", WIPE, {"scripts/wipe.sh": "echo wiping\n"})
+        running.node_env("web01")  # the owner's node the call names
         with running.http() as client:
 
             def pushed() -> float:
@@ -492,3 +508,40 @@ def test_events_from_before_the_first_subscription_are_not_pushed(client, auth, 
         wait_for_approval(client, auth)
         assert notify.pump(context) == 1
     assert len(service.got) == 1
+
+
+def test_what_an_agent_wrote_is_pushed_with_control_and_format_characters_as_escapes(
+    client, auth, context
+):
+    device = browser()
+    turn = {"chat_id": "c-shown", "turn_id": "t-shown"}
+    with receiver() as service:
+        body = {"endpoint": f"{service.url}/push/d", "keys": device.keys()}
+        assert client.post("/api/push/subscriptions", headers=auth, json=body).status_code == 201
+        for tool, arguments in (
+            ("ask_owner", {"question": "Run \u202eexe.sh\u202c?\x1b[2K"}),
+            ("notify_owner", {"message": "Done\r\x1b[31mFAILED\u2066", "level": "urgent"}),
+        ):
+            sent = client.post(
+                f"/api/tools/{tool}", headers=auth, json={"arguments": arguments, **turn}
+            )
+            assert sent.json["status"] in ("pending_question", "done"), sent.json
+        assert notify.pump(context) == 2
+    pushed = {
+        message["kind"]: message
+        for message in (
+            json.loads(
+                http_ece.decrypt(
+                    payload, private_key=device.private_key, auth_secret=device.auth,
+                    version="aes128gcm",
+                )
+            )
+            for _path, _headers, payload in service.got
+        )
+    }  # fmt: skip
+    assert pushed["question.waiting"]["message"] == (
+        "An agent asks you: Run \\u202eexe.sh\\u202c?\\x1b[2K"
+    )
+    assert pushed["owner.notified"]["message"] == "Done\\x0d\\x1b[31mFAILED\\u2066"
+    for message in pushed.values():
+        assert not any(char in json.dumps(message, ensure_ascii=False) for char in "\x1b\r\u202e")

@@ -17,19 +17,23 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from conftest import offer_node
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from factories import owned, owner_id_of, skill_files, write_skill
 from fleet import Fleet, fleet, wait_until
 from werkzeug.serving import make_server
 
+from relay import naming
+from relay.connections import database_number
 from relay.errors import PackageRefused, RunError
 from store.db import transaction
 from store.hashing import content_hash
 from store.models import Run, Skill
 from store.packagestore import PackageStore
 from store.signing import public_key_text
+from workers import agent
 from workers.agent import SyncLoop
-from workers.packages import PackageCache
+from workers.packages import PackageCache, SyncReport
 
 NODE = "web01"
 WAIT_SECONDS = 10.0
@@ -43,6 +47,7 @@ def api(settings) -> Iterator[Fleet]:
 
 @pytest.fixture
 def node_token(api: Fleet) -> str:
+    offer_node(api.services, NODE)  # the node of alice, whose skills the tests install
     return api.node_env(NODE)["SKILLFLEET_NODE_TOKEN"]
 
 
@@ -260,6 +265,7 @@ def test_a_manifest_signed_by_another_key_is_refused(api, cache_dir, node_token)
 
 def test_a_manifest_issued_for_another_node_is_refused(api, cache_dir, node_token, public_key):
     skill = install(api, "demo")
+    api.node_env("web02")  # the fleet owner's node too: its token may read web02's manifest
     with api.http() as owner:
         web02 = owner.get("/api/nodes/web02/manifest").json()
 
@@ -311,6 +317,27 @@ def test_sync_installs_every_listed_package_and_removes_stale_hashes(api, cache)
     assert cache.sync().installed == []
 
 
+def test_an_unchanged_manifest_is_not_sent_again_and_a_changed_one_is(
+    api, cache_dir, node_token, public_key
+):
+    statuses: list[int] = []
+    hooks = {"response": [lambda response: statuses.append(response.status_code)]}
+    with httpx.Client(event_hooks=hooks) as client:
+        cache = PackageCache(cache_dir, api.url, NODE, node_token, public_key, client)
+        first = install(api, "demo", "1")
+        assert f"demo@{first.hash}" in cache.sync().installed
+        assert cache.sync() == SyncReport() and statuses[-1] == 304
+        assert cache.held()["demo"] == [first.hash]
+        second = install(api, "demo", "2")
+        report = cache.sync()
+        assert statuses[-1] == 200
+        assert (report.installed, report.removed) == (
+            [f"demo@{second.hash}"],
+            [f"demo@{first.hash}"],
+        )
+        assert cache.sync() == SyncReport() and statuses[-1] == 304
+
+
 def test_sync_removes_a_disabled_skill(api, cache):
     skill = install(api, "demo")
     cache.sync()
@@ -355,6 +382,7 @@ def test_a_hash_a_queued_run_still_uses_stays_after_the_skill_changed(api, cache
                 execution="node",
                 queue=f"node.{NODE}",
                 node=NODE,
+                owner_id=owner_id_of(api.services),
                 status="queued",
                 timeout_seconds=60,
             )
@@ -393,6 +421,23 @@ def test_the_loop_syncs_when_the_owner_asks_that_node_to(api, cache, redis_clien
             assert owner.post(f"/api/nodes/{NODE}/sync").status_code == 202
         wait_until(lambda: "quiet" in cache.held(), WAIT_SECONDS, "the requested sync")
         assert cache.held()["quiet"] == [skill.hash]
+
+
+def test_the_loop_hears_only_its_own_database_s_sync_requests(api, cache, redis_client):
+    with running_loop(SyncLoop(cache, redis_client, NODE, every=3600)) as loop:
+        wait_until(lambda: loop.syncs >= 1 and loop.subscribed.is_set(), WAIT_SECONDS, "a sync")
+        db = database_number(redis_client)
+        # Channels are the server's: another database's deployment asks on its own.
+        assert redis_client.publish(naming.nodes_sync(db + 1000), "sync") == 0
+        assert redis_client.publish(naming.node_sync(NODE, db + 1000), "sync") == 0
+        assert redis_client.publish(naming.nodes_sync(db), "sync") >= 1
+        wait_until(lambda: loop.syncs >= 2, WAIT_SECONDS, "the requested sync")
+
+
+def test_the_intervals_between_syncs_are_spread_around_the_period():
+    drawn = [agent.interval(60.0) for _ in range(200)]
+    assert all(60 * (1 - agent.JITTER) <= seconds <= 60 * (1 + agent.JITTER) for seconds in drawn)
+    assert max(drawn) - min(drawn) > 60 * agent.JITTER  # spread, not one value for every node
 
 
 def test_a_failing_sync_never_ends_the_loop(cache_dir, node_token, public_key, redis_client):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REDIS_URL
+from conftest import REDIS_URL, offer_node
 from factories import owned, skill_files, write_skill
 from fleet import Fleet, fleet, wait_until
 
@@ -22,6 +22,7 @@ from relay import naming
 from relay.errors import PackageUnverified
 from store.hashing import content_hash
 from store.models import Skill
+from store.names import RUNNERS
 from store.settings import Settings
 from store.signing import public_key_text
 from workers.packages import PackageCache
@@ -41,6 +42,8 @@ def api(settings) -> Iterator[Fleet]:
 
 
 def cache_for(api: Fleet, cache_dir: Path, node: str = NODE) -> PackageCache:
+    if node not in RUNNERS:  # the node of alice, whose skills `install` installs
+        offer_node(api.services, node)
     token = api.node_env(node)["SKILLFLEET_NODE_TOKEN"]
     return PackageCache(cache_dir, api.url, node, token, public_key_text(api.services.signing_key))
 

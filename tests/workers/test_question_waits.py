@@ -2,7 +2,7 @@
 stopped turn cancels its question.
 
 Turns and job runs execute in this process (what the control worker's tasks call), with a
-local OpenAI-compatible stand-in for the model.
+local OpenAI-compatible stand-in for the model, which the settings allow.
 """
 
 from __future__ import annotations
@@ -10,12 +10,20 @@ from __future__ import annotations
 from fleet import wait_until
 from model_standin import model_standin, text, tools
 from test_job_runs import create, run_now, shown_run
-from test_turns import calls_of, context, in_background, start, tool_results, use_model
+from test_turns import (
+    calls_of,
+    context,
+    in_background,
+    settings,
+    start,
+    tool_results,
+    use_model,
+)
 
 from workers import jobruns
 
 WORKER = "control@test:1:1"
-__all__ = ["context"]  # the turns' fixture, shared
+__all__ = ["context", "settings"]  # the turns' fixtures (a model on 127.0.0.1 allowed), shared
 ASK = ("ask_owner", {"question": "Which branch?", "choices": ["main", "dev"]})
 
 

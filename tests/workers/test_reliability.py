@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import POSTGRES_URL, REDIS_URL  # noqa: F401 - documents the services used
-from fleet import fleet, own_redis, process_ended, wait_until
+from conftest import POSTGRES_URL, REDIS_URL, shared_file  # noqa: F401 - the services used
+from fleet import fleet, own_redis, run_ended, wait_until
 
 from relay.streams import read_events
 from store.limits import REDIS_SOCKET_TIMEOUT_SECONDS
@@ -34,7 +34,7 @@ def counting_script(marker: Path, seconds: float = 0) -> str:
     return (
         "import os, time\n"
         f"open({str(marker)!r}, 'a').write(os.environ['SKILLFLEET_RUN_ID'] + '\\n')\n"
-        "print('started', os.getpid(), flush=True)\n"
+        "print('started', os.getpid(), os.getuid(), flush=True)\n"
         f"time.sleep({seconds})\n"
         "print('finished', flush=True)\n"
     )
@@ -65,9 +65,9 @@ def settings_for(tmp_path: Path, database_url: str):
 
 
 def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
-    settings_for, tmp_path: Path
+    settings_for, tmp_path: Path, scratch: Path
 ):
-    marker = tmp_path / "runs.log"
+    marker = shared_file(scratch / "runs.log")
     with fleet(settings_for(visibility_timeout=3, **QUICK)) as running:
         node = f"t-{uuid.uuid4().hex[:8]}"
         running.start("control", "worker", "control")
@@ -80,14 +80,16 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
             run_id = client.post("/api/tools/run_skill_script", json=body(node)).json()["run_id"]
             # The line may come in pieces (the script writes unbuffered): wait for it whole.
             started = wait_until(
-                lambda: re.search(r"started (\d+)\n", stdout_text(running, run_id)),
+                lambda: re.search(r"started (\d+) (\d+)\n", stdout_text(running, run_id)),
                 30,
                 "the script to start",
             )
-            script_pid = int(started[1])
+            script_pid, script_uid = int(started[1]), int(started[2])
             running.kill(node, signal.SIGKILL)
             killed_at = time.monotonic()
-            wait_until(lambda: process_ended(script_pid), 10, "the script to die with its worker")
+            wait_until(
+                lambda: run_ended(script_pid, script_uid), 10, "the script to die with its worker"
+            )
             run = wait_until(
                 lambda: (
                     (r := client.get(f"/api/runs/{run_id}").json())["status"] == "interrupted" and r
@@ -108,8 +110,10 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
     assert marker.read_text().split() == [run_id]
 
 
-def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_path: Path):
-    marker = tmp_path / "runs.log"
+def test_redis_going_away_answers_503_and_nothing_runs_twice(
+    settings_for, tmp_path: Path, scratch: Path
+):
+    marker = shared_file(scratch / "runs.log")
     with own_redis(tmp_path / "redis") as server:
         with fleet(settings_for(redis_url=server.url, **QUICK)) as running:
             node = f"t-{uuid.uuid4().hex[:8]}"
@@ -147,9 +151,9 @@ def test_redis_going_away_answers_503_and_nothing_runs_twice(settings_for, tmp_p
 @pytest.mark.timeout(300)
 @pytest.mark.fenced("kombu")
 def test_a_worker_rides_out_redis_going_away_and_its_run_in_flight_ends_interrupted(
-    settings_for, tmp_path: Path
+    settings_for, tmp_path: Path, scratch: Path
 ):
-    marker = tmp_path / "runs.log"
+    marker = shared_file(scratch / "runs.log")
     with own_redis(tmp_path / "redis") as server:
         with fleet(settings_for(redis_url=server.url, **QUICK)) as running:
             node = f"t-{uuid.uuid4().hex[:8]}"
@@ -163,7 +167,7 @@ def test_a_worker_rides_out_redis_going_away_and_its_run_in_flight_ends_interrup
                 run_id = client.post("/api/tools/run_skill_script", json=body(node)).json()[
                     "run_id"
                 ]
-                wait_until(marker.exists, 30, "the script to start")
+                wait_until(marker.read_text, 30, "the script to start")
                 server.stop()
                 health = client.get("/api/health")
                 assert health.status_code == 503
@@ -196,9 +200,9 @@ def test_a_worker_rides_out_redis_going_away_and_its_run_in_flight_ends_interrup
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_two_hundred_concurrent_calls_make_two_hundred_runs_each_executed_once(
-    settings_for, tmp_path: Path
+    settings_for, tmp_path: Path, scratch: Path
 ):
-    marker = tmp_path / "runs.log"
+    marker = shared_file(scratch / "runs.log")
     with fleet(settings_for()) as running:
         node = f"t-{uuid.uuid4().hex[:8]}"
         running.start_node(node, concurrency=16)

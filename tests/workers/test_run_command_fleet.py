@@ -5,6 +5,7 @@ the owner's settings allow one. Calls that could not run are refused before anyo
 from __future__ import annotations
 
 import json
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -19,10 +20,12 @@ from fleet import Fleet, fleet, sqlite_settings
 
 from store.db import transaction
 from store.limits import MAX_COMMAND_BYTES
-from store.models import Node
 from store.tokens import Role, create_token
 
 pytestmark = pytest.mark.fleet
+# A root node worker gives each run a uid of its own; as another user the fleet runs scripts as
+# the worker's user (tests/fleet.py).
+AS_ROOT = os.geteuid() == 0
 
 NODE = f"cmd-{uuid.uuid4().hex[:8]}"
 OFFLINE = f"cmd-off-{uuid.uuid4().hex[:6]}"  # registered, no worker
@@ -35,8 +38,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> I
     folder = tmp_path_factory.mktemp("commands")
     with fleet(sqlite_settings(folder, sqlite_template, run_timeout=20)) as started:
         started.start_node(NODE)
-        with transaction(started.services.sessions) as session:
-            session.add(Node(name=OFFLINE))
+        started.node_env(OFFLINE)  # registered for the fleet's owners, no worker
         yield started
 
 
@@ -60,6 +62,7 @@ def new_owner(shared: Fleet) -> Owner:
     with transaction(shared.services.sessions) as session:
         owner = create_token(session, name, Role.OWNER)
         agent = create_token(session, name, Role.AGENT)
+    shared.share_nodes_with(name)
     return Owner(replace(shared, owner_token=owner), agent)
 
 
@@ -129,16 +132,17 @@ def printed(text: str) -> Any:
 
 
 def test_run_command_asks_and_once_approved_runs_on_the_node_with_output_streamed(
-    me: Owner, tmp_path: Path
+    me: Owner, scratch: Path
 ):
-    go = tmp_path / "go"
+    go = scratch / "go"
     command = f"sh -c 'echo first; while [ ! -e {go} ]; do sleep 0.05; done; echo second'"
     envelope = asked(me, command)
     with me.owner() as owner:
         approval = owner.get(f"/api/approvals/{envelope['approval_id']}").json()
     assert approval["arguments"] == {"node": NODE, "command": command, "shell": False}
     assert approval["node"] == NODE and approval["tier"] == "destructive"
-    assert f"as the node worker's user on {NODE}" in approval["warning"]
+    who = "a user of its own" if AS_ROOT else "the node worker's user"
+    assert f"as {who} on {NODE}" in approval["warning"]
     assert "without a shell: sh -c" in approval["warning"]
     assert approval["offers_chat_grant"] is False  # destructive: never for a whole chat
     with me.agent() as agent:  # the agent may call the tool but never answer for the owner
@@ -164,13 +168,14 @@ def test_run_command_asks_and_once_approved_runs_on_the_node_with_output_streame
     assert done["status"] == "done", done
     assert done["result"]["exit_code"] == 0
     assert done["result"]["stdout"] == "first\nsecond\n"
-    assert done["result"]["node"] == NODE and done["result"]["isolation"] == "process"
+    assert done["result"]["node"] == NODE
+    assert done["result"]["isolation"] == ("uid" if AS_ROOT else "process")
     assert run["command"] == ["sh", "-c", command.split(" ", 2)[2][1:-1]]
     assert (run["queue"], run["skill_name"], run["status"]) == (f"node.{NODE}", None, "succeeded")
 
 
-def test_a_denied_command_never_runs(me: Owner, tmp_path: Path):
-    marker = tmp_path / "ran"
+def test_a_denied_command_never_runs(me: Owner, scratch: Path):
+    marker = scratch / "ran"
     envelope = asked(me, f"touch {marker}")
     assert answer(me, envelope, "deny").status_code == 200
     found = ended(me, envelope["call_id"])
@@ -239,7 +244,7 @@ REFUSED = [
     ({"node": "../etc", "command": "true"}, "invalid_call", "'node'"),
     ({"node": "n\0de", "command": "true"}, "invalid_call", "'node'"),
     ({"node": "a" * 300, "command": "true"}, "invalid_call", "'node'"),
-    ({"node": "no-such-node-here", "command": "true"}, "node_not_found", "list_nodes"),
+    ({"node": "no-such-node-here", "command": "true"}, "node_not_found", "; your nodes: "),
     ({"node": OFFLINE, "command": "true"}, "node_offline", "not running a worker"),
 ]
 

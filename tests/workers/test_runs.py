@@ -13,9 +13,10 @@ import httpx
 import pytest
 import structlog
 from conftest import REDIS_URL
-from fleet import Fleet, fleet, sqlite_settings, wait_until
+from fleet import NODE_ISOLATION, Fleet, fleet, sqlite_settings, wait_until
 
 from broker.dispatcher import EXECUTE_TASK, NO_SANDBOX
+from broker.runs import answer_of
 from relay import naming
 from relay.streams import read_events
 from store.logs import configure_logging
@@ -103,15 +104,42 @@ def test_a_node_run_returns_exit_code_and_output_with_wait(running: Fleet, node:
         assert result["stderr"] == "done\n"
         run = client.get(f"/api/runs/{envelope['run_id']}").json()
         call = client.get(f"/api/calls/{envelope['call_id']}").json()
-    # The answer came from the run's end entry, and it is what the database recorded.
+    # The answer was made by the API from the run's end entry, which carries the run's end as
+    # the worker recorded it (not an answer), and it is what the database recorded.
     [(_id, end)] = running.redis.xrange(naming.run_end(envelope["run_id"]))
-    assert json.loads(end[b"answer"]) == {"status": "done", "result": result}
+    assert b"answer" not in end
+    ended = json.loads(end[b"run"])
+    assert (ended["status"], ended["result"], ended["code"]) == ("succeeded", result, None)
+    assert answer_of(ended) == {"status": "done", "result": result}
     assert (call["status"], call["result"], call["error_code"]) == ("done", result, None)
     assert run["status"] == "succeeded"
     assert run["node"] == node
-    assert run["isolation"] == "process"
+    assert run["isolation"] == NODE_ISOLATION
     assert run["skill_hash"] and run["queue"] == f"node.{node}"
     assert run["worker"].startswith(f"{node}@")
+
+
+def histogram_count(client: httpx.Client, name: str) -> float:
+    """`name`'s observations of node runs, as /metrics gives them."""
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(f'{name}_count{{runner="node"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_node_run_is_counted_in_the_run_histograms_as_it_starts_and_ends(
+    running: Fleet, node: str
+):
+    with running.http() as client:
+        before = [histogram_count(client, f"skillfleet_run_{h}_seconds") for h in HISTOGRAMS]
+        envelope = call_run(client, node, wait=30)
+        assert envelope["status"] == "done", envelope
+        after = [histogram_count(client, f"skillfleet_run_{h}_seconds") for h in HISTOGRAMS]
+
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1]
+
+
+HISTOGRAMS = ("duration", "queue_wait")
 
 
 def test_log_lines_carry_the_ids_and_never_the_arguments(running: Fleet, node: str):
@@ -252,13 +280,16 @@ def test_a_run_past_its_timeout_is_timed_out_and_counted(tmp_path: Path, databas
 
 def test_dispatch_to_a_node_without_a_live_worker_fails_at_once(running: Fleet):
     running.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICKER})
+    running.node_env("nowhere")  # registered for the owner, no worker started
     with running.http() as client:
         started = time.monotonic()
         envelope = call_run(client, "nowhere")
+        unknown = call_run(client, "never-registered")
     assert time.monotonic() - started < 5
     assert envelope["status"] == "failed"
     assert envelope["error"]["code"] == "no_runner"
     assert "nowhere" in envelope["error"]["message"]
+    assert (unknown["status"], unknown["error"]["code"]) == ("failed", "node_not_found")
 
 
 def test_dispatch_to_sandbox_without_a_sandbox_worker_names_the_cause_and_the_fixes(
@@ -278,12 +309,14 @@ def test_dispatch_to_sandbox_without_a_sandbox_worker_names_the_cause_and_the_fi
 
 
 @pytest.mark.both_databases
-def test_a_redelivered_message_never_runs_the_script_twice(tmp_path: Path, database_url: str):
+def test_a_redelivered_message_never_runs_the_script_twice(
+    tmp_path: Path, database_url: str, scratch: Path
+):
     settings = Settings(data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL)
     with fleet(settings) as running:
         node = f"t-{uuid.uuid4().hex[:8]}"
         running.start_node(node)
-        runs_each_once(running, node, tmp_path / "runs.log")
+        runs_each_once(running, node, scratch / "runs.log")
 
 
 def runs_each_once(running: Fleet, node: str, marker: Path) -> None:

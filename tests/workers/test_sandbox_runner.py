@@ -27,6 +27,7 @@ import requests
 from conftest import IN_CI
 from docker.errors import DockerException
 from fleet import killed_worker_leaves_no_child
+from hyperlight_standin import write_stand_in
 
 from relay.errors import PackageUnverified
 from relay.streams import RunStream, read_events
@@ -123,29 +124,6 @@ def test_without_hyperlight_no_sandbox_runner_is_built_and_the_reason_is_given()
     assert reason is not None and "Hyperlight" in reason
 
 
-# A stand-in for hyperlight-sandbox (a KVM host is out of reach here): its "micro-VM" runs the
-# program in the child process itself, and a run can't be interrupted, as Hyperlight's can't.
-STAND_IN_HYPERLIGHT = """
-class Sandbox:
-    def __init__(self, **options):
-        self.tools = {}
-
-    def register_tool(self, name, tool):
-        self.tools[name] = tool
-
-    def allow_domain(self, domain):
-        pass
-
-    def run(self, program):
-        exec(program, dict(self.tools))
-
-    def snapshot(self):
-        return None
-
-    def restore(self, snapshot):
-        pass
-"""
-
 # A stand-in worker: it boots a micro-VM child the sandbox runner's way, starts a program that
 # never ends, says the child's pid, and waits to be killed.
 SANDBOX_WORKER = """
@@ -164,7 +142,7 @@ time.sleep(60)
 
 
 def test_a_micro_vm_child_dies_with_its_worker(tmp_path):
-    (tmp_path / "hyperlight_sandbox.py").write_text(STAND_IN_HYPERLIGHT)
+    write_stand_in(tmp_path)
 
     started, worker_pid = killed_worker_leaves_no_child(
         SANDBOX_WORKER, str(tmp_path), what="the micro-VM child to die with its worker"
@@ -327,9 +305,9 @@ def test_skill_files_are_readable_but_read_only_in_the_micro_vm(tmp_path, redis_
         tmp_path,
         {
             "references/data.txt": "kept\n",
-            "scripts/write.py": "print(open('references/data.txt').read().strip())\n"
+            "scripts/write.py": "print(open('/input/references/data.txt').read().strip())\n"
             "try:\n"
-            "    open('references/data.txt', 'w').write('changed')\n"
+            "    open('/input/references/data.txt', 'w').write('changed')\n"
             "    print('written')\n"
             "except OSError:\n"
             "    print('refused')\n",

@@ -34,8 +34,11 @@ def job(script: str, argv: tuple[str, ...] = ARGV, execution: str = "spark") -> 
 
 @pytest.mark.parametrize("runner", [SparkRunner(IMAGE), ContainerSandboxRunner(IMAGE)])
 def test_a_container_s_command_is_the_interpreter_the_script_and_its_argv(runner):
-    assert runner.command(job("scripts/check.py")) == ["python3", "scripts/check.py", *ARGV]
-    assert runner.command(job("scripts/check.sh", ())) == ["bash", "scripts/check.sh"]
+    # A Python script runs as its module, with the skill's root on its import path.
+    assert runner.command(job("scripts/check.py")) == [
+        "python3", "-P", "-m", "scripts.check", *ARGV,
+    ]  # fmt: skip
+    assert runner.command(job("scripts/check.sh", ())) == ["bash", "/skill/scripts/check.sh"]
 
 
 def test_a_container_gets_its_arguments_in_skillfleet_args_too():

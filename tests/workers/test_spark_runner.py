@@ -281,10 +281,13 @@ def test_a_script_gets_its_argv_as_separate_arguments_in_the_container(
     outcome = runner.run(the_job, folder, RunStream(redis_client, the_job.run_id), never)
 
     assert outcome.status == "succeeded", outcome.stderr
-    assert json.loads(outcome.stdout) == ["scripts/argv.py", *argv]
+    # Run as the module scripts.argv (workers/runners/interpreters.py): argv[0] is its path.
+    assert json.loads(outcome.stdout) == ["/skill/scripts/argv.py", *argv]
 
 
-def test_the_skill_mount_is_read_only_and_writes_to_tmp_work(tmp_path, runner, redis_client):
+def test_the_skill_mount_is_read_only_and_the_run_writes_to_its_work_folder_and_tmp(
+    tmp_path, runner, redis_client
+):
     folder = skill(
         tmp_path,
         "write.py",
@@ -304,10 +307,10 @@ def test_the_skill_mount_is_read_only_and_writes_to_tmp_work(tmp_path, runner, r
 
     assert outcome.status == "succeeded", outcome.stderr
     assert outcome.stdout.splitlines() == [
-        "note EROFS",
+        "note written",  # in /work, the run's own volume
         "/skill/scripts/write.py EROFS",
         "/etc/note EROFS",
-        "kept /skill 65534 ['SKILL.md', 'scripts']",
+        "kept /work 65534 ['note']",
     ]
 
 
@@ -339,14 +342,17 @@ def test_the_run_container_has_exactly_the_hardening_flags(tmp_path, runner, eng
     assert host["Privileged"] is False
     assert config["User"] == "65534:65534"
     assert config["NetworkDisabled"] is True  # a new network namespace the engine leaves empty
-    assert config["WorkingDir"] == "/skill"
+    assert config["WorkingDir"] == "/work"
     assert config["Labels"][LABEL] == the_job.run_id
-    (mount,) = seen[0]["Mounts"]
-    assert (mount["Destination"], mount["RW"]) == ("/skill", False)
-    # A volume the engine filled, not a path of the worker's file system: the worker may run
-    # in a container of its own. It is the skill's volume, kept for its hash's next run.
-    assert mount["Type"] == "volume"
-    assert mount["Name"] == runner.volumes.held()[the_job.skill_hash]
+    mounts = {mount["Destination"]: mount for mount in seen[0]["Mounts"]}
+    assert sorted(mounts) == ["/skill", "/work"]
+    assert (mounts["/skill"]["RW"], mounts["/work"]["RW"]) == (False, True)
+    # Volumes the engine holds, not paths of the worker's file system: the worker may run in a
+    # container of its own. The skill's is kept for its hash's next run; the run's /work goes.
+    assert {mount["Type"] for mount in mounts.values()} == {"volume"}
+    assert mounts["/skill"]["Name"] == runner.volumes.held()[the_job.skill_hash]
+    runner.settle()
+    assert not engine.volumes.list(filters={"name": mounts["/work"]["Name"]})
 
 
 def test_a_run_without_network_has_only_loopback_and_no_route(tmp_path, runner, redis_client):
@@ -472,7 +478,10 @@ def test_start_with_a_missing_image_is_refused_naming_the_build_command(engine):
 
     assert "skillfleet/runner:no-such-tag is missing" in refused.value.message
     assert "bash workers/runner/build-offline.sh" in refused.value.message
-    assert "docker build -t skillfleet/runner:latest workers/runner" in refused.value.message
+    assert (
+        "docker build -t skillfleet/runner:latest -f workers/runner/Dockerfile ."
+        in refused.value.message
+    )
 
 
 def test_start_without_an_engine_is_refused_clearly(tmp_path, monkeypatch):

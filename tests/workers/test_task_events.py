@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REDIS_URL
+from conftest import REDIS_URL, shared_file
 from fleet import Fleet, fleet, wait_until
 from flower.events import EventsState
 
@@ -131,7 +131,7 @@ def unacknowledged(running: Fleet, run_id: str) -> bool:
 
 
 def test_runs_that_did_not_succeed_are_failed_tasks_acknowledged_and_run_once(
-    running: Fleet, tmp_path: Path
+    running: Fleet, scratch: Path
 ):
     node = f"t-{uuid.uuid4().hex[:8]}"
     env = dict(running.node_env(node), SKILLFLEET_TASK_EVENTS="true")
@@ -142,7 +142,7 @@ def test_runs_that_did_not_succeed_are_failed_tasks_acknowledged_and_run_once(
         {"skillfleet.tier": "read", "skillfleet.execution": "node"},
         {"scripts/mark.py": MARKING},
     )
-    marker = tmp_path / "runs.log"
+    marker = shared_file(scratch / "runs.log")
 
     def call(client: Any, wait: float, **arguments: Any) -> dict[str, Any]:
         arguments.update(node=node, marker=str(marker))
@@ -153,7 +153,7 @@ def test_runs_that_did_not_succeed_are_failed_tasks_acknowledged_and_run_once(
         return dict(answer.json())
 
     def ran() -> list[str]:
-        return marker.read_text().split() if marker.exists() else []
+        return marker.read_text().split()
 
     with Watcher(running) as watcher, running.http() as client:
         wait_until(lambda: watcher.state.workers, 30, "the worker's events", every=0.2)

@@ -35,7 +35,10 @@ def follow(client, turn_id: str) -> list[tuple[str | None, dict]]:
 def test_the_control_worker_runs_a_posted_turn_and_its_events_stream_over_sse(
     tmp_path: Path, database_url: str
 ):
-    settings = Settings(data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL)
+    settings = Settings(
+        data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL,
+        egress_allow=("127.0.0.1",),  # the model stand-in, as an operator allows a local model
+    )  # fmt: skip
     script = [
         tools(("list_skills", {}), ("load_skill", {"skill_name": "skill-authoring"})),
         text("You have the skill-authoring skill."),

@@ -1,7 +1,9 @@
 """Agent turns through the real broker, database, Redis and a local OpenAI-compatible server.
 
 Each turn executes in this process (`workers.turns.execute`, what the control worker's task
-calls) with dry-run dispatch, so scripts are decided by the broker but not started.
+calls) with dry-run dispatch, so scripts are decided by the broker but not started. The model
+stand-in listens on 127.0.0.1, which the settings allow as an operator lists a local model
+server in SKILLFLEET_EGRESS_ALLOW.
 """
 
 from __future__ import annotations
@@ -12,31 +14,45 @@ import threading
 import time
 
 import pytest
-from conftest import WIPE
-from factories import skill_files, zip_bytes
+from conftest import REDIS_URL, WIPE
+from factories import owner_id_of, skill_files, zip_bytes
 from fleet import wait_until
 from model_standin import model_standin, slow, text, tools
+from netguard import watched_connections
 from sqlalchemy import select
+from trickle import trickling
 
 from relay.naming import turn_stream
 from relay.streams import read_stream
+from store import modelsettings
 from store.db import transaction
+from store.egress import Egress
 from store.lifecycle import turns as turnstates
 from store.limits import MAX_CHAT_HISTORY_TURNS
 from store.models import ModelSetting, ToolCall, Turn
 from store.secrets import Sealer
+from store.settings import Settings
 from workers import jobruns, turns
 
 WORKER = "control@test:1:1"
+LOCAL_MODEL = ("127.0.0.1",)
 WIPE_CALL = ("run_skill_script", {"skill_name": "wiper", "script": "scripts/wipe.sh",
                                   "arguments": {"node": "web01"}})  # fmt: skip
+
+
+@pytest.fixture
+def settings(tmp_path, database_url) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "var", database_url=database_url, redis_url=REDIS_URL, dry_run=True,
+        egress_allow=LOCAL_MODEL,
+    )  # fmt: skip
 
 
 @pytest.fixture
 def context(services, settings):
     return turns.TurnContext(
         services.sessions, services.redis, services.broker, Sealer(settings.keys_dir),
-        WORKER, time_limit=20,
+        WORKER, time_limit=20, egress=Egress(settings.egress_allow),
     )  # fmt: skip
 
 
@@ -241,9 +257,10 @@ def test_model_settings_are_owner_only_and_the_key_is_kept_encrypted(
     assert key_file.stat().st_mode & 0o777 == 0o600
     # Sending no key keeps the stored one; a bad URL is refused and changes nothing.
     kept = client.put(
-        "/api/settings/model", headers=auth, json={"base_url": "http://h:1/v1", "name": "other"}
-    )
-    assert kept.json == {"base_url": "http://h:1/v1", "name": "other", "api_key_set": True}
+        "/api/settings/model", headers=auth,
+        json={"base_url": "http://127.0.0.1:1/v1", "name": "other"},
+    )  # fmt: skip
+    assert kept.json == {"base_url": "http://127.0.0.1:1/v1", "name": "other", "api_key_set": True}
     bad = client.put("/api/settings/model", headers=auth, json={"base_url": "ftp://h", "name": "m"})
     assert bad.status_code == 422 and bad.json["code"] == "invalid_setting"
     assert client.get("/api/settings/model", headers=auth).json["name"] == "other"
@@ -258,10 +275,109 @@ def test_a_model_that_cannot_be_reached_fails_the_turn_with_one_clear_line(clien
     assert turn["error_message"] == "The model at http://127.0.0.1:9/v1 can't be reached."
 
 
+# Model addresses the operator did not allow (it allows 127.0.0.1 only), and why each is refused.
+REFUSED_MODELS = [
+    ("http://127.0.0.2:8000/v1", "'127.0.0.2' is 127.0.0.2, a loopback address"),
+    ("http://[::1]:11434/v1", "'::1' is ::1, a loopback address"),
+    ("http://2130706434/v1", "'2130706434' is 127.0.0.2, a loopback address"),
+    ("http://10.0.0.7/v1", "'10.0.0.7' is 10.0.0.7, a private address"),
+    ("http://169.254.169.254/latest/v1", "is 169.254.169.254, a link-local address"),
+    ("http://metadata.google.internal/v1", "is a name of a local network"),
+    ("http://localhost:11434/v1", "'localhost' is a name of a local network"),
+    ("http://192.0.0.8/v1", "is 192.0.0.8, the IPv4 dummy address"),
+]
+
+
+def test_a_model_address_on_loopback_private_or_metadata_is_refused_and_settings_unchanged(
+    client, auth, services, settings
+):
+    use_model(client, auth, "http://127.0.0.1:8000/v1")  # the operator allows this one
+
+    with watched_connections() as connections:
+        answers = [
+            client.put(
+                "/api/settings/model",
+                headers=auth,
+                json={"base_url": url, "name": "other", "api_key": "sk-other"},
+            )  # fmt: skip
+            for url, _reason in REFUSED_MODELS
+        ]
+
+    for answer, (url, reason) in zip(answers, REFUSED_MODELS, strict=True):
+        assert answer.status_code == 422, url
+        assert answer.json["code"] == "model_url_refused", url
+        assert answer.json["message"].startswith("'model.base_url' is refused: "), url
+        assert reason in answer.json["message"], url
+        assert "SKILLFLEET_EGRESS_ALLOW" in answer.json["message"], url
+    shown = client.get("/api/settings/model", headers=auth).json
+    assert shown == {"base_url": "http://127.0.0.1:8000/v1", "name": "standin", "api_key_set": True}
+    with services.sessions() as session:
+        [row] = session.scalars(select(ModelSetting)).all()
+    assert Sealer(settings.keys_dir).unseal(row.api_key) == "sk-standin-secret"
+    assert {port for _host, port in connections} <= {5432, 6379}
+
+
+def test_a_model_name_that_now_resolves_to_a_private_address_fails_the_turn_unsent(
+    client, auth, services, settings, context
+):
+    # Public when the owner set it; the name now answers 10.0.0.1 (DNS changes).
+    with transaction(services.sessions) as session:
+        modelsettings.save(
+            session, Sealer(settings.keys_dir), owner_id_of(services),
+            "https://models.example.org/v1", "m", "sk-secret", keep_key=False,
+        )  # fmt: skip
+    context.egress = Egress(LOCAL_MODEL, resolver=lambda host, port: ["10.0.0.1"])
+    turn_id = start(client, auth, "hi")
+
+    with watched_connections() as connections:
+        assert turns.execute(context, turn_id) == "failed"
+
+    turn = client.get(f"/api/turns/{turn_id}", headers=auth).json
+    assert turn["error_code"] == "model_url_refused"
+    assert turn["error_message"].startswith(
+        "The model at https://models.example.org/v1 is refused: "
+        "'models.example.org' resolves to 10.0.0.1, a private address"
+    )
+    assert {port for _host, port in connections} <= {5432, 6379}
+
+
+def test_a_local_model_server_is_used_only_while_the_operator_allows_it(client, auth, context):
+    with model_standin([text("Hello from the local model.")] * 2) as model:
+        use_model(client, auth, model.url)
+        allowed = start(client, auth, "hi")
+        assert turns.execute(context, allowed) == "succeeded"
+        context.egress = Egress()  # a worker whose operator lists no local model server
+        refused = start(client, auth, "hi again")
+        assert turns.execute(context, refused) == "failed"
+
+    assert len(model.requests) == 1
+    turn = client.get(f"/api/turns/{refused}", headers=auth).json
+    assert turn["error_code"] == "model_url_refused"
+    assert "'127.0.0.1' is 127.0.0.1, a loopback address" in turn["error_message"]
+
+
+def test_a_model_server_trickling_its_headers_ends_the_turn_at_its_time_limit(
+    client, auth, context
+):
+    context.time_limit = 2
+    with trickling("head", every=0.5) as slow:
+        use_model(client, auth, f"{slow.url}/v1")
+        turn_id = start(client, auth, "hi")
+        started = time.monotonic()
+        assert turns.execute(context, turn_id) == "timed_out"
+        took = time.monotonic() - started
+        assert slow.left.wait(10), "the model's connection was kept open after the turn"
+
+    assert slow.requests == 1 and slow.sent >= 2  # it answered, a byte at a time
+    assert 2 <= took < 6
+    turn = client.get(f"/api/turns/{turn_id}", headers=auth).json
+    assert turn["error_message"] == "The turn ran out of time (2 s)."
+
+
 def test_a_job_prompt_step_runs_an_agent_turn_end_to_end(client, auth, services, settings):
     job_context = jobruns.JobContext(
         services.sessions, services.redis, services.broker, worker=WORKER, step_limit=5,
-        sealer=Sealer(settings.keys_dir), turn_limit=20,
+        sealer=Sealer(settings.keys_dir), turn_limit=20, egress=Egress(settings.egress_allow),
     )  # fmt: skip
     body = {"name": "morning", "cron": "0 7 * * *", "time_zone": "UTC",
             "steps": [{"prompt": "What skills do I have?"}, {"tool": "refresh_skills"}],

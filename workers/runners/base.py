@@ -9,26 +9,25 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from broker.runs import Outcome
 from relay.streams import RunStream
+from store import environment
 from store.commandline import Entry, command_line
 from store.frontmatter import read_loose
 from store.leniency import read_header
 from store.limits import COALESCE_BYTES, KEPT_OUTPUT_CHARS, STATUS_DELAY_SECONDS
 from store.schemas import argv_of
 from store.states import RunStatus
+from workers.runfiles import RunFiles
 from workers.secrets import Redactor
 
 CancelCheck = Callable[[], bool]
 
+# By extension, from the standard environment every tier has (store/environment.py).
 INTERPRETERS: dict[str, list[str]] = {
-    ".py": ["python3"],
-    ".sh": ["bash"],
-    ".js": ["node"],
-    ".mjs": ["node"],
-    ".cs": ["dotnet", "run"],
+    suffix: list(command) for suffix, command in environment.INTERPRETERS.items()
 }
 # Scripts get the system's PATH, not the worker's: a worker's virtualenv or version-manager
 # shims are no business of a skill's script (and shims cost ~100 ms per start).
@@ -52,9 +51,16 @@ class Job:
     network: str = "none"
     execution: str = "node"
     argv: tuple[str, ...] = ()  # after the script's path, as its schema declares (script_argv)
+    # A Python script that needs its package runs as its module (interpreters.needs_package);
+    # any other by its path.
+    as_module: bool = True
     # The owner's secrets the skill declares, as environment variables; never shown in a repr.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     command: tuple[str, ...] = ()  # run_command: the whole argv, run instead of a script
+    # The call's files for the working directory (path to {id, size, sha256}), and the channel
+    # that fetches them and sends back what the run made (None: no files travel).
+    inputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    files: RunFiles | None = field(default=None, repr=False, compare=False)
 
 
 class Runner(Protocol):
@@ -67,6 +73,13 @@ class Runner(Protocol):
     isolation: str
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome: ...
+
+
+@runtime_checkable
+class CommandRunner(Protocol):
+    """A runner that also runs run_command's commands (the node runner)."""
+
+    def run_command(self, job: Job, stream: RunStream, cancelled: CancelCheck) -> Outcome: ...
 
 
 def command_for(script: str, argv: Sequence[str] = ()) -> list[str]:
@@ -82,11 +95,6 @@ def command_for(script: str, argv: Sequence[str] = ()) -> list[str]:
         end = [DOTNET_END, *argv] if argv else []
         return [*INTERPRETERS[suffix], script, *DOTNET_FLAGS, *end]
     return [*INTERPRETERS[suffix], script, *argv]
-
-
-def job_command(job: Job) -> list[str]:
-    """What a job executes: run_command's argv as given, or the script's interpreter line."""
-    return list(job.command) if job.command else command_for(job.script, job.argv)
 
 
 def script_argv(

@@ -29,6 +29,7 @@ from docker.errors import NotFound
 
 from relay.errors import RunnerUnavailable
 from store.leniency import read_skill_dir
+from store.specialaddresses import BLOCKS
 from workers.runners import egress_proxy
 from workers.runners.base import Job
 
@@ -41,6 +42,9 @@ VOLUME_PREFIX = "skillfleet-egress-"
 PROXY_DIR = "/tmp"
 RUN_DIR = "/run/skillfleet-egress"
 SOCKET_NAME = "proxy.sock"
+# IANA's special-purpose blocks (store/specialaddresses.py) the proxy refuses besides what
+# Python's `is_global` refuses; those that carry an IPv4 address are judged by it there.
+SPECIAL_NETWORKS = [str(block.network) for block in BLOCKS if not block.carries_ipv4]
 PROXY_URL = f"http://{egress_proxy.RELAY_HOST}:{egress_proxy.RELAY_PORT}"
 NO_PROXY = "localhost,127.0.0.1,::1"
 # The proxy's own container: small, since it only copies bytes.
@@ -141,7 +145,7 @@ class Egress:
         """The proxy container's command: egress_proxy in its proxy role, for `hosts`."""
         socket = f"{PROXY_DIR}/{SOCKET_NAME}"
         private = "1" if self.private else "0"
-        policy = [json.dumps(hosts), json.dumps(PORTS), private]
+        policy = [json.dumps(hosts), json.dumps(PORTS), private, json.dumps(SPECIAL_NETWORKS)]
         return ["python3", "-c", program(), "proxy", socket, *policy]
 
     @staticmethod

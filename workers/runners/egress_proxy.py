@@ -48,10 +48,24 @@ class Refused(Exception):
 class Policy:
     """The hosts and ports a run may reach, and whether non-public addresses are allowed."""
 
-    def __init__(self, hosts: Sequence[str], ports: Sequence[int], private: bool) -> None:
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        ports: Sequence[int],
+        private: bool,
+        special: Sequence[str] = (),
+    ) -> None:
         self.hosts = frozenset(_normal(host) for host in hosts)
         self.ports = frozenset(ports)
         self.private = private
+        # IANA's special-purpose blocks, which Python's tables may not know yet (3fff::/20).
+        self.special = [ipaddress.ip_network(network) for network in special]
+
+    def public(self, address: str) -> bool:
+        found = ipaddress.ip_address(address)
+        if not found.is_global:
+            return False
+        return not any(found in network for network in self.special)
 
     def check(self, host: str, port: int) -> str:
         """The host's normal form when it may be reached on `port`; raises Refused if not."""
@@ -71,7 +85,7 @@ class Policy:
             raise Refused(502, f"{name} does not resolve") from e
         for info in found:
             address = str(info[4][0])
-            if self.private or ipaddress.ip_address(address).is_global:
+            if self.private or self.public(address):
                 return address
         raise Refused(403, f"{name} resolves to an address that is not public")
 
@@ -246,8 +260,8 @@ async def run_relay(path: str, command: Sequence[str]) -> int:
 def main(argv: Sequence[str]) -> int:
     role, path, *rest = argv
     if role == "proxy":
-        hosts, ports, private = rest
-        policy = Policy(json.loads(hosts), json.loads(ports), private == "1")
+        hosts, ports, private, special = rest
+        policy = Policy(json.loads(hosts), json.loads(ports), private == "1", json.loads(special))
         asyncio.run(run_proxy(path, policy))
         return 0
     if role == "relay" and rest[:1] == ["--"]:

@@ -1,4 +1,10 @@
-"""The programs a Hyperlight guest runs around a skill's script: environment, streaming, exit."""
+"""The programs a Hyperlight guest runs around a skill's script: environment, working directory,
+streaming, exit.
+
+The working directory is `/output`, as `/work` is in a container: the program first asks the
+host (the `files_in` tool) to move the call's files in, since the run itself empties `/output`
+before it starts (workers/runners/vmfiles.py). The skill stays at `/input`.
+"""
 
 from __future__ import annotations
 
@@ -37,8 +43,9 @@ def _main(job):
     path = "/input/" + job["script"]
     _sys.argv = [path, *job["argv"]]
     _sys.path.insert(0, _os.path.dirname(path))
+    call_tool("files_in")
     try:
-        _os.chdir("/input")
+        _os.chdir("/output")
     except OSError:  # relative paths then fail loudly in the script
         pass
     code = 0
@@ -58,9 +65,14 @@ def _main(job):
 _main(__import__("json").loads(__JOB__))
 """
 
-# JavaScript: the source runs as an async function body with a Node-like console and process.
+# JavaScript: the source runs as an async function body with a Node-like console and process;
+# read_file and write_file take paths relative to the working directory, as open() does.
 JAVASCRIPT_PROGRAM = """
 const __job = JSON.parse(__JOB__);
+call_tool("files_in", {});
+const __here = (path) => (String(path).startsWith("/") ? String(path) : "/output/" + path);
+const __read = (path) => read_file(__here(path));
+const __write = (path, data) => write_file(__here(path), data);
 function __stream(name) {
   let text = "";
   const flush = () => { if (text) { call_tool("emit", { stream: name, text }); text = ""; } };
@@ -83,14 +95,16 @@ const __console = {
 };
 const __process = {
   env: __job.env, argv: ["node", "/input/" + __job.script, ...__job.argv], exitCode: undefined,
-  cwd: () => "/input", stdout: __out, stderr: __err,
+  cwd: () => "/output", stdout: __out, stderr: __err,
   exit: (code) => { throw new __Exit(code ?? __process.exitCode ?? 0); },
 };
 let __code = 0;
 try {
   const AsyncFunction = Object.getPrototypeOf(async function () {}).constructor;
-  const main = new AsyncFunction("console", "process", "read_file", "call_tool", __job.source);
-  await main(__console, __process, read_file, call_tool);
+  const main = new AsyncFunction(
+    "console", "process", "read_file", "write_file", "call_tool", __job.source,
+  );
+  await main(__console, __process, __read, __write, call_tool);
   __code = Number(__process.exitCode ?? 0);
 } catch (e) {
   if (e instanceof __Exit) __code = Number(e.code) || 0;

@@ -33,6 +33,8 @@ log = structlog.get_logger(__name__)
 
 GROUP = "group"  # a process group, by its id: killed
 LABEL = "label"  # a Docker label (`key=value`): its containers and volumes removed
+FOLDER = "folder"  # a run's folder: removed
+UID = "uid"  # a run's uid: what it left in the shared temporary folders removed
 
 
 class Keeper:
@@ -134,6 +136,23 @@ def main() -> None:
     labels = sorted(what for kind, what in held if kind == LABEL)
     if labels:
         _remove_labelled(labels)
+    _remove_runs_leftovers(held)
+
+
+def _remove_runs_leftovers(held: set[tuple[str, str]]) -> None:
+    """The folders of a node's runs, and what their uids left in /tmp (their processes are
+    gone: each was its PID namespace's, which ended with its group)."""
+    import shutil
+
+    for kind, what in held:
+        if kind == FOLDER and os.path.isabs(what):
+            shutil.rmtree(what, ignore_errors=True)
+    uids = [int(what) for kind, what in held if kind == UID and what.isdigit()]
+    if uids:
+        from workers.runners.isolation import sweep
+
+        for uid in uids:
+            sweep(uid)
 
 
 def _remove_labelled(labels: list[str]) -> None:

@@ -4,8 +4,10 @@ hyperlight-sandbox's `Sandbox.run()` has no timeout and can't be interrupted, so
 lives in a child process the worker can kill. A child boots its guest once, snapshots it, and
 restores the snapshot after every run: each run starts from the same fresh state without a new
 boot, and idle children wait in a small pool per guest. The skill is copied into the child's
-`/input`, which the guest can only read; `/output` is scratch, emptied by each restore. Output
-comes back line by line through a host tool the guest calls, so it streams while the script runs.
+`/input`, which the guest can only read; `/output` is the run's working directory, with the
+call's files in place, and what the run left there comes back (workers/runners/vmfiles.py).
+Output comes back line by line through a host tool the guest calls, so it streams while the
+script runs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -28,12 +31,13 @@ from typing import Any
 from broker.classify import SANDBOX_SUFFIXES
 from broker.runs import Outcome
 from relay import naming
-from relay.errors import RunnerUnavailable
+from relay.errors import RunError, RunnerUnavailable
 from relay.streams import RunStream
 from store.errors import StoreError
 from store.limits import COALESCE_SECONDS
 from store.settings import Settings
 from store.states import RunStatus
+from workers.runfiles import InputFileUnavailable, collect, found_in, place_inputs
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -45,6 +49,7 @@ from workers.runners.egress import allowed_domains
 from workers.runners.guests import GUESTS, JAVASCRIPT_GUEST, PYTHON_GUEST, WARM_UP, guest_program
 from workers.runners.node import LAUNCHER, launch_command
 from workers.runners.spark import SparkRunner, copy_skill
+from workers.runners.vmfiles import VmFolders, empty, move_entries
 from workers.verification import verify_folder
 
 PACKAGES = ("hyperlight_sandbox", "hyperlight_sandbox_backend_wasm", "python_guest")
@@ -109,7 +114,8 @@ class SandboxRunner:
         return None
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
-        """Stage `folder` in a micro-VM's `/input`, prove the copy has the job's hash, then run.
+        """Stage `folder` in a micro-VM's `/input`, prove the copy has the job's hash, place the
+        call's files, run, and send back what the run left in its working directory.
 
         Raises PackageUnverified when the copy does not hash to it: the script never starts.
         """
@@ -128,18 +134,16 @@ class SandboxRunner:
         try:
             vm.stage(folder)
             verify_folder(vm.input_dir, job.skill_hash, "The skill's copy for the micro-VM")
+            unplaced = _place(job, vm)
+            if unplaced is not None:
+                return unplaced
             program = guest_program(job, vm.input_dir)  # from the proven copy, nothing else
             stream.status("running", isolation=self.isolation, pid=vm.process.pid)
             _send(vm.conn, program)
             state, code, reusable = _pump(vm, collector, job.timeout, cancelled)
+            return _with_files(job, vm, reusable, _outcome(state, code, collector, job.timeout))
         finally:
             self._check_in(vm, reusable and not domains)
-        if code is None:
-            message = "The micro-VM stopped before the script ended."
-            return Outcome(
-                RunStatus.FAILED, None, collector.text("stdout"), collector.text("stderr"), message
-            )
-        return outcome_of(state, code, collector, job.timeout)
 
     def close(self) -> None:
         """Stop every idle micro-VM."""
@@ -186,6 +190,7 @@ def build_sandbox_runner(settings: Settings) -> tuple[Runner | None, str | None]
             settings.runner_image,
             egress_network=settings.runner_network,
             egress_private=settings.runner_network_private,
+            work_direct=settings.spark_work_direct,
         )
         try:
             runner.start()
@@ -198,6 +203,48 @@ def build_sandbox_runner(settings: Settings) -> tuple[Runner | None, str | None]
         sandbox.close()
         return None, reason
     return sandbox, None
+
+
+def _outcome(
+    state: str | None, code: int | None, collector: OutputCollector, timeout: int
+) -> Outcome:
+    if code is None:
+        message = "The micro-VM stopped before the script ended."
+        return Outcome(
+            RunStatus.FAILED, None, collector.text("stdout"), collector.text("stderr"), message
+        )
+    return outcome_of(state, code, collector, timeout)
+
+
+def _place(job: Job, vm: _MicroVM) -> Outcome | None:
+    """Fetch the call's files into the VM's inbox; the failed outcome when one can't be had."""
+    if job.files is None or not job.inputs:
+        return None
+    try:
+        place_inputs(job.files, job.run_id, job.inputs, vm.folders.inbox)
+    except (RunError, OSError) as e:
+        message = getattr(e, "message", None) or f"The input files could not be placed: {e}"
+        return Outcome(RunStatus.FAILED, None, "", message, message, InputFileUnavailable.code)
+    return None
+
+
+def _with_files(job: Job, vm: _MicroVM, restored: bool, outcome: Outcome) -> Outcome:
+    """Send back what the run created or changed in `/output`. A restored VM's child moved it to
+    the outbox before its restore; a VM that was stopped left it in `/output`."""
+    if job.files is None:  # nowhere to send it: a warm VM keeps none of it till its next run
+        empty(vm.folders.outbox)
+        return outcome
+    try:
+        if not restored:
+            vm.kill()
+            move_entries(vm.folders.output, vm.folders.outbox)
+        sent = collect(job.files, job.run_id, found_in(vm.folders.outbox), job.inputs)
+    except OSError as e:
+        note = f"The run's files could not be read back: {type(e).__name__}."
+        return replace(outcome, files_note=note)
+    finally:
+        empty(vm.folders.outbox)
+    return replace(outcome, files=tuple(sent.files), files_note=sent.note())
 
 
 def host_problem() -> str | None:
@@ -216,14 +263,15 @@ def host_problem() -> str | None:
 
 
 class _MicroVM:
-    """A child process holding one booted guest, its snapshot and its `/input` folder."""
+    """A child process holding one booted guest, its snapshot and its folders."""
 
     def __init__(self, guest: str, domains: tuple[str, ...]) -> None:
         self.guest = guest
-        self.input_dir = Path(tempfile.mkdtemp(prefix="skillfleet-vm-"))
+        self.folders = VmFolders(Path(tempfile.mkdtemp(prefix="skillfleet-vm-"))).make()
+        self.input_dir = self.folders.input
         ours, theirs = socket.socketpair()
         self.conn = Connection(ours.detach())
-        arguments = [str(theirs.fileno()), guest, str(self.input_dir), json.dumps(domains)]
+        arguments = [str(theirs.fileno()), guest, str(self.folders.root), json.dumps(domains)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
             # The child dies with the worker, as a node script does: through skillfleet-launch
@@ -253,13 +301,12 @@ class _MicroVM:
         return None if reply == ("ready",) else str(reply[-1])
 
     def stage(self, folder: Path) -> None:
-        """Replace `/input`'s files with the skill's (the folder stays: the VM holds it open)."""
-        for entry in self.input_dir.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        """Replace `/input`'s files with the skill's (the folder stays: the VM holds it open),
+        with nothing waiting in the inbox or the outbox."""
+        empty(self.input_dir)
         copy_skill(folder, self.input_dir)
+        empty(self.folders.inbox)
+        empty(self.folders.outbox)
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -269,7 +316,7 @@ class _MicroVM:
     def close(self) -> None:
         self.kill()
         self.conn.close()
-        shutil.rmtree(self.input_dir, ignore_errors=True)
+        shutil.rmtree(self.folders.root, ignore_errors=True)
 
 
 def _pump(
@@ -347,14 +394,18 @@ CHILD_COMMAND = "from workers.runners.sandbox import child_main; child_main()"
 
 
 def child_main() -> None:
-    """The child's entry: `<socket fd> <guest module> <input dir> <domains as JSON>`."""
-    fd, guest, input_dir, domains = sys.argv[1:5]
-    serve(Connection(int(fd)), guest, input_dir, tuple(json.loads(domains)))
+    """The child's entry: `<socket fd> <guest module> <VM folder> <domains as JSON>`."""
+    fd, guest, root, domains = sys.argv[1:5]
+    serve(Connection(int(fd)), guest, VmFolders(Path(root)), tuple(json.loads(domains)))
 
 
-def serve(conn: Connection, guest: str, input_dir: str, domains: tuple[str, ...]) -> None:
+def serve(conn: Connection, guest: str, folders: VmFolders, domains: tuple[str, ...]) -> None:
     """In the child: boot the guest, snapshot it, then run each program sent and restore."""
     exit_codes: list[int] = []
+
+    def files_in() -> bool:  # after the run emptied /output, before the script starts
+        move_entries(folders.inbox, folders.output)
+        return True
 
     def emit(stream: str = "stdout", text: str = "") -> bool:
         conn.send(("out", "stderr" if stream == "stderr" else "stdout", text))
@@ -367,9 +418,13 @@ def serve(conn: Connection, guest: str, input_dir: str, domains: tuple[str, ...]
     try:
         from hyperlight_sandbox import Sandbox
 
-        vm: Any = Sandbox(backend="wasm", module=guest, input_dir=input_dir, temp_output=True)
+        vm: Any = Sandbox(
+            backend="wasm", module=guest, input_dir=str(folders.input),
+            output_dir=str(folders.output),
+        )  # fmt: skip
         vm.register_tool("emit", emit)
         vm.register_tool("exit", finish)
+        vm.register_tool("files_in", files_in)
         for host in domains:
             vm.allow_domain(f"https://{host}")
         vm.run(WARM_UP[guest])
@@ -378,12 +433,16 @@ def serve(conn: Connection, guest: str, input_dir: str, domains: tuple[str, ...]
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
     conn.send(("ready",))
-    while _serve_one(conn, vm, snapshot, exit_codes):
+    while _serve_one(conn, vm, snapshot, exit_codes, folders):
         pass
 
 
-def _serve_one(conn: Connection, vm: Any, snapshot: Any, exit_codes: list[int]) -> bool:
-    """Run one program and restore the snapshot; False when this child can't serve again."""
+def _serve_one(
+    conn: Connection, vm: Any, snapshot: Any, exit_codes: list[int], folders: VmFolders
+) -> bool:
+    """Run one program, take what it left in /output out (a restore empties /output, but only
+    of its top-level files), and restore the snapshot; False when this child can't serve
+    again."""
     try:
         program = conn.recv()
     except EOFError:  # the worker closed the pool
@@ -396,9 +455,10 @@ def _serve_one(conn: Connection, vm: Any, snapshot: Any, exit_codes: list[int]) 
         return False
     code = exit_codes[-1] if exit_codes else int(result.exit_code)
     try:
+        move_entries(folders.output, folders.outbox)
         vm.restore(snapshot)
         restored = True
-    except Exception:  # the result still counts; only this child is done
+    except Exception:  # the result still counts (the worker takes /output); this child is done
         restored = False
     conn.send(("done", code, result.stdout, result.stderr, restored))
     return restored

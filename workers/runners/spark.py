@@ -7,9 +7,11 @@ import functools
 import os
 import queue
 import shutil
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +23,20 @@ from broker.runs import Outcome
 from relay import naming
 from relay.errors import PackageUnverified, RunnerUnavailable
 from relay.streams import RunStream
+from store.environment import IMAGE_PYTHON
 from store.errors import StoreError
 from store.limits import COALESCE_SECONDS
 from store.states import RunStatus
+from workers.runfiles import InputFileUnavailable
 from workers.runners.base import (
     CancelCheck,
     Job,
     OutputCollector,
-    command_for,
     outcome_of,
     script_environment,
 )
+from workers.runners.dependency_volumes import DependencyVolumes
+from workers.runners.dependency_volumes import options as dependency_options
 from workers.runners.egress import (
     DEFAULT_NETWORK,
     Egress,
@@ -40,9 +45,17 @@ from workers.runners.egress import (
     relayed,
     run_options,
 )
+from workers.runners.interpreters import script_command
 from workers.runners.keeper import KEEPER, Keeper
 from workers.runners.keeper import LABEL as KEPT_LABEL
 from workers.runners.skill_volumes import KEEP_VOLUMES, SkillVolume, SkillVolumes
+from workers.runners.workdirs import (
+    WORK_MOUNT,
+    WorkVolume,
+    collect_outputs,
+    create_volume,
+    put_inputs,
+)
 
 LABEL = "skillfleet.run"
 # The queue of the worker that made a run's containers: a Spark worker and a container sandbox
@@ -61,7 +74,7 @@ CANCEL_POLL_SECONDS = 0.2
 EXIT_WAIT_SECONDS = 15
 BUILD_HINT = (
     "build it with `bash workers/runner/build-offline.sh` "
-    "or `docker build -t skillfleet/runner:latest workers/runner`"
+    "or `docker build -t skillfleet/runner:latest -f workers/runner/Dockerfile .`"
 )
 # Connections kept to the engine: each running script holds one for its output, besides the
 # calls of the other runs and of the remover.
@@ -109,12 +122,18 @@ class SparkRunner:
         egress_network: str = DEFAULT_NETWORK,
         egress_private: bool = False,
         keeper: Keeper = KEEPER,
+        package_index: str | None = None,
+        work_direct: bool = True,
     ) -> None:
         self.image = image
+        # Files into and out of /work straight in its volume's folder when reachable.
+        self.work_direct = work_direct
         self.keeper = keeper  # removes a run's containers if this worker dies mid-run
         self.coalesce_seconds = coalesce_seconds  # the output window of one stream entry
         self._client = client
         self.volumes = SkillVolumes(lambda: self.client, image, SKILL_MOUNT, LABEL, keep_volumes)
+        # Declared dependencies, a volume per resolved set (workers/runners/dependency_volumes.py).
+        self.dependencies = DependencyVolumes(lambda: self.client, image, LABEL, package_index)
         self.egress = Egress(
             lambda: self.client,
             image,
@@ -141,15 +160,21 @@ class SparkRunner:
     def command(self, job: Job) -> list[str]:
         """The container's command: the interpreter, the script and its argv, in exec form (the
         engine runs the list itself; no shell reads it)."""
-        return command_for(job.script, job.argv)
+        return script_command(SKILL_MOUNT, job.script, job.argv, IMAGE_PYTHON, job.as_module)
 
     def container_options(
-        self, job: Job, volume: str | Path, gate: Gate | None = None
+        self,
+        job: Job,
+        volume: str | Path,
+        gate: Gate | None = None,
+        deps: str | None = None,
+        work: str | None = None,
     ) -> dict[str, Any]:
         """The docker SDK arguments of a run's container (the runner image's hardening).
 
-        `volume` holds the skill and is mounted read-only at /skill. No run has a network: one
-        with a `gate` reaches its skill's hosts through the gate (workers/runners/egress.py).
+        `volume` holds the skill and is mounted read-only at /skill; `work`, the run's own
+        volume, is its working directory at /work. No run has a network: one with a `gate`
+        reaches its skill's hosts through the gate (workers/runners/egress.py).
         """
         options: dict[str, Any] = {
             "network_mode": "none",
@@ -167,13 +192,17 @@ class SparkRunner:
             "user": NOBODY,
             "labels": {LABEL: job.run_id, QUEUE_LABEL: self.queue_name},
             "volumes": {str(volume): {"bind": SKILL_MOUNT, "mode": "ro"}},
-            "working_dir": SKILL_MOUNT,
+            "working_dir": WORK_MOUNT if work is not None else SKILL_MOUNT,
             "environment": script_environment(job, {"PATH": IMAGE_PATH, "HOME": "/tmp"}),
             "stdin_open": False,
             "tty": False,
         }
+        if work is not None:
+            options["volumes"][work] = {"bind": WORK_MOUNT, "mode": "rw"}
+        extras = [dependency_options(deps, job.script, SKILL_MOUNT)]
         if gate is not None:
-            extra = run_options(gate)
+            extras.append(run_options(gate))
+        for extra in extras:
             options["volumes"].update(extra["volumes"])
             options["environment"].update(extra["environment"])
         return options
@@ -203,6 +232,7 @@ class SparkRunner:
                 if self._ours(volume.attrs.get("Labels")):
                     volume.remove(force=True)
             self.volumes.remove_unused()
+            self.dependencies.remove_unused()
         except _ENGINE_ERRORS as e:
             raise RunnerUnavailable(
                 f"Containers left by an earlier spark worker can't be removed: {e}"
@@ -232,10 +262,12 @@ class SparkRunner:
             hosts = self.hosts_for(job, folder)
         except (ValueError, StoreError) as e:
             return _not_started(e)
+        # Raises DependenciesUnavailable (the run ends with its code) before any container.
+        deps = self.dependencies.volume_for(job.skill_hash, folder)
         label = f"{LABEL}={job.run_id}"  # the run's container, its egress gate and its volume
         self.keeper.hold(KEPT_LABEL, label)
         try:
-            return self._attempts(job, folder, collector, stream, cancelled, command, hosts)
+            return self._attempts(job, folder, collector, stream, cancelled, command, hosts, deps)
         finally:
             # Once the remover has removed them (it takes them in order), not before.
             self._start_remover()
@@ -250,6 +282,7 @@ class SparkRunner:
         cancelled: CancelCheck,
         command: list[str],
         hosts: tuple[str, ...],
+        deps: str | None = None,
     ) -> Outcome:
         """The run in a container on a proven volume; a volume replaced behind this worker's
         back is filled again once."""
@@ -258,7 +291,8 @@ class SparkRunner:
                 try:
                     volume = held.enter_context(self.volumes.use(job.skill_hash, folder))
                     gate = self._open_gate(job, hosts, held)
-                    container = self._create(job, command, volume, gate)
+                    work = self._work_volume(job, held)
+                    container = self._create(job, command, volume, gate, deps, work.name)
                 except (OSError, ValueError, RunnerUnavailable, *_ENGINE_ERRORS) as e:
                     return _not_started(e)
                 try:
@@ -271,20 +305,61 @@ class SparkRunner:
                     self.volumes.forget(volume)
                     continue
                 try:
-                    return self._watch(container, job, collector, stream, cancelled)
+                    return self._with_files(container, job, collector, stream, cancelled, work)
                 finally:
                     self._discard(container)
         raise PackageUnverified(
             "The skill's volume was replaced behind the worker's back twice; the run did not start."
         )
 
+    def _with_files(
+        self,
+        container: Any,
+        job: Job,
+        collector: OutputCollector,
+        stream: RunStream,
+        cancelled: CancelCheck,
+        work: WorkVolume,
+    ) -> Outcome:
+        """The call's files into /work, the run, then what it made there back."""
+        if job.files is not None and job.inputs:
+            try:
+                put_inputs(container, job.files, job.run_id, job.inputs, work)
+            except InputFileUnavailable as e:
+                return Outcome(RunStatus.FAILED, None, "", e.message, e.message, e.code)
+            except (OSError, *_ENGINE_ERRORS) as e:
+                return _not_started(e)
+        outcome = self._watch(container, job, collector, stream, cancelled)
+        if job.files is None:
+            return outcome
+        try:
+            return collect_outputs(container, job.files, job.run_id, job.inputs, outcome, work)
+        except (OSError, tarfile.TarError, *_ENGINE_ERRORS) as e:
+            note = f"The run's files could not be read back: {type(e).__name__}."
+            return replace(outcome, files_note=note)
+
+    def _work_volume(self, job: Job, held: contextlib.ExitStack) -> WorkVolume:
+        """The run's /work volume; removed after its container (the remover keeps that order)."""
+        labels = {LABEL: job.run_id, QUEUE_LABEL: self.queue_name}
+        work = create_volume(self.client, labels, self.work_direct)
+        self._start_remover()
+        held.callback(self._removals.put, functools.partial(self._remove_volume, work.name))
+        return work
+
+    def _remove_volume(self, name: str) -> None:
+        with contextlib.suppress(NotFound):
+            self.client.api.remove_volume(name, force=True)
+
     def settle(self) -> None:
         """Wait until every finished container handed to the remover is gone."""
         self._removals.join()
 
-    def _create(self, job: Job, command: list[str], volume: SkillVolume, gate: Gate | None) -> Any:
+    def _create(
+        self, job: Job, command: list[str], volume: SkillVolume, gate: Gate | None,
+        deps: str | None = None, work: str | None = None,
+    ) -> Any:  # fmt: skip
         """The run's container, created (and inspected) by the SDK."""
-        options = self.container_options(job, volume.name, gate)
+        options = self.container_options(job, volume.name, gate, deps, work)
         if gate is not None:
             command = relayed(command)
         return self.client.containers.create(self.image, command, **options)

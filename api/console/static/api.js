@@ -76,11 +76,23 @@ export const post = async (path, body) => (await call("POST", path, body ?? {}))
 export const put = async (path, body) => (await call("PUT", path, body)).data;
 export const del = async (path) => (await call("DELETE", path)).data;
 
-// A list route's page and its X-Pagination header ({total, page, last_page, ...}).
+// A list route's page: its items, the next page's address (the Link header's rel="next",
+// null on the last page) and, on a first page, X-Total-Count ("37", or "1000+" past the cap).
 export async function list(path) {
   const { data, response } = await call("GET", path);
-  const header = response.headers.get("X-Pagination");
-  return { items: data, pagination: header ? JSON.parse(header) : null };
+  const link = /<([^>]*)>;\s*rel="next"/.exec(response.headers.get("Link") || "");
+  return { items: data, next: link ? link[1] : null, total: response.headers.get("X-Total-Count") };
+}
+
+// Every page of a list, for those the console shows whole (skills, nodes).
+export async function listAll(path) {
+  const items = [];
+  for (let next = path; next;) {
+    const page = await list(next);
+    items.push(...page.items);
+    next = page.next;
+  }
+  return { items };
 }
 
 // Follow an SSE route. Reconnects after a drop with Last-Event-ID so nothing is missed;

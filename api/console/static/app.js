@@ -1,8 +1,9 @@
-// The console shell: sign-in with an owner token, the router, and the live event feed.
+// The console shell: sign-in with an owner token or GitHub, the router, and the live event feed.
 
 import { ApiError, follow, get, setToken, token } from "./api.js";
 import { clearError, h, replace, setBadge, showError } from "./ui.js";
 import * as approvals from "./approvals.js";
+import { forget, githubSection, keepFresh } from "./signin.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -179,6 +180,11 @@ function showSignIn(message) {
   replace(main, form);
   input.focus();
   main.dataset.ready = "sign-in";
+  githubSection(start).then((area) => {
+    if (!area || !form.isConnected) return;
+    form.insertBefore(h("p", { class: "muted" }, "or paste an owner token:"), form.children[1]);
+    form.insertBefore(area, form.children[1]);
+  });
 }
 
 function start() {
@@ -192,6 +198,7 @@ function start() {
 }
 
 function signOutWith(message) {
+  forget(); // a GitHub sign-in's token is deleted while this tab still holds it
   setToken(null);
   if (stopFeed) stopFeed();
   stopFeed = null;
@@ -213,6 +220,7 @@ window.addEventListener("hashchange", () => {
 
 if (token()) {
   start();
+  keepFresh();
   // A token kept from earlier in this tab may have been revoked since: check once the first
   // page is up (its own requests would show a 401 as well).
   setTimeout(() => check(token()).catch((error) => {

@@ -1,7 +1,7 @@
 // Approvals inbox: pending calls the policy asked the owner about, updated live.
 
 import { get, post } from "./api.js";
-import { diff, h, hash8, json, replace, serial, setBadge, showError, status, table, when } from "./ui.js";
+import { diff, h, hash8, replace, serial, setBadge, showError, status, table, when } from "./ui.js";
 
 const APPROVAL_CHANGES = new Set(["approval.created", "approval.answered"]);
 
@@ -59,17 +59,24 @@ function card(approval, answer) {
       skillRef(approval) ? h("code", { class: "skill-ref" }, skillRef(approval)) : null,
       approval.node ? h("span", { class: "node" }, `on ${approval.node}`) : null),
     h("p", { class: "asked-by" }, "Asked by ", askedBy(approval)),
+    approval.skill_change ? h("p", { class: "warning skill-changed" }, approval.skill_change) : null,
     approval.warning ? h("p", { class: "warning" }, approval.warning) : null,
     h("h3", {}, "Arguments"),
-    h("pre", { class: "arguments" }, json(approval.arguments)),
+    h("pre", { class: "arguments" }, approval.arguments_shown),
     changes ? [h("h3", {}, "Changes"), diff(changes)] : null,
     h("p", { class: "muted" }, `Asked ${when(approval.created_at)} · expires ${when(approval.expires_at)}`
       + (approval.rule ? ` · rule ${approval.rule}` : "")),
+    // Why "approve for this chat" is missing: the chat was a guess of skillfleet's.
+    approval.grant_note ? h("p", { class: "muted grant-note" }, approval.grant_note) : null,
     h("div", { class: "actions" }, buttons));
 }
 
 // An answered approval's state; approving always in a job granted the job.
 export function answered(approval) {
+  if (approval.status === "withdrawn") { // the agent stopped waiting: nothing ran
+    return h("span", { class: "status status-withdrawn", title: approval.withdrawn_note || "" },
+      "withdrawn: the agent stopped waiting");
+  }
   if (approval.status === "approved_for_chat" && approval.job_run_id) {
     return h("span", { class: "status status-approved_for_chat" }, "approved for job");
   }

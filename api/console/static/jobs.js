@@ -1,7 +1,7 @@
 // Jobs: scheduled tool calls, where the server has the routes: list, create/edit with a
 // preview of the next five times in the job's time zone, run now, and each job's history.
 
-import { del, list, post, put } from "./api.js";
+import { del, list, listAll, post, put } from "./api.js";
 import { nextTimes } from "./cron.js";
 import { busy, h, hash8, json, replace, showError, status, table, unavailable, when } from "./ui.js";
 
@@ -196,7 +196,7 @@ export async function page({ main, onFeed }) {
   async function edit(job) {
     historyOf = null;
     tell(null);
-    const { items: skills } = await list("/api/skills");
+    const { items: skills } = await listAll("/api/skills");
     replace(side, editor(job, skills, async (saved, message) => {
       replace(side);
       tell(message);

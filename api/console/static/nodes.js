@@ -1,6 +1,6 @@
 // Nodes: each managed server's heartbeat, features and held skill versions; sync on demand.
 
-import { list, post } from "./api.js";
+import { listAll, post } from "./api.js";
 import { ago, busy, h, hash8, replace, showError, table } from "./ui.js";
 
 export async function page({ main, onLeave }) {
@@ -21,7 +21,7 @@ export async function page({ main, onLeave }) {
   }
 
   async function load() {
-    const { items } = await list("/api/nodes");
+    const { items } = await listAll("/api/nodes");
     if (!items.length) {
       replace(nodes, h("p", { class: "empty" }, "No node has registered or beaten yet."));
       return;

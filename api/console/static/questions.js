@@ -2,7 +2,7 @@
 // (request_secret). A secret is typed into a password field and sent once; it is never shown.
 
 import { get, post } from "./api.js";
-import { h, replace, serial, setBadge, showError, status, table, when } from "./ui.js";
+import { h, hash8, replace, serial, setBadge, showError, status, table, when } from "./ui.js";
 
 const QUESTION_CHANGES = new Set(["question.created", "question.answered", "reconnected"]);
 
@@ -33,15 +33,34 @@ function answerForm(question, send) {
   } }, input, h("button", { type: "submit", class: "primary" }, "Answer"));
 }
 
+// The skill version a secret allows is always named: the one the card showed when it was asked,
+// or, once the skill changed, the one it is now, which the owner must choose knowingly.
+function allowedVersion(question) {
+  if (!question.skill_name) return { label: "Store secret" };
+  if (!question.skill_changed) return { label: "Store secret", skill_hash: question.skill_hash };
+  if (!question.skill_hash_now) return null; // the skill is gone: nothing can be allowed
+  return { label: `Allow version ${hash8(question.skill_hash_now)} and store`,
+    skill_hash: question.skill_hash_now };
+}
+
 function secretForm(question, send) {
+  const version = allowedVersion(question);
+  if (!version) return null;
   const input = h("input", { type: "password", name: "secret", autocomplete: "off", required: true,
     spellcheck: "false", "aria-label": `Value of ${question.secret_name}` });
   return h("form", { class: "actions secret", onsubmit: (event) => {
     event.preventDefault();
-    const secret = input.value;
+    const body = { secret: input.value };
     input.value = ""; // never left in the page
-    send(question, { secret });
-  } }, input, h("button", { type: "submit", class: "primary" }, "Store secret"));
+    if (version.skill_hash) body.skill_hash = version.skill_hash;
+    send(question, body);
+  } }, input, h("button", { type: "submit", class: version.skill_hash === question.skill_hash ? "primary" : "danger" },
+    version.label));
+}
+
+function skillRef(question) {
+  if (!question.skill_name) return null;
+  return h("code", { class: "skill-ref" }, `${question.skill_name}@${hash8(question.skill_hash) || "?"}`);
 }
 
 function card(question, send) {
@@ -49,9 +68,10 @@ function card(question, send) {
   return h("article", { class: `card question${secret ? " secret" : ""}`, dataset: { questionId: question.id } },
     h("header", {},
       h("h2", {}, secret ? `Secret ${question.secret_name}` : "Question"),
-      secret && question.skill_name ? h("code", { class: "skill-ref" }, question.skill_name) : null),
+      secret ? skillRef(question) : null),
     h("p", { class: "asked-by" }, "Asked by ", askedBy(question)),
     h("p", { class: "question-text" }, question.text),
+    question.skill_change ? h("p", { class: "warning skill-changed" }, question.skill_change) : null,
     secret ? secretForm(question, send) : answerForm(question, send),
     h("p", { class: "muted" }, `Asked ${when(question.created_at)} · expires ${when(question.expires_at)}`));
 }

@@ -20,16 +20,25 @@ function filterForm(onChange) {
 }
 
 export async function page({ main, onFeed }) {
-  let pageNumber = 1;
-  const form = filterForm(() => { pageNumber = 1; load().catch((e) => showError(e)); });
+  // The addresses of the pages seen, newest first: "Older" follows the Link header's cursor,
+  // "Newer" goes back to the page before. A filter starts again from the first page.
+  let pages = [];
+  let total = null;
+  const form = filterForm(() => { pages = []; load().catch((e) => showError(e)); });
   const runs = h("div", { id: "runs" });
   const pager = h("div", { class: "pager" });
   replace(main, h("h1", {}, "Runs"), form, runs, pager);
 
-  async function load() {
-    const query = new URLSearchParams({ page: pageNumber, page_size: 25 });
+  function first() {
+    const query = new URLSearchParams({ page_size: 25 });
     for (const [key, value] of new FormData(form)) if (value) query.set(key, value);
-    const { items, pagination } = await list(`/api/runs?${query}`);
+    return `/api/runs?${query}`;
+  }
+
+  async function load() {
+    if (!pages.length) pages = [first()];
+    const { items, next, total: counted } = await list(pages[pages.length - 1]);
+    if (pages.length === 1) total = counted;
     replace(runs, items.length
       ? table(["Run", "Skill", "Script", "Node", "Status", "Exit", "Started"], items.map((run) =>
         h("tr", { dataset: { runId: run.run_id } },
@@ -41,12 +50,12 @@ export async function page({ main, onFeed }) {
           h("td", {}, run.exit_code ?? ""),
           h("td", {}, when(run.started_at || run.created_at)))))
       : h("p", { class: "empty" }, "No runs match."));
-    const total = pagination ? pagination.total : items.length;
-    const last = pagination ? pagination.last_page || 1 : 1;
+    // The count stops at 1,000 ("1000+"): counting every run would cost every refresh.
+    const of = total === null ? "" : ` of ${total.endsWith("+") ? `more than ${total.slice(0, -1)}` : total} runs`;
     replace(pager,
-      h("button", { type: "button", disabled: pageNumber <= 1, onclick: () => { pageNumber -= 1; load(); } }, "Newer"),
-      h("span", { class: "muted" }, `Page ${pageNumber} of ${last} · ${total} runs`),
-      h("button", { type: "button", disabled: pageNumber >= last, onclick: () => { pageNumber += 1; load(); } }, "Older"));
+      h("button", { type: "button", disabled: pages.length <= 1, onclick: () => { pages.pop(); load().catch((e) => showError(e)); } }, "Newer"),
+      h("span", { class: "muted" }, `Page ${pages.length}${of}`),
+      h("button", { type: "button", disabled: !next, onclick: () => { pages.push(next); load().catch((e) => showError(e)); } }, "Older"));
   }
 
   onFeed((event) => {

@@ -1,6 +1,6 @@
 // Skills: the list, importing (zip or GitHub folder), switching on and off, and a skill page.
 
-import { call, get, list, put, token } from "./api.js";
+import { call, get, listAll, put, token } from "./api.js";
 import { busy, definitions, h, hash8, replace, showError, table, when } from "./ui.js";
 
 function importForms(done) {
@@ -45,6 +45,34 @@ function switchButton(skill, done) {
   return button;
 }
 
+// Where its scripts run: the owner's choice (PUT /api/skills/<name>/execution, its hash stays)
+// or what SKILL.md says; `auto` runs on the Spark while one serves, else on the node a call names.
+const RUNS_ON = {
+  node: "a node the call names",
+  spark: "the Spark (a throwaway container)",
+  sandbox: "the sandbox (a micro-VM)",
+  auto: "the Spark while a Spark worker serves, else the node a call names",
+};
+
+function runsOn(skill, done) {
+  const shown = h("span", { id: "skill-runs-on" }, RUNS_ON[skill.execution] || skill.execution,
+    skill.execution_choice ? h("span", { class: "muted" }, " (your choice)") : null);
+  if (skill.read_only) return shown;
+  const choice = h("select", { id: "skill-execution", "aria-label": "Where its scripts run" },
+    h("option", { value: "" }, "As its SKILL.md says"),
+    ["node", "spark", "sandbox"].map((value) => h("option", { value }, `On ${RUNS_ON[value]}`)));
+  choice.value = skill.execution_choice || "";
+  choice.addEventListener("change", busy(choice, async () => {
+    try {
+      await put(`/api/skills/${skill.name}/execution`, { execution: choice.value || null });
+    } catch (error) {
+      showError(error, `Choosing where ${skill.name} runs`);
+    }
+    await done();
+  }));
+  return h("span", {}, shown, " ", choice);
+}
+
 // A description kept to two lines in the table (a real one runs to 1,024 characters); the
 // full text is its tooltip, a click on it unfolds it, and the skill's page shows it whole.
 function description(text) {
@@ -77,7 +105,7 @@ export async function page({ main }) {
   const skills = h("div", { id: "skills" });
 
   async function load() {
-    const { items } = await list("/api/skills");
+    const { items } = await listAll("/api/skills");
     replace(skills, table(["Name", "Description", "Tier", "Runs on", "Hash", "Source", "State", ""],
       items.map((skill) => row(skill, load))));
   }
@@ -147,7 +175,7 @@ export async function skillPage(context, name) {
     definitions([
       ["State", h("span", { id: "skill-state" }, skill.enabled ? "enabled" : "disabled")],
       ["Tier", skill.tier],
-      ["Runs on", skill.execution],
+      ["Runs on", runsOn(skill, () => skillPage(context, name))],
       ["Hash", h("code", { class: "hash" }, skill.hash)],
       ["Revision", skill.revision],
       ["Source", skill.origin ? `${skill.source} (${skill.origin})` : skill.source],

@@ -33,12 +33,15 @@ export async function page({ main }) {
   }));
 
   function render() {
-    replace(tokens, table(["Label", "Role", "Created", "Last used", ""],
+    // The id is what `skillfleet tokens revoke` takes.
+    replace(tokens, table(["Id", "Label", "Role", "Created", "Last used", "Expires", ""],
       items.map((item) => h("tr", {},
+        h("td", {}, h("code", {}, String(item.id))),
         h("td", {}, item.label || "—"),
-        h("td", {}, item.role || item.kind || "owner"),
+        h("td", {}, item.resource ? `${item.role} · MCP host (OAuth)` : item.role || item.kind || "owner"),
         h("td", {}, when(item.created_at)),
         h("td", {}, when(item.last_used_at)),
+        h("td", {}, item.expires_at ? when(item.expires_at) : "never"),
         h("td", {}, h("button", { type: "button", class: "danger", onclick: async () => {
           try {
             await del(`/api/tokens/${item.id}`);

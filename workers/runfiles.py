@@ -1,0 +1,247 @@
+"""A run's files on its worker: the call's files placed in its working directory before the
+script starts, and every file the run created or changed there sent back to the API after.
+
+Files travel over the node's authenticated channel (its token; the API's node routes), never
+through a task message. An input file arrives byte for byte or the run does not start
+(`input_file_unavailable`). What comes back: regular files only, at most MAX_OUTPUT_FILES and
+MAX_OUTPUT_FILE_BYTES in all, each within the API's file limit; links, special files and what
+passes the caps are named in a note instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tarfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from relay.errors import RunError
+from store.archive import size_text
+from store.limits import FILE_CHUNK_BYTES, MAX_OUTPUT_FILE_BYTES, MAX_OUTPUT_FILES
+
+HTTP_TIMEOUT = 60.0
+SHOWN_LEFT_OUT = 5  # a note names this many left-out files, then counts the rest
+
+
+class InputFileUnavailable(RunError):
+    """Raised when an input file can't be fetched whole (expired, or not the bytes named)."""
+
+    code = "input_file_unavailable"
+    status = 409
+
+
+class RunFiles:
+    """A worker's channel to the API for its runs' files, with its node's token."""
+
+    def __init__(
+        self, api_url: str, node: str, token: str, client: httpx.Client | None = None
+    ) -> None:
+        self.node = node
+        self.client = client or httpx.Client(timeout=HTTP_TIMEOUT)
+        self._base = f"{api_url.rstrip('/')}/api/nodes/{node}/runs"
+        self._headers = {"Authorization": f"Bearer {token}"}
+
+    def fetch(self, run_id: str, path: str, entry: Mapping[str, Any], out: IO[bytes]) -> None:
+        """Write the input file `entry` (placed at `path`) to `out`; raises
+        InputFileUnavailable unless its bytes are exactly the ones the call named."""
+        url = f"{self._base}/{run_id}/files/{entry['id']}"
+        digest = hashlib.sha256()
+        try:
+            with self.client.stream("GET", url, headers=self._headers) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise InputFileUnavailable(
+                        f"The input file {path} could not be fetched: {_reason(response)}"
+                    )
+                for chunk in response.iter_bytes(FILE_CHUNK_BYTES):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except httpx.HTTPError as e:
+            raise InputFileUnavailable(f"The input file {path} could not be fetched: {e}") from e
+        if digest.hexdigest() != entry.get("sha256"):
+            raise InputFileUnavailable(
+                f"The input file {path} arrived with other bytes than the call named."
+            )
+
+    def send(self, run_id: str, path: str, source: IO[bytes], size: int) -> dict[str, Any] | str:
+        """Keep what the run made at `path` (`size` bytes) as its owner's file: its entry, or
+        why not."""
+        url = f"{self._base}/{run_id}/files"
+        headers = {
+            **self._headers,
+            "Content-Type": "application/octet-stream",
+            "Content-Length": str(size),
+        }
+        try:
+            response = self.client.post(
+                url, params={"path": path}, headers=headers, content=_chunks(source)
+            )
+        except httpx.HTTPError as e:
+            return f"it could not be sent ({type(e).__name__})"
+        if response.status_code != 201:
+            return _reason(response)
+        kept = response.json()
+        return {"path": path, "size": kept["size"], "sha256": kept["sha256"], "id": kept["id"]}
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        return f"{body['message']} ({body['code']})"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}"
+
+
+def place_inputs(
+    channel: RunFiles, run_id: str, inputs: Mapping[str, Mapping[str, Any]], work: Path,
+    uid: int | None = None,
+) -> None:  # fmt: skip
+    """Fetch each input file into `work` at its path (folders made as needed), owned by `uid`
+    when given. `work` is the run's own and no process of the run lives yet."""
+    for path, entry in sorted(inputs.items()):
+        target = work / path
+        for folder in reversed([*target.relative_to(work).parents][:-1]):
+            made = work / folder
+            if not made.is_dir():
+                made.mkdir(mode=0o755)
+                if uid is not None:
+                    os.chown(made, uid, uid)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(target, flags, 0o644), "wb") as out:
+            channel.fetch(run_id, path, entry, out)
+        if uid is not None:
+            os.chown(target, uid, uid)
+
+
+@dataclass
+class Sent:
+    """What a run sent back, and what it left out with the reason."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    total: int = 0
+
+    def note(self) -> str | None:
+        if not self.left_out:
+            return None
+        shown = "; ".join(self.left_out[:SHOWN_LEFT_OUT])
+        more = len(self.left_out) - SHOWN_LEFT_OUT
+        rest = f"; and {more} more" if more > 0 else ""
+        return f"Not every file the run made came back: {shown}{rest}."
+
+
+@dataclass(frozen=True)
+class Found:
+    """One entry of the working directory after the run."""
+
+    path: str
+    kind: str  # "file", "link", "special"
+    size: int = 0
+    open: Any = None  # () -> IO[bytes], for a file
+
+
+def collect(
+    channel: RunFiles, run_id: str, found: Iterable[Found], inputs: Mapping[str, Mapping[str, Any]]
+) -> Sent:
+    """Send back every file created or changed (an input with other bytes now), within caps."""
+    sent = Sent()
+    for entry in sorted(found, key=lambda item: item.path):
+        if entry.kind == "link":
+            sent.left_out.append(f"{entry.path} (a symbolic link, not followed)")
+            continue
+        if entry.kind != "file":
+            sent.left_out.append(f"{entry.path} (not a regular file)")
+            continue
+        placed = inputs.get(entry.path)
+        if placed is not None and placed.get("size") == entry.size:
+            with entry.open() as source:
+                if _sha256(source) == placed.get("sha256"):
+                    continue  # an input, unchanged
+        if len(sent.files) >= MAX_OUTPUT_FILES:
+            sent.left_out.append(f"{entry.path} (past the {MAX_OUTPUT_FILES}-file limit)")
+            continue
+        if sent.total + entry.size > MAX_OUTPUT_FILE_BYTES:
+            sent.left_out.append(
+                f"{entry.path} (past {size_text(MAX_OUTPUT_FILE_BYTES)} of files in all)"
+            )
+            continue
+        with entry.open() as source:
+            kept = channel.send(run_id, entry.path, source, entry.size)
+        if isinstance(kept, str):
+            sent.left_out.append(f"{entry.path} ({kept})")
+            continue
+        sent.files.append(kept)
+        sent.total += entry.size
+    return sent
+
+
+def found_in(work: Path) -> Iterator[Found]:
+    """The working directory's entries, never following a link."""
+    for folder, dirs, names in os.walk(work):
+        base = Path(folder)
+        for name in [*dirs, *names]:
+            path = base / name
+            info = path.lstat()
+            relative = path.relative_to(work).as_posix()
+            if stat.S_ISLNK(info.st_mode):
+                yield Found(relative, "link")
+            elif stat.S_ISREG(info.st_mode):
+                yield Found(relative, "file", info.st_size, _opener(path))
+            elif not stat.S_ISDIR(info.st_mode):
+                yield Found(relative, "special")
+        dirs[:] = [d for d in dirs if not (base / d).is_symlink()]
+
+
+def found_in_tar(archive: tarfile.TarFile, root: str) -> Iterator[Found]:
+    """The entries of a tar of the working directory (the engine's archive of a container's
+    folder, whose members start with `root`)."""
+    for member in archive:
+        name = member.name
+        if name in (root, f"{root}/", ".", "./"):
+            continue
+        relative = name.removeprefix(f"{root}/").removeprefix("./")
+        if member.isdir():
+            continue
+        if member.issym() or member.islnk():
+            yield Found(relative, "link")
+        elif member.isreg():
+            yield Found(relative, "file", member.size, _tar_opener(archive, member))
+        else:
+            yield Found(relative, "special")
+
+
+def _opener(path: Path) -> Any:
+    def opened() -> IO[bytes]:
+        return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+
+    return opened
+
+
+def _tar_opener(archive: tarfile.TarFile, member: tarfile.TarInfo) -> Any:
+    def opened() -> IO[bytes]:
+        extracted = archive.extractfile(member)
+        assert extracted is not None
+        return extracted
+
+    return opened
+
+
+def _chunks(source: IO[bytes]) -> Iterator[bytes]:
+    while chunk := source.read(FILE_CHUNK_BYTES):
+        yield chunk
+
+
+def _sha256(source: IO[bytes]) -> str:
+    digest = hashlib.sha256()
+    while chunk := source.read(FILE_CHUNK_BYTES):
+        digest.update(chunk)
+    return digest.hexdigest()
