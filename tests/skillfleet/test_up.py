@@ -33,7 +33,7 @@ HOST = "127.0.0.1"
 # A start on a loaded machine (the suite starts several side by side) can take a minute.
 START_LIMIT = 120.0
 STOP_LIMIT = 20.0
-REFUSAL_LIMIT = 15.0  # a refused start-up ends by itself, well before this
+REFUSAL_LIMIT = 90.0  # a refused start-up ends by itself, well before this, even loaded
 TOKEN_LINE = re.compile(r"^\s*owner token: (\S+)\s*$")
 AGENT_TOKEN_LINE = re.compile(r"^\s*agent token: (\S+)\s*$")
 EXPORT_LINE = re.compile(r"^\s*export SKILLFLEET_URL=")
