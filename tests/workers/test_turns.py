@@ -33,6 +33,7 @@ from store.models import ModelSetting, ToolCall, Turn
 from store.secrets import Sealer
 from store.settings import Settings
 from workers import jobruns, turns
+from workers.prompts import system_prompt
 
 WORKER = "control@test:1:1"
 LOCAL_MODEL = ("127.0.0.1",)
@@ -63,8 +64,9 @@ def use_model(client, auth, url: str) -> None:
     assert response.json == {"base_url": url, "name": "standin", "api_key_set": True}
 
 
-def start(client, auth, prompt: str, chat: str = "chat-1") -> str:
-    response = client.post("/api/turns", headers=auth, json={"chat_id": chat, "prompt": prompt})
+def start(client, auth, prompt: str, chat: str = "chat-1", mode: str = "execute") -> str:
+    body = {"chat_id": chat, "prompt": prompt, "mode": mode}
+    response = client.post("/api/turns", headers=auth, json=body)
     assert response.status_code == 202, response.json
     assert response.json["status"] == "queued"
     return str(response.json["turn_id"])
@@ -542,3 +544,16 @@ def test_a_skill_changed_or_disabled_since_it_was_loaded_is_not_carried(
     [again] = tool_results(model.requests[4])
     assert again["result"]["hash"] == replaced.json["hash"] != wiper["hash"]
     assert again["result"]["content"].startswith('<skill_content name="wiper">')
+
+
+def test_a_plan_turn_starts_with_the_plan_prompt_and_its_change_calls_are_refused(
+    client, auth, context, wiper
+):
+    with model_standin([tools(WIPE_CALL), text("Here is the plan.")]) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "Plan the tidy-up.", mode="plan")
+        assert turns.execute(context, turn_id) == "succeeded"
+    system = model.requests[0]["messages"][0]
+    assert system["role"] == "system" and system["content"] == system_prompt("plan")
+    [refused] = tool_results(model.requests[1])
+    assert refused["status"] == "denied", refused
