@@ -757,9 +757,14 @@ class NodeWorkerSchema(ma.Schema):
 class NodeSchema(ma.Schema):
     name = ma.fields.String()
     registered = ma.fields.Boolean(metadata={"description": "Added with `skillfleet nodes add`"})
-    alive = ma.fields.Boolean(metadata={"description": "A worker of it beat recently"})
+    alive = ma.fields.Boolean(
+        metadata={"description": "A worker of it beat recently and serves its queue"}
+    )
     health = ma.fields.String(
-        metadata={"description": "alive, stale (its beats ran past their window) or down"}
+        metadata={
+            "description": "alive, not_serving (its workers beat but serve nothing; each "
+            "worker's reason says why), stale (its beats ran past their window) or down"
+        }
     )
     queues = ma.fields.List(ma.fields.String(), metadata={"description": "Queues it serves"})
     workers = ma.fields.List(ma.fields.Nested(NodeWorkerSchema))

@@ -4,8 +4,10 @@ An owner sees the nodes offered to it (`skillfleet nodes add NAME --owner O`, `n
 store/nodes.py) and the runners every owner shares (the Spark, the sandbox); a node heard from
 but offered to no one is no one's to see or use. A node's health comes from its workers' last
 beats against their alive window, which each beat records (relay/heartbeat.py): `alive` while
-one still counts, `stale` once every beat heard in the last minute ran past it, `down` when none
-was heard. Node tokens never appear here.
+one that serves its queue still counts, `not_serving` while workers beat but none serves (each
+says why, as a sandbox worker on a host whose KVM can't start a micro-VM does), `stale` once
+every beat heard in the last minute ran past it, `down` when none was heard. Node tokens never
+appear here.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from store.models import Node
 from store.names import RUNNERS
 
 ALIVE = "alive"
+NOT_SERVING = "not_serving"
 STALE = "stale"
 DOWN = "down"
 # How a node's workers run scripts, by the feature their heartbeats carry (workers/runners/
@@ -195,12 +198,14 @@ def node_view(
         for skill, held in worker["hashes"].items():
             hashes.setdefault(skill, set()).update(held)
     beats = [float(worker["beat"]) for worker in workers]
-    alive = any(worker["alive"] for worker in workers)
+    beating = any(worker["alive"] for worker in workers)
+    # A worker that beats but serves nothing takes no run: the node is not alive for a caller.
+    alive = any(worker["alive"] and worker["serving"] == "1" for worker in workers)
     return {
         "name": name,
         "registered": registered,
         "alive": alive,
-        "health": ALIVE if alive else (STALE if workers else DOWN),
+        "health": _health(alive, beating, bool(workers)),
         "queues": sorted({worker["queue"] for worker in workers if worker["serving"] == "1"}),
         "workers": [_worker_view(worker) for worker in workers],
         "features": features,
@@ -209,6 +214,14 @@ def node_view(
         "shared": shared,
         "runs_as": next((RUNS_AS[f] for f in features if f in RUNS_AS), None),
     }
+
+
+def _health(alive: bool, beating: bool, heard: bool) -> str:
+    if alive:
+        return ALIVE
+    if beating:
+        return NOT_SERVING
+    return STALE if heard else DOWN
 
 
 def _worker_view(worker: dict[str, Any]) -> dict[str, Any]:

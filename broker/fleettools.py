@@ -58,8 +58,9 @@ TOOLS = (
         "list_nodes",
         Tier.READ,
         "Lists the managed nodes you may use and the shared runners (spark, sandbox): what "
-        "each serves (queues, features such as docker or kvm), its health (alive, stale: its "
-        "heartbeats stopped, down: none heard), its last heartbeat and how it runs scripts "
+        "each serves (queues, features such as docker or kvm), its health (alive; not_serving: "
+        "its workers beat but can't take runs, each worker's reason says why; stale: its "
+        "heartbeats stopped; down: none heard), its last heartbeat and how it runs scripts "
         "(runs_as: uid, a user of each run's own; worker, the worker's user). run_command and "
         f"node skills need a node that is alive. At most {LIST_NODES_SHOWN} by name a call, "
         "with total (how many in all) and next_after: when it is not null, call again with "

@@ -3,12 +3,12 @@ and the line that sets up another terminal for the CLI."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -19,9 +19,15 @@ from store.settings import Settings
 
 LOCAL_NODE = "local"
 LOGS = "logs"
-# The banner cuts a sandbox worker's reason for serving nothing; its log has all of it.
+# The banner cuts a worker's reason for serving nothing; its log has all of it.
 REASON_CHARS = 160
-CONTAINER_HINT = "SKILLFLEET_SANDBOX_ISOLATION=container runs them in containers"
+# What an owner can do about sandbox skills that can't run here, in one clause.
+SANDBOX_WAYS = (
+    "run `skillfleet worker sandbox` on an x86_64 host with KVM, or set\n"
+    "               SKILLFLEET_SANDBOX_ISOLATION=container to run them in containers"
+)
+# Where a reason turns into the exception chain that caused it ("…: RuntimeError: …").
+_CHAIN = re.compile(r":\s+[A-Z]\w*(?:Error|Exception)\b")
 
 
 def announce(
@@ -121,8 +127,20 @@ def sandbox_status(settings: Settings, spark: bool) -> str | None:
         problem = host_problem()
         if problem is None:
             return None
-        why = problem.rstrip(".")
+        return sandbox_line(problem, logged=False)
     return f"  sandbox:     off ({why}; sandbox skills can't run)"
+
+
+def sandbox_line(reason: str, logged: bool = True) -> str:
+    """One sentence: why sandbox skills can't run here and what to do, without the exception
+    chain a failed micro-VM start gives (the `logged` worker's log keeps it)."""
+    why = _CHAIN.split(reason, maxsplit=1)[0].strip().rstrip(".")
+    if len(why) > REASON_CHARS:
+        why = why[: REASON_CHARS - 1] + "…"
+    return (
+        f"  sandbox:     off: {why}, so sandbox skills can't run here;\n"
+        f"               {SANDBOX_WAYS}{' (the sandbox log has the details)' if logged else ''}."
+    )
 
 
 def sandbox_refusal(
@@ -142,19 +160,9 @@ def sandbox_refusal(
             pid = str(workers.pid(naming.SANDBOX))
             for found in heartbeat.workers(client):
                 if found["role"] == naming.SANDBOX and found["pid"] == pid:
-                    return None if found["serving"] == "1" else refusal_line(found)
+                    reason = str(found.get("reason") or "its worker gave no reason")
+                    return None if found["serving"] == "1" else sandbox_line(reason)
             time.sleep(0.1)
     finally:
         client.close()
     return None
-
-
-def refusal_line(found: dict[str, Any]) -> str:
-    """Two lines of the banner: the worker's reason, cut, and where to read all of it."""
-    reason = str(found.get("reason") or "it gave no reason")
-    if len(reason) > REASON_CHARS:
-        reason = reason[: REASON_CHARS - 1] + "…"
-    return (
-        f"  sandbox:     off, sandbox skills can't run: {reason}\n"
-        f"               (all of it in the sandbox log; on a host without KVM, {CONTAINER_HINT})"
-    )

@@ -248,6 +248,7 @@ def nodes_list() -> None:
         ("name", "NAME"),
         ("registered", "REGISTERED"),
         ("alive", "ALIVE"),
+        ("health", "HEALTH"),
         ("worker_count", "WORKERS"),
         ("features_text", "FEATURES"),
         ("runs_as_text", "RUNS AS"),

@@ -33,6 +33,29 @@ def beating(client: redis.Redis, name: str) -> heartbeat.Instance:
     return instance
 
 
+def test_a_node_whose_worker_beats_but_serves_nothing_is_not_alive_and_says_why(
+    client, services, auth, agent_auth, live_redis
+):
+    name = f"ln-n-{uuid.uuid4().hex[:6]}"
+    register(services, name)
+    reason = "The standard environment could not be built: no package index answers."
+    instance = heartbeat.Instance(
+        role="node", queue=naming.node_queue(name), name=name, features=["skills"], reason=reason
+    )
+    heartbeat.beat(live_redis, instance, serving=False, alive_seconds=30)
+    try:
+        envelope = list_nodes(client, agent_auth)
+        api = {node["name"]: node for node in client.get("/api/nodes", headers=auth).json}
+    finally:
+        heartbeat.stop(live_redis, instance)
+    node = {node["name"]: node for node in envelope["result"]["nodes"]}[name]
+    assert (node["health"], node["alive"], node["queues"]) == ("not_serving", False, [])
+    assert [(w["alive"], w["serving"], w["reason"]) for w in node["workers"]] == [
+        (True, False, reason)
+    ]
+    assert (api[name]["health"], api[name]["alive"]) == ("not_serving", False)
+
+
 def past_its_window(client: redis.Redis, instance: heartbeat.Instance) -> None:
     """The worker's last beat as it stands once its alive window ran out: it stopped beating."""
     until = time.time() - 1

@@ -107,13 +107,20 @@ def test_a_sandbox_that_cannot_serve_is_named_once_in_the_banner_and_in_the_refu
     assert "`skillfleet worker sandbox` on an x86_64 host with KVM" in message
     assert "SKILLFLEET_SANDBOX_ISOLATION=container" in message
     problem = host_problem()
+    line = next(n for n, text in enumerate(up.lines) if text.startswith("  sandbox:     off: "))
+    said = " ".join(" ".join(up.lines[line : line + 3]).split())
     if problem is None:  # the worker started and could not start a micro-VM: its reason
         assert message.startswith("The sandbox worker on "), message
-        reason = message.split("so sandbox skills can't run: ", 1)[1][:60]
-        assert f"  sandbox:     off, sandbox skills can't run: {reason}" in banner, banner
+        reason = message.split("so sandbox skills can't run: ", 1)[1][:40]
+        assert f"sandbox: off: {reason}" in said, banner
+        assert "(the sandbox log has the details)." in said, banner
     else:  # this host can't run Hyperlight at all, so no worker was started
-        assert f"  sandbox:     off ({problem.rstrip('.')}" in banner, banner
+        assert f"sandbox: off: {problem.rstrip('.')[:40]}" in said, banner
         assert message.startswith("No sandbox worker is running"), message
+    # One sentence: why, and what to do; the exception chain stays in the log.
+    assert "so sandbox skills can't run here; run `skillfleet worker sandbox`" in said, banner
+    assert "SKILLFLEET_SANDBOX_ISOLATION=container to run them in containers" in said, banner
+    assert "Error:" not in said, banner
 
 
 def test_a_worker_that_exits_is_restarted_with_a_note_and_serves_again(up: Running) -> None:

@@ -32,13 +32,21 @@ export async function page({ main, onLeave }) {
         button.addEventListener("click", () => sync(node.name, button));
         return h("tr", { dataset: { node: node.name } },
           h("td", {}, node.name, node.registered ? "" : h("span", { class: "muted" }, " (not registered)")),
-          h("td", {}, h("span", { class: `status status-${node.alive ? "alive" : "down"}` }, node.alive ? "alive" : "silent")),
+          h("td", {}, state(node)),
           h("td", {}, ago(node.last_heartbeat)),
           h("td", {}, node.features.join(", ") || "—"),
           h("td", {}, Object.entries(node.hashes).map(([skill, hashes]) =>
             h("div", {}, h("code", {}, `${skill}@${hashes.map(hash8).join(", ")}`)))),
           h("td", {}, button));
       })));
+  }
+
+  // A node whose workers beat but serve nothing is not alive: it says why instead.
+  function state(node) {
+    const shown = { alive: "alive", not_serving: "not serving", stale: "silent", down: "silent" };
+    const badge = h("span", { class: `status status-${node.health}` }, shown[node.health] || node.health);
+    const why = node.workers.map((worker) => worker.reason).find((reason) => reason);
+    return node.health === "not_serving" && why ? [badge, h("div", { class: "muted" }, why)] : badge;
   }
 
   const timer = setInterval(() => load().catch(() => {}), 10_000); // heartbeats are not events
