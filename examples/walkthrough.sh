@@ -58,6 +58,11 @@ curl -sS "$SKILLFLEET_URL/api/calls/$(echo "$WAITING" | field call_id)?wait=30" 
 ls "$SCRATCH"
 
 step "A destructive call asks every time in a chat; in plan mode the policy refuses it"
-curl -sS -X POST "$SKILLFLEET_URL/api/tools/run_skill_script" -H "$AGENT" -H "$JSON" -d "$PURGE"; echo
+AGAIN=$(curl -sS -X POST "$SKILLFLEET_URL/api/tools/run_skill_script" -H "$AGENT" -H "$JSON" -d "$PURGE")
+echo "$AGAIN"
 PLAN='{"arguments": {"skill_name": "purge-tmp", "script": "scripts/purge.py", "arguments": {"folder": "'"$SCRATCH"'", "days": 7}, "node": "local"}, "chat_id": "'"$CHAT"'", "mode": "plan"}'
 curl -sS -X POST "$SKILLFLEET_URL/api/tools/run_skill_script" -H "$AGENT" -H "$JSON" -d "$PLAN"; echo
+
+step "Decline the call that still waits, so no card is left in the inbox"
+skillfleet approvals deny "$(echo "$AGAIN" | field approval_id)"
+skillfleet approvals list

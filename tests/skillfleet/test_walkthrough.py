@@ -47,6 +47,7 @@ EXPECTED = (
     "purged 1 files older than 7 days",
     "\nnew.log\n",
     "rule: plan-mode-changes-nothing",
+    ": denied\n",  # the walk-through declines the call it left waiting
 )
 
 
@@ -130,6 +131,8 @@ def _assert_walked_through(walk: subprocess.CompletedProcess[str]) -> None:
     # In a chat a destructive call asks again, even right after one was approved.
     assert output.count('"status":"pending_approval"') == 2, output
     assert "old.log" not in output, output
+    # No card is left waiting: the last listing of approvals is its header alone.
+    assert output.rstrip().endswith("ASKED BY  WARNING"), output
     assert "command not found" not in output, output
     assert "Traceback" not in output, output
 
