@@ -100,7 +100,9 @@ def tampering_proxy(
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         path = environ["PATH_INFO"]
         headers = {"Authorization": environ.get("HTTP_AUTHORIZATION", "")}
-        answer = httpx.get(upstream + path, headers=headers)
+        # httpx's 5 s default is less than a loaded machine's API may take: a proxy's timeout
+        # would be a 500 the node reports, not the tampering under test.
+        answer = httpx.get(upstream + path, headers=headers, timeout=60)
         body = answer.content
         if answer.status_code == 200 and path.endswith("/manifest") and manifest:
             signed = answer.json()
