@@ -29,6 +29,8 @@ from store.names import is_valid_hash, is_valid_name
 VERSIONS_DIR = ".versions"
 # The argument names a skill tool reads its skill from (broker/classify.py), in its order.
 SKILL_ARGUMENTS = ("skill_name", "skillName", "name")
+# The one tool whose calls may pin a version (broker/classify.py's RUN).
+PIN_TOOL = "run_skill_script"
 
 
 @dataclass(frozen=True)
@@ -190,8 +192,10 @@ def pinned_hashes(session: Session, owner_id: int | None, name: str) -> set[str]
 
 
 def step_skill(step: Any) -> str | None:
-    """The skill a job step's tool call names, as written (perhaps `name@<hash>`)."""
-    arguments = step.get("arguments") if isinstance(step, dict) else None
+    """The skill a job step's run_skill_script names, as written (perhaps `name@<hash>`)."""
+    if not isinstance(step, dict) or step.get("tool") != PIN_TOOL:
+        return None
+    arguments = step.get("arguments")
     if not isinstance(arguments, dict):
         return None
     for key in SKILL_ARGUMENTS:
@@ -215,11 +219,11 @@ def parse_pin(text: str | None) -> tuple[str | None, str | None]:
 
 
 def listing(sessions: SessionFactory, skill: Skill) -> list[SkillVersion]:
-    """The skill's versions, newest first."""
+    """The skill's versions, newest first (then by hash, descending: a page's order)."""
     query = (
         select(SkillVersion)
         .where(SkillVersion.skill_id == skill.id)
-        .order_by(SkillVersion.seen_at.desc(), SkillVersion.hash)
+        .order_by(SkillVersion.seen_at.desc(), SkillVersion.hash.desc())
     )
     with sessions() as session:
         return list(session.scalars(query))
