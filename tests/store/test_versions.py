@@ -100,6 +100,7 @@ def test_a_version_recorded_before_versions_were_kept_is_not_kept(services):
     assert third.hash in versions_of(services, third)
 
 
+@pytest.mark.both_databases  # the deletes of trimmed versions and their files
 def test_trimming_keeps_the_newest_the_current_and_the_pinned_versions(services):
     services.store.versions_kept = 2
     first = install(services, "notes", "v1")
@@ -121,6 +122,7 @@ def test_trimming_keeps_the_newest_the_current_and_the_pinned_versions(services)
     assert rollback(services.store, owner, "notes", first.hash).hash == first.hash
 
 
+@pytest.mark.both_databases  # concurrent writes of one skill
 def test_fifty_concurrent_rollbacks_have_one_outcome(services):
     first = install(services, "notes", "one")
     install(services, "notes", "two")
