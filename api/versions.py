@@ -7,7 +7,7 @@ from typing import Any
 import marshmallow as ma
 from flask.views import MethodView
 
-from api.auth import owner_only, owner_or_agent
+from api.auth import owner_only, owner_or_agent, principal
 from api.blueprint import Blueprint
 from api.nodes import broadcast_sync
 from api.paging import Page, keyset, memory_page
@@ -17,6 +17,7 @@ from api.services import services
 from store import versions
 from store.models import Skill, SkillVersion
 from store.rollback import rollback
+from store.tokens import Role
 
 blp = Blueprint(
     "versions", __name__, url_prefix="/api/skills", description="A skill's versions and rollback"
@@ -49,7 +50,13 @@ class SkillVersionSchema(ma.Schema):
     kept = ma.fields.Boolean(
         metadata={"description": "Whether its files are kept, so a rollback can make it current"}
     )
-    pinned = ma.fields.Boolean(metadata={"description": "Whether one of your jobs pins it"})
+    pinned = ma.fields.Boolean(
+        allow_none=True,
+        metadata={
+            "description": "Whether one of your jobs pins it; null for an agent token, which "
+            "reads no jobs"
+        },
+    )
 
 
 class RollbackSchema(ma.Schema):
@@ -71,8 +78,10 @@ class SkillVersions(MethodView):
         caller = owner_or_agent()
         skill = services().store.get(caller, name)
         rows = versions.listing(services().sessions, skill)
-        with services().sessions() as session:
-            pinned = versions.pinned_hashes(session, skill.owner_id, skill.name)
+        pinned = None
+        if principal().role == Role.OWNER:  # jobs are the owner's alone (api/jobs.py)
+            with services().sessions() as session:
+                pinned = versions.pinned_hashes(session, skill.owner_id, skill.name)
         shown = [_shown(row, skill, pinned) for row in rows]
         return memory_page(shown, page, caller, _newest_first, descending=True)
 
@@ -92,7 +101,7 @@ def _newest_first(shown: dict[str, Any]) -> tuple[str, str]:
     return (shown["seen_at"].isoformat(), shown["hash"])
 
 
-def _shown(row: SkillVersion, skill: Skill, pinned: set[str]) -> dict[str, Any]:
+def _shown(row: SkillVersion, skill: Skill, pinned: set[str] | None) -> dict[str, Any]:
     return {
         "hash": row.hash,
         "seen_at": row.seen_at,
@@ -103,5 +112,5 @@ def _shown(row: SkillVersion, skill: Skill, pinned: set[str]) -> dict[str, Any]:
         "size_bytes": row.size_bytes,
         "current": row.hash == skill.hash,
         "kept": row.kept,
-        "pinned": row.hash in pinned,
+        "pinned": None if pinned is None else row.hash in pinned,
     }

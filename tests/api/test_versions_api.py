@@ -79,6 +79,7 @@ def test_the_versions_list_says_which_is_current_and_who_made_each(client, auth,
         ("owner", "upload", True, None)
     }
     assert newest["file_count"] == 4 and newest["created_at"]
+    assert newest["pinned"] is None  # an agent token reads no jobs
     roll(client, auth, "changer", first["hash"])
     again = client.get("/api/skills/changer/versions", headers=auth).json
     assert [v["current"] for v in again] == [False, True]
