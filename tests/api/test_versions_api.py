@@ -264,3 +264,26 @@ def test_a_pinned_call_runs_only_while_its_version_is_current(client, auth):
     assert gone["error"]["code"] == "version_not_found"
     roll(client, auth, "changer", first["hash"])
     assert run_pinned(client, auth, "changer", first["hash"])["status"] == "pending_approval"
+
+
+def test_a_draft_and_an_owners_edit_are_versions_that_say_who_made_them(client, auth):
+    from toolcalls import draft_arguments, tool
+
+    drafted = tool(client, auth, "draft_skill", draft_arguments("notes-helper"))["result"]
+    edited = client.put(
+        "/api/skills/notes-helper/files/references/extra.md",
+        headers=auth,
+        json={"content": "More.\n", "hash": drafted["hash"]},
+    )
+    assert edited.status_code == 200, edited.json
+    listed = client.get("/api/skills/notes-helper/versions", headers=auth).json
+    assert [(v["hash"], v["source"], v["author"]) for v in listed] == [
+        (edited.json["hash"], "edit", "owner"),
+        (drafted["hash"], "draft", "assistant"),
+    ]
+    back = roll(client, auth, "notes-helper", drafted["hash"])
+    assert back.status_code == 200 and back.json["locked"] is True  # the owner chose it
+    assert (
+        client.get("/api/skills/notes-helper/files/references/extra.md", headers=auth).status_code
+        == 404
+    )
