@@ -103,12 +103,14 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         tokens,
         tools,
         turns,
+        versions,
         webhooks,
     )
 
     modules = (
         health,
         skills,
+        versions,
         tools,
         calls,
         approvals,

@@ -15,7 +15,7 @@ from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
 from api.schemas import JobBodySchema, JobRunSchema, JobRunStartedSchema, JobSchema
 from api.services import services
-from broker.jobs import Jobs, JobSpec, grants_of
+from broker.jobs import Jobs, JobSpec, grants_of, pins_of
 from relay.dispatch import start_job_run
 from store.models import Job, JobRun
 
@@ -48,6 +48,7 @@ def _shown(job: Job) -> dict[str, Any]:
     shown: dict[str, Any] = {name: getattr(job, name) for name in fields}
     shown.update(
         grants=grants,
+        pins=pins_of(services().store, job),
         next_run_at=job.next_run_at,
         created_at=job.created_at,
         updated_at=job.updated_at,

@@ -919,6 +919,18 @@ class JobBodySchema(ma.Schema):
     )
 
 
+class JobPinSchema(ma.Schema):
+    step = ma.fields.Integer(metadata={"description": "The step's number, from 1"})
+    skill = ma.fields.String()
+    hash = ma.fields.String(metadata={"description": "The version the step pins"})
+    current_hash = ma.fields.String(
+        allow_none=True, metadata={"description": "The skill's version now; null: it is gone"}
+    )
+    lagging = ma.fields.Boolean(
+        metadata={"description": "Whether the skill moved on from the pinned version"}
+    )
+
+
 class JobSchema(ma.Schema):
     id = ma.fields.String()
     name = ma.fields.String()
@@ -928,6 +940,10 @@ class JobSchema(ma.Schema):
     grants = ma.fields.Nested(JobGrantsSchema)
     skills = ma.fields.Raw(allow_none=True)
     enabled = ma.fields.Boolean()
+    pins = ma.fields.List(
+        ma.fields.Nested(JobPinSchema),
+        metadata={"description": "The skill versions its steps pin (`name@<hash>`), and which lag"},
+    )
     next_run_at = ma.fields.DateTime(
         allow_none=True, metadata={"description": "The next cron time, UTC (null if disabled)"}
     )

@@ -29,7 +29,7 @@ from broker.tiers import Tier
 from broker.webtools import PageReader
 from store import ownersecrets
 from store.commandline import CommandLineError, command_line
-from store.errors import SkillNotFound
+from store.errors import SkillNotFound, StoreError, VersionNotCurrent, VersionNotFound
 from store.files import FileStore
 from store.hashing import grant_key
 from store.models import Skill
@@ -37,6 +37,7 @@ from store.names import AUTO, is_valid_name
 from store.schemas import argv_of, schema_for
 from store.skills import SkillStore
 from store.validation import SkillInfo
+from store.versions import parse_pin
 
 SKILL_TOOLS = frozenset(
     {"load_skill", "read_skill_resource", "run_skill_script", "get_skill", "draft_skill",
@@ -166,6 +167,7 @@ def _named_skill(
     if tool.name not in SKILL_TOOLS:
         return None
     name = arguments.get("skill_name", arguments.get("skillName", arguments.get("name")))
+    name, pinned = _pinned(name) if tool.name == RUN else (name, None)
     if tool.name not in NEEDS_SKILL and not (isinstance(name, str) and is_valid_name(name)):
         return None
     if not isinstance(name, str) or not name:
@@ -179,7 +181,33 @@ def _named_skill(
         raise SkillNotFound(f"HOST: there is no skill named {shown!r}; call list_skills.") from None
     if tool.name in NEEDS_ENABLED and not skill.enabled:
         raise SkillDisabled(DISABLED)
+    if pinned is not None and pinned != skill.hash:
+        raise _not_pinned(store, skill, pinned)
     return skill
+
+
+def _pinned(name: object) -> tuple[object, str | None]:
+    """A skill named with its version (`name@<64-hex hash>`, as a job step may pin it) as the
+    name and the hash; any other name as it is, with no hash."""
+    if not isinstance(name, str) or "@" not in name:
+        return name, None
+    bare, skill_hash = parse_pin(name)
+    if bare is None or skill_hash is None:
+        raise InvalidCall("HOST: a skill is named 'name' or 'name@<64-hex hash>'.")
+    return bare, skill_hash
+
+
+def _not_pinned(store: SkillStore, skill: Skill, pinned: str) -> StoreError:
+    """The call pins a version the skill does not have now: it never runs other content."""
+    if store.had(skill, pinned):
+        return VersionNotCurrent(
+            f"HOST: the call pins {skill.name}@{pinned[:8]}, but '{skill.name}' is at "
+            f"{skill.hash[:8]} now: roll the skill back to that version, or pin its current one."
+        )
+    return VersionNotFound(
+        f"HOST: the call pins {skill.name}@{pinned[:8]}, which is no version '{skill.name}' "
+        f"has (any more); it is at {skill.hash[:8]} now."
+    )
 
 
 def _plan_run(

@@ -30,6 +30,7 @@ from store.errors import (
     JobInvalid,
     JobNotFound,
     JobRunning,
+    PinnedVersionUnknown,
     SkillNotFound,
     TooManyJobs,
 )
@@ -45,6 +46,7 @@ from store.limits import (
 )
 from store.models import Grant, Job, JobRun, Skill, utcnow
 from store.skills import SkillStore
+from store.versions import parse_pin, step_skill
 
 EVERY_SKILL = "*"
 GRANTABLE = (Tier.CHANGE, Tier.DESTRUCTIVE)
@@ -217,6 +219,8 @@ class Jobs:
         if not tool.implemented:
             raise JobInvalid(f"Step {number}: {tool.name} is not available in this release yet.")
         skill = step.get("arguments", {}).get("skill_name")
+        if tool.name == RUN and isinstance(skill, str) and "@" in skill:
+            skill = self._check_pin(owner_id, number, skill)
         if (
             tool.name in SKILL_TOOLS
             and isinstance(skill, str)
@@ -225,6 +229,28 @@ class Jobs:
             raise JobInvalid(
                 f"Step {number} uses the skill '{skill}', which the job's 'skills' don't include."
             )
+
+    def _check_pin(self, owner_id: int, number: int, entry: str) -> str:
+        """The name of a skill a step pins (`name@<64-hex hash>`): a version the skill has or
+        had and still records (store/versions.py keeps pinned ones)."""
+        name, skill_hash = parse_pin(entry)
+        if name is None or skill_hash is None:
+            raise JobInvalid(
+                f"Step {number}: a skill is named 'name' or 'name@<64-hex hash>', "
+                f"not {entry[:100]!r}."
+            )
+        try:
+            skill = self.store.get(owner_id, name)
+        except SkillNotFound:
+            raise JobInvalid(
+                f"Step {number} names '{name}', which you have no skill called."
+            ) from None
+        if not self.store.had(skill, skill_hash):
+            raise PinnedVersionUnknown(
+                f"Step {number} pins {name}@{skill_hash[:8]}, which is no version '{name}' has "
+                f"(any more); it is {name}@{skill.hash} now."
+            )
+        return name
 
     def _shared_builtin(self, owner_id: int, name: str) -> bool:
         try:
@@ -307,6 +333,25 @@ def grants_of(session: Session, job: Job) -> dict[str, list[str]]:
         listed = {"tool": "tools", HOST[:-1]: "hosts"}.get(kind, "skills")
         found.setdefault(listed, []).append(rest)
     return found
+
+
+def pins_of(store: SkillStore, job: Job) -> list[dict[str, Any]]:
+    """Each skill version the job's steps pin, with the skill's version now: a pin lags when
+    the skill moved on (the step then fails until the owner rolls back or moves the pin)."""
+    pins = []
+    for number, step in enumerate(job.steps or [], 1):
+        name, skill_hash = parse_pin(step_skill(step))
+        if name is None or skill_hash is None:
+            continue
+        try:
+            current: str | None = store.get(job.owner_id, name).hash
+        except SkillNotFound:
+            current = None
+        pins.append(
+            {"step": number, "skill": name, "hash": skill_hash, "current_hash": current,
+             "lagging": current != skill_hash}
+        )  # fmt: skip
+    return pins
 
 
 def schedule(job: Job) -> None:

@@ -58,7 +58,7 @@ def wire(clients: Clients) -> Wiring:
         clients.engine, clients.sessions, clients.redis, clients.celery
     )  # fmt: skip
     check = functools.partial(check_resolvable, index=settings.package_index)
-    store = SkillStore(sessions, settings.skills_dir, check)
+    store = SkillStore(sessions, settings.skills_dir, check, settings.versions_kept)
     # Every process forgets what it read of the skills index once a skill changes anywhere.
     indexcache.watch(
         sessions, store.index, lambda: generations.bump(client, naming.skills_generation())

@@ -328,3 +328,54 @@ def delete(name: str) -> None:
     """Delete an owned skill."""
     call_api("DELETE", f"/api/skills/{name}")
     click.echo(f"Deleted {name}.")
+
+
+@skills.command("versions")
+@click.argument("name")
+def versions_cmd(name: str) -> None:
+    """List a skill's versions, newest first; `*` marks the current one."""
+    rows = call_list(f"/api/skills/{name}/versions")
+    for row in rows:
+        row["mark"] = "*" if row["current"] else ""
+        row["hash8"] = row["hash"][:8]
+        row["when"] = row["created_at"][:19].replace("T", " ")
+    columns = [
+        ("mark", ""),
+        ("hash8", "HASH"),
+        ("when", "WHEN (UTC)"),
+        ("author", "BY"),
+        ("source", "SOURCE"),
+        ("signed_by", "SIGNED BY"),
+        ("kept", "KEPT"),
+        ("pinned", "PINNED"),
+    ]
+    click.echo(table(rows, columns))
+
+
+@skills.command("rollback")
+@click.argument("name")
+@click.argument("version")
+def rollback_cmd(name: str, version: str) -> None:
+    """Make a kept version of a skill current again: its full hash, or the start of one
+    (`skills versions NAME` lists them)."""
+    skill_hash = _version_hash(name, version.strip().lower())
+    skill = call_api("POST", f"/api/skills/{name}/rollback", json={"hash": skill_hash})
+    click.echo(f"{skill['name']} is at {skill['hash'][:8]} again (revision {skill['revision']}).")
+
+
+def _version_hash(name: str, given: str) -> str:
+    """The full hash of the one version of `name` that `given` is or starts."""
+    if len(given) == 64:
+        return given
+    found = [
+        row["hash"]
+        for row in call_list(f"/api/skills/{name}/versions")
+        if given and row["hash"].startswith(given)
+    ]
+    if len(found) != 1:
+        how = "no" if not found else "more than one"
+        click.echo(
+            f"Error (version_not_found): {how} version of {name} starts {given!r}.", err=True
+        )
+        sys.exit(1)
+    return str(found[0])

@@ -24,6 +24,7 @@ from store.models import Skill
 from store.paths import inside
 from store.skills import Origin, SkillStore
 from store.validation import SkillInfo
+from store.versions import Made
 
 # path -> the file's new text, or None to delete it
 FileChanges = Mapping[str, str | None]
@@ -132,4 +133,5 @@ def install_edit(
             expected_name=name,
             guard=guard,
             annotate=annotate,
+            made=Made("edit", "owner" if by_owner else "assistant"),
         )

@@ -169,6 +169,28 @@ class PackageNotFound(StoreError):
     status = 404
 
 
+class VersionNotFound(StoreError):
+    """Raised when a skill has no version of that hash (never had it, or it was trimmed)."""
+
+    code = "version_not_found"
+    status = 404
+
+
+class VersionNotKept(StoreError):
+    """Raised when a skill had that version but its files were not kept (recorded before
+    versions were kept), so it can't be made current again."""
+
+    code = "version_not_kept"
+    status = 409
+
+
+class VersionNotCurrent(StoreError):
+    """Raised when a call names a skill at a version (`name@hash`) that is not its current one."""
+
+    code = "pinned_version_not_current"
+    status = 409
+
+
 class UnsafePath(StoreError):
     """Raised when a name or path would lead outside the folder it belongs in."""
 
@@ -280,6 +302,12 @@ class JobInvalid(JobError):
 
     code = "job_invalid"
     status = 422
+
+
+class PinnedVersionUnknown(JobInvalid):
+    """Raised when a job step pins a skill version (`name@hash`) the skill does not have."""
+
+    code = "pinned_version_unknown"
 
 
 class CronInvalid(JobInvalid):

@@ -185,6 +185,9 @@ MAX_NOTICE_CHARS = 1000  # a notify_owner message
 RUN_OUTPUT_BYTES = 1 * MIB
 RUN_STREAM_TTL_SECONDS = 3600
 RUN_STREAMS_KEPT = 1000
+# Versions kept of each skill to roll back to, besides the current one and those a job pins
+# (SKILLFLEET_VERSIONS_KEPT).
+VERSIONS_KEPT = 20
 # Flower keeps this many tasks in memory, dropping the oldest (its own default is 100,000).
 FLOWER_MAX_TASKS = 10_000
 

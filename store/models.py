@@ -12,6 +12,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -241,7 +242,8 @@ class Skill(Base):
 
 
 class SkillVersion(Base):
-    """A content hash a skill has or had: what a job's grant may name (`name@<hash>`)."""
+    """A content hash a skill has or had: what a job's grant or step may name (`name@<hash>`),
+    who made it and how, and whether its files are kept to roll back to (store/versions.py)."""
 
     __tablename__ = "skill_versions"
 
@@ -250,6 +252,34 @@ class SkillVersion(Base):
     )
     hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # What made it (upload, github, copy, draft, edit, builtin, path) and who (owner,
+    # assistant, operator, builtin); None for versions recorded before versions were kept.
+    source: Mapped[str | None] = mapped_column(String(16))
+    author: Mapped[str | None] = mapped_column(String(16))
+    # The key that signed it, as the owner's trusted keys name it; None: unsigned or unchecked.
+    signed_by: Mapped[str | None] = mapped_column(String(200))
+    file_count: Mapped[int | None] = mapped_column(Integer)
+    size_bytes: Mapped[int | None] = mapped_column(Integer)
+    # Whether its files are in the store (skill_version_files), so it can be made current again.
+    kept: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class SkillVersionFile(Base):
+    """One file of a kept version: its path and the SHA-256 its bytes are stored under."""
+
+    __tablename__ = "skill_version_files"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["skill_id", "hash"],
+            ["skill_versions.skill_id", "skill_versions.hash"],
+            ondelete="CASCADE",
+        ),
+    )
+
+    skill_id: Mapped[int] = mapped_column(primary_key=True)
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), index=True)
 
 
 class Chat(Base):

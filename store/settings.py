@@ -243,6 +243,8 @@ class Settings:
     run_output_bytes: int = limits.RUN_OUTPUT_BYTES
     run_stream_ttl: int = limits.RUN_STREAM_TTL_SECONDS
     run_streams_kept: int = limits.RUN_STREAMS_KEPT
+    # Versions kept of each skill to roll back to (besides the current one and pinned ones).
+    versions_kept: int = limits.VERSIONS_KEPT
     flower_max_tasks: int = limits.FLOWER_MAX_TASKS
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -424,6 +426,7 @@ class Settings:
             flower_max_tasks=_at_least(
                 env, "SKILLFLEET_FLOWER_MAX_TASKS", limits.FLOWER_MAX_TASKS, 1
             ),
+            versions_kept=_at_least(env, "SKILLFLEET_VERSIONS_KEPT", limits.VERSIONS_KEPT, 1),
             extra=config,
         )
 

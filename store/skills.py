@@ -32,7 +32,7 @@ from store.frontmatter import read_loose
 from store.hashing import content_hash, regular_files
 from store.indexcache import IndexCache
 from store.leniency import read_header, read_skill_dir
-from store.limits import MAX_SKILLS
+from store.limits import MAX_SKILLS, VERSIONS_KEPT
 from store.lint import lint
 from store.models import Skill, SkillVersion, utcnow
 from store.names import EXECUTIONS, is_valid_name
@@ -41,6 +41,7 @@ from store.resources import read_resource
 from store.schemas import scripts_of
 from store.scriptinput import command_line_read
 from store.validation import SkillInfo, name_problems
+from store.versions import VERSIONS_DIR, Blobs, Made, digests_of, keep_folder, record, trim
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 _Row = TypeVar("_Row", bound=Any)
@@ -76,8 +77,11 @@ class SkillStore:
         sessions: SessionFactory,
         skills_dir: Path,
         dependency_check: Callable[[Declared], list[str]] | None = None,
+        versions_kept: int = VERSIONS_KEPT,
     ) -> None:
         self.sessions = sessions
+        # Versions kept of each skill besides its current one and pinned ones (store/versions.py).
+        self.versions_kept = versions_kept
         # Resolves declared dependencies at install (store/dependencies.py's check_resolvable);
         # it raises SkillInvalid, or returns warnings kept with the skill.
         self.dependency_check = dependency_check
@@ -86,6 +90,7 @@ class SkillStore:
         self.skills_dir = skills_dir
         self.skills_dir.mkdir(parents=True, exist_ok=True)
         (self.skills_dir / ".staging").mkdir(exist_ok=True)
+        self.blobs = Blobs(self.skills_dir / VERSIONS_DIR)
         self._adopt_legacy_folders()
 
     # -- reading -----------------------------------------------------------------
@@ -200,6 +205,7 @@ class SkillStore:
         guard: Callable[[Skill | None], None] | None = None,
         annotate: Callable[[Skill, SkillInfo], None] | None = None,
         execution: str | None = None,
+        made: Made | None = None,
     ) -> Skill:
         """Validate the staged folder `root` and move it into the owner's store by one rename.
 
@@ -212,6 +218,8 @@ class SkillStore:
         skill being replaced (or None) under the store's lock and raises to refuse; `annotate`
         fills review notes in the same transaction as the index entry. `execution` is the
         owner's choice of where it runs; without one, a replaced skill keeps its owner's.
+        `made` says what made this version and who, for its versions (default: `origin`'s);
+        the version replaced is kept too (store/versions.py).
         """
         owner_id = origin.owner_id
         if owner_id is None:
@@ -221,44 +229,59 @@ class SkillStore:
         skill_hash = content_hash(root)
         files = regular_files(root)
         size = sum((root / rel).stat().st_size for rel in files)
-        findings = lint({rel: (root / rel).read_bytes() for rel in files}, info)
+        contents = {rel: (root / rel).read_bytes() for rel in files}
+        findings = lint(contents, info)
         if self.dependency_check is not None:
             warnings = [*warnings, *self.dependency_check(declared_in(root))]
         final = self._owned_folder(owner_id, info.name)
-        with self._locked(), transaction(self.sessions) as session:
-            existing = session.scalar(_FIND, {"owner_id": owner_id, "name": info.name})
-            if guard is not None:
-                guard(existing)
-            self._check_can_install(session, existing, owner_id, info, replace)
-            final.parent.mkdir(exist_ok=True)
-            trash = self._move_aside(final)
-            root.rename(final)
-            try:
-                skill = existing or Skill(name=info.name, created_at=utcnow(), revision=0)
-                keep = bool(existing is not None and existing.enabled)
-                if execution is not None:
-                    skill.execution_choice = execution
-                _fill(skill, info, origin, skill_hash, len(files), size)
-                skill.warnings = [*warnings, *info.warnings]
-                skill.enabled = keep if enable is None else enable
-                skill.lint_warnings = findings
-                if annotate is not None:
-                    annotate(skill, info)
-                else:  # a fresh import: the notes of a draft it replaces no longer apply
-                    skill.source_chats = None
-                    skill.rationale = None
-                session.add(skill)
-                _remember_version(session, skill)
-            except BaseException:
-                final.rename(root)
-                if trash is not None:
-                    trash.rename(final)
-                with contextlib.suppress(OSError):
-                    final.parent.rmdir()  # only when this was the owner's first skill
-                raise
+        made = made or Made(origin.source, origin.author)
+        with self._locked():
+            with transaction(self.sessions) as session:
+                existing = session.scalar(_FIND, {"owner_id": owner_id, "name": info.name})
+                if guard is not None:
+                    guard(existing)
+                self._check_can_install(session, existing, owner_id, info, replace)
+                # The version replaced is kept, even one recorded before versions were kept.
+                pending = {} if existing is None else keep_folder(session, existing, final)
+                final.parent.mkdir(exist_ok=True)
+                trash = self._move_aside(final)
+                root.rename(final)
+                try:
+                    skill = existing or Skill(name=info.name, created_at=utcnow(), revision=0)
+                    keep = bool(existing is not None and existing.enabled)
+                    if execution is not None:
+                        skill.execution_choice = execution
+                    _fill(skill, info, origin, skill_hash, len(files), size)
+                    skill.warnings = [*warnings, *info.warnings]
+                    skill.enabled = keep if enable is None else enable
+                    skill.lint_warnings = findings
+                    if annotate is not None:
+                        annotate(skill, info)
+                    else:  # a fresh import: the notes of a draft it replaces no longer apply
+                        skill.source_chats = None
+                        skill.rationale = None
+                    session.add(skill)
+                    pending |= record(session, skill, made, contents)
+                    freed = trim(session, skill, self.versions_kept)
+                except BaseException:
+                    final.rename(root)
+                    if trash is not None:
+                        trash.rename(final)
+                    with contextlib.suppress(OSError):
+                        final.parent.rmdir()  # only when this was the owner's first skill
+                    raise
+            # Committed: the versions' files are stored before another writer may look.
+            self.blobs.put_all(pending)
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
+        self._collect(freed)
         return skill
+
+    def _collect(self, digests: set[str]) -> None:
+        """Remove the stored files of versions just dropped, if no other version lists them."""
+        if digests:
+            with self._locked(), self.sessions() as session:
+                self.blobs.collect(session, digests)
 
     def _check_can_install(
         self,
@@ -293,9 +316,11 @@ class SkillStore:
             if skill.read_only:
                 raise SkillBuiltin(f"'{name}' is a read-only {skill.source} skill.")
             trash = self._move_aside(self.folder(skill))
+            freed = digests_of(session, skill.id)
             session.delete(skill)
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
+        self._collect(freed)
 
     def duplicate(self, owner_id: int, name: str, new_name: str) -> Skill:
         """Copy a skill the owner sees (a built-in, say) into an owned skill under a new name."""
@@ -368,7 +393,7 @@ class SkillStore:
                 if row.name not in wanted:
                     session.delete(row)
             for name, (source, folder, info) in wanted.items():
-                _upsert_read_only(session, name, source, folder, info)
+                _upsert_read_only(session, name, source, folder, info, self.versions_kept)
 
     def _adopt_legacy_folders(self) -> None:
         """Move folders of owned skills from `<skills>/<name>` into their owner's folder."""
@@ -550,7 +575,7 @@ def _exists_message(info: SkillInfo) -> str:
 
 
 def _upsert_read_only(
-    session: Session, name: str, source: str, folder: Path, info: SkillInfo
+    session: Session, name: str, source: str, folder: Path, info: SkillInfo, keep: int
 ) -> None:
     # An owner's skill of the same name shadows this one for that owner only.
     row = session.scalar(select(Skill).where(Skill.name == name, Skill.owner_id.is_(None)))
@@ -570,15 +595,10 @@ def _upsert_read_only(
     )
     row.location = str(folder.resolve())
     session.add(row)
-    _remember_version(session, row)
-
-
-def _remember_version(session: Session, skill: Skill) -> None:
-    """Keep the skill's hash among the versions it had: a job's grant may name any of them."""
-    session.flush()  # a new skill gets its id
-    if session.get(SkillVersion, (skill.id, skill.hash)) is None:
-        session.add(SkillVersion(skill_id=skill.id, hash=skill.hash, seen_at=utcnow()))
-        session.flush()
+    # Its versions are remembered (a job's grant may name one) but not kept: its files are the
+    # operator's, read-only here.
+    record(session, row, Made(source, author))
+    trim(session, row, keep)
 
 
 def _rename_header(skill_md: Path, old: str, new: str) -> None:

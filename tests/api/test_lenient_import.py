@@ -315,6 +315,11 @@ def many_skills(names: list[str], body: str = "") -> bytes:
     return zip_bytes(files, top="many-main")
 
 
+def unversioned(paths: list[str]) -> list[str]:
+    """Paths of the store but the files of kept versions (store/versions.py)."""
+    return [path for path in paths if not path.startswith(".versions")]
+
+
 def test_a_repository_zip_fills_the_store_to_its_limit_and_refuses_each_skill_past_it(
     client, auth, other_auth, services
 ):
@@ -345,8 +350,10 @@ def test_a_repository_zip_fills_the_store_to_its_limit_and_refuses_each_skill_pa
     assert len(owned) == MAX_SKILLS
     assert {s["name"] for s in owned} == set(names[:MAX_SKILLS])
     # Nothing half-written: the refused have no folder, and only the replaced skill changed.
+    # (Kept versions' files, `.versions/`, gain the replaced skill's new ones.)
     paths, rows = store_snapshot(skills_dir, services.sessions)
-    assert paths == full[0]
+    assert unversioned(paths) == unversioned(full[0])
+    assert len(paths) - len(full[0]) == len(set(paths) - set(full[0])) == 1  # its new SKILL.md
     assert not [p for p in paths if any(p.endswith(f"/{name}") for name in names[MAX_SKILLS:])]
     changed = {row[0] for row in set(rows) ^ set(full[1])}
     assert changed == {names[0]}

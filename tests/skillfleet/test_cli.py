@@ -516,3 +516,26 @@ def test_an_mcp_host_signs_in_through_oauth_and_calls_a_tool_of_skillfleet_up(up
     ).json()
     mine = [token for token in tokens if token["label"] == host.name]
     assert [(t["role"], t["resource"]) for t in mine] == [("agent", f"{up.url}/mcp")]
+
+
+def test_skills_versions_lists_each_version_and_rollback_makes_one_current_again(
+    up: Running, skills_dir: Path
+) -> None:
+    folder = write_skill(skills_dir, "log-digest")
+    first = as_owner(up, "skills", "import", str(folder))
+    hash8 = first.stdout.splitlines()[1].removeprefix("hash: ")[:8]
+    (folder / "references" / "guide.md").write_text("# Guide\n\nRead me twice.\n")
+    as_owner(up, "skills", "import", str(folder), "--replace")
+
+    listed = as_owner(up, "skills", "versions", "log-digest")
+    rolled = as_owner(up, "skills", "rollback", "log-digest", hash8)
+    again = as_owner(up, "skills", "versions", "log-digest")
+    unknown = as_owner(up, "skills", "rollback", "log-digest", "0" * 64)
+
+    assert listed.returncode == 0, listed.stderr
+    rows = listed.stdout.splitlines()[1:]
+    assert len(rows) == 2 and rows[0].startswith("*") and hash8 in rows[1]
+    assert rolled.returncode == 0, rolled.stderr
+    assert rolled.stdout == f"log-digest is at {hash8} again (revision 3).\n"
+    assert again.stdout.splitlines()[2].startswith(f"*  {hash8}")
+    assert unknown.returncode == 1 and "version_not_found" in unknown.stderr

@@ -283,3 +283,38 @@ def test_a_run_whose_worker_died_is_interrupted_and_never_run_again(
     )
     assert calls_of(services, run_id) == []
     assert feed()[-1][0] == "job_run.interrupted"
+
+
+def replace_wiper(client, auth, text: str) -> dict:
+    import io
+
+    from factories import skill_files, zip_bytes
+
+    files = skill_files("wiper", metadata={"skillfleet.tier": "destructive"})
+    files["scripts/wipe.sh"] = text.encode()
+    response = client.post(
+        "/api/skills?replace=true",
+        headers=auth,
+        data={"file": (io.BytesIO(zip_bytes(files, top="wiper")), "s.zip")},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 201, response.json
+    return dict(response.json)
+
+
+def test_a_step_pinned_to_a_version_the_skill_moved_on_from_fails_until_it_is_rolled_back(
+    client, auth, context, wiper
+):
+    pinned = {**WIPE_STEP, "arguments": {**WIPE_STEP["arguments"],
+                                          "skill_name": f"wiper@{wiper['hash']}"}}  # fmt: skip
+    grants = {"tools": [], "skills": [f"wiper@{wiper['hash']}"]}
+    job = create(client, auth, [pinned], grants=grants)
+    assert run_now(client, auth, context, job)["status"] == "succeeded"
+    replace_wiper(client, auth, "#!/bin/bash\necho something else\n")
+    lagging = run_now(client, auth, context, job)
+    assert lagging["status"] == "failed"
+    assert lagging["error_code"] == "pinned_version_not_current"
+    assert "roll the skill back" in lagging["error_message"]
+    back = client.post("/api/skills/wiper/rollback", headers=auth, json={"hash": wiper["hash"]})
+    assert back.status_code == 200, back.json
+    assert run_now(client, auth, context, job)["status"] == "succeeded"

@@ -319,6 +319,22 @@ def test_sync_installs_every_listed_package_and_removes_stale_hashes(api, cache)
     assert cache.sync().installed == []
 
 
+def test_sync_after_a_rollback_installs_the_version_rolled_back_to_verified(api, cache):
+    from store.rollback import rollback
+
+    first = install(api, "demo", "1")
+    cache.sync()
+    second = install(api, "demo", "2")
+    assert cache.sync().installed == [f"demo@{second.hash}"]
+    rollback(api.services.store, owner_id_of(api.services), "demo", first.hash)
+    report = cache.sync()
+    assert report.installed == [f"demo@{first.hash}"]
+    assert report.removed == [f"demo@{second.hash}"]
+    folder = cache.ensure("demo", first.hash)
+    assert content_hash(folder) == first.hash
+    assert (folder / "scripts" / "version.py").read_text() == "print('1')\n"
+
+
 def test_an_unchanged_manifest_is_not_sent_again_and_a_changed_one_is(
     api, cache_dir, node_token, public_key
 ):

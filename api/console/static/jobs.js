@@ -175,6 +175,17 @@ function stepsDone(run) {
   });
 }
 
+// The skill versions its steps pin (`name@<hash>`); one the skill moved on from is marked: that
+// step fails until the skill is rolled back to it or the pin is moved (its skill page has both).
+function pinned(pins) {
+  if (!pins || !pins.length) return null;
+  return h("ul", { class: "pins" }, pins.map((pin) => h("li", { dataset: { pin: pin.skill, lagging: String(pin.lagging) } },
+    `step ${pin.step} pins `, h("a", { href: `#/skills/${pin.skill}` }, pin.skill), "@", h("code", {}, hash8(pin.hash)),
+    pin.lagging
+      ? h("span", { class: "error" }, pin.current_hash ? ` — lags behind ${hash8(pin.current_hash)}` : " — the skill is gone")
+      : h("span", { class: "muted" }, " (current)"))));
+}
+
 export async function page({ main, onFeed }) {
   try {
     await list("/api/jobs");
@@ -245,7 +256,7 @@ export async function page({ main, onFeed }) {
           h("td", {}, h("strong", {}, job.name), job.enabled ? "" : h("span", { class: "muted" }, " (disabled)")),
           h("td", {}, h("code", {}, job.cron), " ", h("span", { class: "muted" }, job.time_zone)),
           h("td", {}, job.next_run_at ? inZone(job.next_run_at, job.time_zone) : "—"),
-          h("td", {}, job.steps.map((step) => step.tool || "prompt").join(" → ")),
+          h("td", {}, job.steps.map((step) => step.tool || "prompt").join(" → "), pinned(job.pins)),
           h("td", { class: "actions" }, run,
             h("button", { type: "button", onclick: () => edit(job).catch((e) => showError(e, "Editing the job")) }, "Edit"),
             h("button", { type: "button", onclick: () => history(job).catch((e) => showError(e, "History")) }, "History")));

@@ -154,9 +154,44 @@ async function fileText(name, path) {
   return response.text();
 }
 
+// Its versions, newest first, each with who made it and how; a kept one that is not current
+// offers Rollback (asked to confirm), which makes it current: grants name hashes, so that
+// version's grants hold again. A read-only skill has no rollback.
+function versions(skill, items, done) {
+  const rows = items.map((version) => {
+    let action = null;
+    if (version.current) action = h("span", { class: "muted" }, "current");
+    else if (!skill.read_only && version.kept) {
+      const button = h("button", { type: "button", class: "rollback" }, "Rollback");
+      button.addEventListener("click", busy(button, async () => {
+        if (!window.confirm(`Roll ${skill.name} back to ${hash8(version.hash)}? It becomes the current version, with that version's grants.`)) return;
+        try {
+          await call("POST", `/api/skills/${skill.name}/rollback`, { hash: version.hash });
+        } catch (error) {
+          showError(error, `Rolling ${skill.name} back`);
+        }
+        await done();
+      }));
+      action = button;
+    }
+    return h("tr", { dataset: { version: version.hash } },
+      h("td", {}, h("code", { title: version.hash }, hash8(version.hash))),
+      h("td", {}, when(version.created_at)),
+      h("td", {}, version.author || "—"),
+      h("td", {}, version.source || "—"),
+      h("td", {}, version.signed_by || "—"),
+      h("td", {}, version.pinned ? "pinned by a job" : ""),
+      h("td", {}, action));
+  });
+  return h("section", { id: "skill-versions" },
+    h("h2", {}, `Versions (${items.length})`),
+    table(["Hash", "When", "By", "Source", "Signed by", "", ""], rows));
+}
+
 export async function skillPage(context, name) {
   const { main } = context;
   const skill = await get(`/api/skills/${name}`);
+  const { items: kept } = await listAll(`/api/skills/${name}/versions`);
   const viewer = h("pre", { id: "file", class: "file" });
   const viewing = h("h2", {}, "SKILL.md");
   async function open(path) {
@@ -194,6 +229,7 @@ export async function skillPage(context, name) {
     listed("lint-warnings", "Review warnings",
       "Heuristics that say where to look in the scripts before enabling; they prove nothing either way.",
       skill.lint_warnings || []),
+    versions(skill, kept, () => skillPage(context, name)),
     h("h2", {}, "Files"),
     h("ul", { class: "files" }, skill.files.map((file) => h("li", {},
       h("a", { href: `#/skills/${name}`, onclick: (event) => { event.preventDefault(); open(file.path); } }, file.path),
