@@ -102,6 +102,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         skills,
         tokens,
         tools,
+        trustedkeys,
         turns,
         webhooks,
     )
@@ -128,6 +129,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         push,
         webhooks,
         secrets,
+        trustedkeys,
         metrics,
     )
     for module in modules:
