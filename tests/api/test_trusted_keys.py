@@ -119,9 +119,7 @@ def test_the_same_key_or_name_twice_is_409_key_exists(client, auth, keys):
     ],
 )
 def test_a_body_of_the_wrong_shape_is_refused(client, auth, data, content_type, status, code):
-    response = client.post(
-        "/api/trusted-keys", headers=auth, data=data, content_type=content_type
-    )
+    response = client.post("/api/trusted-keys", headers=auth, data=data, content_type=content_type)
 
     assert response.status_code == status, response.json
     assert response.json["code"] == code
@@ -163,9 +161,7 @@ def test_an_agent_token_is_403_owner_only_on_every_route(client, auth, agent_aut
     assert [key["name"] for key in client.get("/api/trusted-keys", headers=auth).json] == ["dev"]
 
 
-def test_another_owners_key_is_not_listed_and_its_name_answers_404(
-    client, auth, other_auth, keys
-):
+def test_another_owners_key_is_not_listed_and_its_name_answers_404(client, auth, other_auth, keys):
     trust(client, other_auth, "bobs-key", keys["ed25519"])
 
     assert client.get("/api/trusted-keys", headers=auth).json == []

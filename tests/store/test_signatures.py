@@ -46,7 +46,9 @@ def trusted(name: str, key: Path) -> TrustedKey:
 def test_a_signature_over_the_hash_by_a_trusted_key_names_that_key(keys, kind):
     signature = ssh_sign(keys[kind], message(HASH))
 
-    verdict = judge(signature, HASH, [trusted("someone", keys["other"]), trusted("author", keys[kind])])
+    verdict = judge(
+        signature, HASH, [trusted("someone", keys["other"]), trusted("author", keys[kind])]
+    )
 
     assert verdict.signed_by == "author"
     assert verdict.fingerprint == fingerprint(keys[kind])
@@ -111,7 +113,9 @@ def test_a_damaged_signature_is_invalid(keys, damage):
         judge(signature, HASH, [trusted("author", keys["ed25519"])])
 
 
-def test_a_trusted_key_is_verified_through_its_allowed_signers_line_in_the_skillfleet_namespace(keys):
+def test_a_trusted_key_is_verified_through_its_allowed_signers_line_in_the_skillfleet_namespace(
+    keys,
+):
     key = trusted("author", keys["ed25519"])
     signature = ssh_sign(keys["ed25519"], message(HASH))
 
