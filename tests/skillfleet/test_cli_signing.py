@@ -123,9 +123,7 @@ def test_with_signatures_required_an_unsigned_skill_is_enabled_only_with_the_ove
     )
 
 
-def test_adding_a_weak_key_or_removing_an_unknown_one_exits_1_with_the_code(
-    owner: Fleet, tmp_path
-):
+def test_adding_a_weak_key_or_removing_an_unknown_one_exits_1_with_the_code(owner: Fleet, tmp_path):
     weak = make_key(tmp_path, "weak", "rsa", 1024)
 
     added = cli(owner, "trusted-keys", "add", str(weak) + ".pub", "--name", "weak")
