@@ -362,7 +362,8 @@ def test_a_key_trusted_on_the_keys_page_names_the_skills_it_signed_and_can_be_re
     page.goto(f"{console.url}/#/skills/{name}")
     assert page.wait_for_selector("#skill-signed-by").inner_text() == "author@example.org"
 
-    open_page(page, console, "keys")
+    page.goto(f"{console.url}/#/keys")
+    page.wait_for_selector("main[data-ready=keys]")
     page.locator("#trusted-keys tbody tr", has_text="author@example.org").get_by_role(
         "button", name="Remove"
     ).click()
