@@ -363,7 +363,7 @@ class SkillStore:
                 raise SkillChanged(
                     f"'{name}' changed since you reviewed it: its hash is now {skill.hash}."
                 )
-            if enabled:
+            if enabled and not skill.enabled:
                 check_switch_on(session, skill, override_signature)
             skill.enabled = enabled
             skill.updated_at = utcnow()

@@ -299,3 +299,24 @@ def test_a_signed_skill_imported_from_github_shows_its_signer(github_services, k
     assert response.status_code == 201, response.json
     assert response.json["signed_by"] == "author"
     assert SIGNATURE_FILE not in response.json["files"]
+
+
+def test_enabling_a_held_skill_that_is_already_on_changes_nothing_and_is_not_refused(client, auth):
+    upload(client, auth, skill_files("already-on"))
+    require_signature(client, auth)
+
+    again = enable(client, auth, "already-on")
+
+    assert again.status_code == 200 and again.json["enabled"] is True
+    assert again.json["signature_hold"] is True
+
+
+def test_with_signatures_required_a_duplicate_of_a_built_in_is_held(client, auth):
+    require_signature(client, auth)
+
+    copy = client.post(
+        "/api/skills/skill-authoring/duplicate", headers=auth, json={"name": "my-authoring"}
+    )
+
+    assert copy.status_code == 201, copy.json
+    assert copy.json["enabled"] is False and copy.json["signature_hold"] is True
