@@ -10,8 +10,9 @@ from factories import owner_id_of, write_skill
 from sshkeys import fingerprint, make_key, public_line, sign_folder, ssh_sign
 
 from store.db import transaction
-from store.errors import KeyExists, KeyInvalid, SignatureInvalid
+from store.errors import KeyExists, KeyInvalid, SignatureInvalid, TooManyKeys
 from store.hashing import SIGNATURE_FILE, content_hash, regular_files
+from store.limits import MAX_TRUSTED_KEYS
 from store.models import TrustedKey
 from store.signatures import allowed_signer, judge, message, take_signature
 from store.sshkeygen import sign
@@ -279,3 +280,15 @@ def test_a_key_can_be_trusted_once_under_one_name(services, owner, keys):
 
     assert "as 'author'" in again.value.message
     assert "named 'author'" in taken.value.message
+
+
+def test_an_owner_trusts_at_most_the_limits_number_of_keys(services, owner, tmp_path):
+    lines = [public_line(make_key(tmp_path, f"k{i}")) for i in range(MAX_TRUSTED_KEYS + 1)]
+    with transaction(services.sessions) as session:
+        for i, line in enumerate(lines[:-1]):
+            trust_key(session, owner, f"key-{i}", line)
+
+    with transaction(services.sessions) as session, pytest.raises(TooManyKeys) as refused:
+        trust_key(session, owner, "one-more", lines[-1])
+
+    assert refused.value.code == "too_many_keys" and refused.value.status == 409
