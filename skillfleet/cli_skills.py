@@ -198,7 +198,8 @@ def import_cmd(
     state = "enabled" if result["enabled"] else "disabled"
     click.echo(f"Imported {result['name']} ({len(result['files'])} files, {state}).")
     click.echo(f"hash: {result['hash']}")
-    click.echo(f"signature: {_signature(result)}")
+    if result.get("signature_status", "unsigned") != "unsigned" or result.get("signature_hold"):
+        click.echo(f"signature: {_signature(result)}")
     _echo_warnings(result.get("warnings", []))
     _echo_review(result["name"], result.get("lint_warnings", []))
 
