@@ -10,11 +10,12 @@ from factories import owner_id_of, write_skill
 from sshkeys import fingerprint, make_key, public_line, sign_folder, ssh_sign
 
 from store.db import transaction
-from store.errors import KeyExists, KeyInvalid, SignatureInvalid, TooManyKeys
+from store.drafts import Draft, save_draft
+from store.errors import KeyExists, KeyInvalid, SignatureInvalid, SignatureRequired, TooManyKeys
 from store.hashing import SIGNATURE_FILE, content_hash, regular_files
 from store.limits import MAX_TRUSTED_KEYS
 from store.models import TrustedKey
-from store.signatures import allowed_signer, judge, message, take_signature
+from store.signatures import allowed_signer, judge, message, set_required, take_signature
 from store.sshkeygen import sign
 from store.tokens import create_owner_token
 from store.trustedkeys import read_key_line, trust_key, trusted_keys
@@ -292,3 +293,19 @@ def test_an_owner_trusts_at_most_the_limits_number_of_keys(services, owner, tmp_
         trust_key(session, owner, "one-more", lines[-1])
 
     assert refused.value.code == "too_many_keys" and refused.value.status == 409
+
+
+def test_a_draft_of_an_owner_who_requires_signatures_is_held_like_any_unsigned_skill(
+    services, owner
+):
+    with transaction(services.sessions) as session:
+        set_required(session, owner, True)
+    draft = Draft("drafted", "Does a thing.", "# Steps\n", {}, [], "A chat went badly.")
+
+    saved = save_draft(services.store, owner, draft)
+
+    assert saved.enabled is False and saved.signature_hold is True
+    with pytest.raises(SignatureRequired):
+        services.store.set_enabled(owner, "drafted", True, saved.hash)
+    enabled = services.store.set_enabled(owner, "drafted", True, saved.hash, True)
+    assert enabled.enabled is True and enabled.signature_hold is False
