@@ -12,7 +12,7 @@ from sshkeys import fingerprint, make_key, public_line, sign_folder, ssh_sign
 from store.db import transaction
 from store.drafts import Draft, save_draft
 from store.errors import KeyExists, KeyInvalid, SignatureInvalid, SignatureRequired, TooManyKeys
-from store.hashing import SIGNATURE_FILE, content_hash, regular_files
+from store.hashing import SIGNATURE_FILE, content_hash, hash_entries, regular_files
 from store.limits import MAX_TRUSTED_KEYS
 from store.models import TrustedKey
 from store.signatures import allowed_signer, judge, message, set_required, take_signature
@@ -134,6 +134,11 @@ def test_adding_a_signature_leaves_the_content_hash_and_the_files_as_they_were(t
     assert (folder / SIGNATURE_FILE).is_file()
     assert content_hash(folder) == before
     assert SIGNATURE_FILE not in regular_files(folder)
+    # The same from a package's or a volume's entries, as nodes and runners hash them.
+    files = [path for path in folder.rglob("*") if path.is_file()]
+    entries = [(path.relative_to(folder).as_posix(), path.read_bytes()) for path in files]
+    assert SIGNATURE_FILE in [rel for rel, _data in entries]
+    assert hash_entries(entries) == before
 
 
 def test_only_the_signature_at_the_root_is_left_out_of_the_hash(tmp_path):
