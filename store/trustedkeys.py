@@ -78,13 +78,14 @@ def read_key_line(text: str) -> KeyLine:
     key_type = tokens[at]
     if key_type not in KEY_TYPES:
         raise KeyInvalid(f"A {key_type[:64]} key can't be trusted: only {KINDS} can.")
-    before = [token.strip('"') for token in tokens[:at]]
+    before = tokens[:at]
     if len(before) > 2:
         raise KeyInvalid("The line has more before the key than a principal and its options.")
     if len(before) == 2:
         _check_options(before[1])
+    principal = before[0].strip('"') if before else None
     comment = " ".join(tokens[at + 2 :])[:MAX_COMMENT_CHARS] or None
-    return KeyLine(before[0] if before else None, key_type, tokens[at + 1], comment)
+    return KeyLine(principal, key_type, tokens[at + 1], comment)
 
 
 def trust_key(session: Session, owner_id: int, name: object, text: object) -> TrustedKey:

@@ -215,7 +215,8 @@ def test_a_line_that_is_not_a_trustable_key_is_refused_with_the_reason(line, sai
     ("options", "said"),
     [('namespaces="git"', "needs the namespace 'skillfleet'"),
      ("cert-authority", "is not one skillfleet keeps"),
-     ('valid-before="20300101"', "is not one skillfleet keeps")],
+     ('valid-before="20300101"', "is not one skillfleet keeps"),
+     ('namespaces="skillfleet",cert-authority', "'cert-authority' is not one skillfleet keeps")],
 )  # fmt: skip
 def test_allowed_signers_options_that_would_change_the_trust_are_refused(keys, options, said):
     kind, blob, _comment = public_line(keys["ed25519"]).split()
