@@ -9,6 +9,9 @@ RUN mkdir /out && sh /src/build-launcher.sh /out/skillfleet-launch
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
+# ssh-keygen checks the SSH signatures of skills (docs/signing.md).
+RUN apt-get update && apt-get install -y --no-install-recommends openssh-client \
+    && rm -rf /var/lib/apt/lists/*
 # Dependencies first, at the locked versions and hashes: this layer is rebuilt only when the
 # lock changes, not with every change of the code.
 COPY requirements.lock ./

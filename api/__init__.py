@@ -102,6 +102,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         skills,
         tokens,
         tools,
+        trustedkeys,
         turns,
         versions,
         webhooks,
@@ -130,6 +131,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         push,
         webhooks,
         secrets,
+        trustedkeys,
         metrics,
     )
     for module in modules:

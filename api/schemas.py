@@ -20,6 +20,7 @@ from store.limits import (
     MAX_TOKEN_LABEL_CHARS,
 )
 from store.names import EXECUTIONS, NAME
+from store.signatures import STATUSES
 from store.states import (
     ApprovalStatus,
     CallStatus,
@@ -151,6 +152,26 @@ class SkillSchema(ma.Schema):
     )
     source_chats = ma.fields.List(ma.fields.String(), allow_none=True)
     rationale = ma.fields.String(allow_none=True)
+    signed_by = ma.fields.String(
+        allow_none=True,
+        metadata={
+            "description": "The name of your trusted key its skillfleet.sig verified with; "
+            "null when unsigned or signed by a key you don't trust"
+        },
+    )
+    signature_status = ma.fields.String(
+        metadata={"enum": list(STATUSES), "description": "trusted, untrusted or unsigned"}
+    )
+    signer_fingerprint = ma.fields.String(
+        allow_none=True,
+        metadata={"description": "SHA256 fingerprint of the key that signed it, trusted or not"},
+    )
+    signature_hold = ma.fields.Boolean(
+        metadata={
+            "description": "Held: you require signatures and no key you trust signed it; "
+            "enabling it needs override_signature (or trusting its signer's key)"
+        }
+    )
     created_at = ma.fields.DateTime()
     updated_at = ma.fields.DateTime()
     warnings = ma.fields.List(
@@ -263,6 +284,10 @@ class ImportedSkillSchema(ma.Schema):
     lint_warnings = ma.fields.List(
         ma.fields.String(), metadata={"description": "Review warnings: where to look first"}
     )
+    signed_by = ma.fields.String(allow_none=True)
+    signature_status = ma.fields.String(metadata={"enum": list(STATUSES)})
+    signer_fingerprint = ma.fields.String(allow_none=True)
+    signature_hold = ma.fields.Boolean()
 
 
 class BundleImportedSchema(ImportedSkillSchema):
@@ -356,6 +381,13 @@ class EnabledSchema(ma.Schema):
     enabled = JsonBoolean(required=True)
     hash = ma.fields.String(
         load_default=None, metadata={"description": "The hash you reviewed; 409 if it moved"}
+    )
+    override_signature = JsonBoolean(
+        load_default=False,
+        metadata={
+            "description": "Enable a skill held for want of a trusted signature anyway; "
+            "the override is recorded. Without it such a skill answers 409 signature_required"
+        },
     )
 
 
@@ -659,6 +691,13 @@ class SettingsSchema(ma.Schema):
         metadata={
             "description": "run_command runs its command through /bin/sh -c (pipes, $VARS) "
             "instead of as a plain argv; left out of a PUT, it stays as it is"
+        },
+    )
+    require_signature = JsonBoolean(
+        load_default=None,
+        metadata={
+            "description": "Hold skills no key you trust signed: they import disabled and "
+            "are enabled only with override_signature; left out of a PUT, it stays as it is"
         },
     )
 

@@ -1,4 +1,5 @@
-"""The owner's settings: which change tools (or skill versions) run without asking."""
+"""The owner's settings: which change tools (or skill versions) run without asking, how
+run_command runs, and whether skills need a trusted signature."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from store.errors import SkillNotFound
 from store.hashing import grant_key, shown_key
 from store.models import Owner
 from store.names import is_valid_name
+from store.signatures import set_required
 
 blp = Blueprint("settings", __name__, url_prefix="/api/settings", description="Owner settings")
 # The name part is checked by the one name rule (store/names.py), not by this pattern.
@@ -36,9 +38,11 @@ def get_settings() -> dict[str, Any]:
     with services().sessions() as session:
         keys = owner_keys(session, caller)
         shell = _shell(session, caller)
+        required = _owner(session, caller).require_signature
     return {
         "auto_tools": [shown_key(key).removeprefix("tool:") for key in keys],
         "run_command_shell": shell,
+        "require_signature": required,
     }
 
 
@@ -54,10 +58,14 @@ def put_settings(body: dict[str, Any]) -> dict[str, Any]:
         set_owner_keys(session, caller, keys)
         if body["run_command_shell"] is not None:
             _owner(session, caller).run_command_shell = body["run_command_shell"]
+        if body["require_signature"] is not None:
+            set_required(session, caller, body["require_signature"])
         shell = _shell(session, caller)
+        required = _owner(session, caller).require_signature
     return {
         "auto_tools": sorted(shown_key(key).removeprefix("tool:") for key in set(keys)),
         "run_command_shell": shell,
+        "require_signature": required,
     }
 
 

@@ -155,6 +155,10 @@ def _imported(skill: Skill) -> dict[str, Any]:
         "files": regular_files(folder),
         "warnings": list(skill.warnings or []),
         "lint_warnings": list(skill.lint_warnings or []),
+        "signed_by": skill.signed_by,
+        "signature_status": skill.signature_status,
+        "signer_fingerprint": skill.signer_fingerprint,
+        "signature_hold": skill.signature_hold,
     }
 
 
@@ -267,8 +271,11 @@ def duplicate(body: dict[str, Any], name: str) -> Skill:
 @blp.arguments(EnabledSchema())
 @blp.response(200, SkillSchema)
 def set_enabled(body: dict[str, Any], name: str) -> Skill:
-    """Enable or disable a skill; with `hash`, only if it is still the content you reviewed"""
-    skill = services().store.set_enabled(owner_only(), name, body["enabled"], body["hash"])
+    """Enable or disable a skill; with `hash`, only if it is still the content you reviewed;
+    a skill held for want of a trusted signature needs `override_signature`"""
+    skill = services().store.set_enabled(
+        owner_only(), name, body["enabled"], body["hash"], body["override_signature"]
+    )
     broadcast_sync()
     return skill
 

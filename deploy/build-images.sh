@@ -26,7 +26,8 @@
 set -euo pipefail
 
 readonly SUITE=bookworm
-readonly PACKAGES=bash,ca-certificates,python3,postgresql,redis-server,haproxy,curl,tini
+# openssh-client: the API checks skill signatures with ssh-keygen (docs/signing.md).
+readonly PACKAGES=bash,ca-certificates,python3,postgresql,redis-server,haproxy,curl,tini,openssh-client
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 

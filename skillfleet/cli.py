@@ -29,6 +29,7 @@ LAZY_COMMANDS = {
     "runs": "skillfleet.cli_runs:runs",
     "secrets": "skillfleet.cli_secrets:secrets",
     "skills": "skillfleet.cli_skills:skills",
+    "trusted-keys": "skillfleet.cli_trust:trusted_keys",
     "worker": "skillfleet.cli_workers:worker",
 }
 

@@ -104,6 +104,7 @@ def list_cmd() -> None:
         ("execution", "RUNS ON"),
         ("tier", "TIER"),
         ("hash8", "HASH"),
+        ("signed_by", "SIGNED BY"),
         ("description", "DESCRIPTION"),
     ]
     click.echo(table(rows, columns))
@@ -130,6 +131,7 @@ def show(name: str, all_warnings: bool) -> None:
         "updated_at",
     ):
         click.echo(f"{key + ':':<13}{_cell(skill.get(key), 200)}")
+    click.echo(f"{'signature:':<13}{_signature(skill)}")
     if skill.get("declared_name"):
         click.echo(f"{'named:':<13}{_cell(skill['declared_name'], 200)} (in SKILL.md)")
     if skill.get("allowed_tools"):
@@ -148,6 +150,17 @@ def show(name: str, all_warnings: bool) -> None:
     if skill.get("lint_warnings"):
         click.echo()
         _echo_review(skill["name"], skill["lint_warnings"], everything=all_warnings)
+
+
+def _signature(skill: dict[str, Any]) -> str:
+    """Who signed it, as the owner's trust has it, and whether it is held for that."""
+    status = skill.get("signature_status") or "unsigned"
+    said = {
+        "trusted": f"signed by {shown(skill.get('signed_by'))}",
+        "untrusted": f"signed by a key you don't trust ({shown(skill.get('signer_fingerprint'))})",
+    }.get(status, "unsigned")
+    held = " — held: enable it with --override-signature, or trust its signer's key"
+    return said + (held if skill.get("signature_hold") else "")
 
 
 @skills.command("import")
@@ -185,6 +198,8 @@ def import_cmd(
     state = "enabled" if result["enabled"] else "disabled"
     click.echo(f"Imported {result['name']} ({len(result['files'])} files, {state}).")
     click.echo(f"hash: {result['hash']}")
+    if result.get("signature_status", "unsigned") != "unsigned" or result.get("signature_hold"):
+        click.echo(f"signature: {_signature(result)}")
     _echo_warnings(result.get("warnings", []))
     _echo_review(result["name"], result.get("lint_warnings", []))
 
@@ -308,10 +323,50 @@ def execution_cmd(name: str, where: str) -> None:
 @skills.command("enable")
 @click.argument("name")
 @click.option("--hash", "expected", default=None, help="Only if the skill still has this hash.")
-def enable(name: str, expected: str | None) -> None:
+@click.option(
+    "--override-signature",
+    is_flag=True,
+    help="Enable it although you require signatures and no key you trust signed it (recorded).",
+)
+def enable(name: str, expected: str | None, override_signature: bool) -> None:
     """Enable a skill."""
-    skill = call_api("PUT", f"/api/skills/{name}/enabled", json={"enabled": True, "hash": expected})
+    body = {"enabled": True, "hash": expected, "override_signature": override_signature}
+    skill = call_api("PUT", f"/api/skills/{name}/enabled", json=body)
     click.echo(f"Enabled {skill['name']} ({skill['hash'][:8]}).")
+
+
+@skills.command("hash")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def hash_cmd(folder: Path) -> None:
+    """Print a skill folder's content hash: what an import gives it, and what authors sign."""
+    from store.hashing import content_hash
+
+    click.echo(content_hash(folder))
+
+
+@skills.command("sign")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--key",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Your SSH private key (or its .pub, to sign with the key in ssh-agent).",
+)
+def sign_cmd(folder: Path, key: Path) -> None:
+    """Sign FOLDER's content hash with your SSH key (ssh-keygen -Y sign -n skillfleet) into
+    FOLDER/skillfleet.sig; the hash stays as it is. Sign after the last change."""
+    from store.errors import StoreError
+    from store.hashing import SIGNATURE_FILE, content_hash
+    from store.signatures import message
+    from store.sshkeygen import sign
+
+    skill_hash = content_hash(folder)
+    try:
+        signature = sign(message(skill_hash), key)
+    except StoreError as e:
+        raise click.ClickException(e.message) from e
+    (folder / SIGNATURE_FILE).write_bytes(signature)
+    click.echo(f"Signed {skill_hash} into {folder / SIGNATURE_FILE}.")
 
 
 @skills.command("disable")

@@ -162,6 +162,58 @@ class ManifestInvalid(StoreError):
     status = 422
 
 
+class SignatureInvalid(StoreError):
+    """Raised when a skill's `skillfleet.sig` does not verify: made over another hash or in
+    another namespace, cut short, or not an SSH signature at all. Never ignored."""
+
+    code = "signature_invalid"
+    status = 422
+
+
+class SignatureRequired(StoreError):
+    """Raised when enabling a held skill (the owner requires signatures from trusted keys and
+    it has none) without the explicit override."""
+
+    code = "signature_required"
+    status = 409
+
+
+class KeyInvalid(StoreError):
+    """Raised when a key to trust is not an Ed25519, RSA (2048 bits or more) or ECDSA SSH
+    public key, or its name is not usable."""
+
+    code = "key_invalid"
+    status = 422
+
+
+class KeyExists(StoreError):
+    """Raised when the owner already trusts a key of that name, or that key under another name."""
+
+    code = "key_exists"
+    status = 409
+
+
+class KeyNotFound(StoreError):
+    """Raised when the owner trusts no key of that name."""
+
+    code = "key_not_found"
+    status = 404
+
+
+class TooManyKeys(StoreError):
+    """Raised when the owner already trusts the most keys one owner may."""
+
+    code = "too_many_keys"
+    status = 409
+
+
+class SigningUnavailable(StoreError):
+    """Raised when ssh-keygen, which checks keys and signatures, is missing or did not answer."""
+
+    code = "signing_unavailable"
+    status = 503
+
+
 class PackageNotFound(StoreError):
     """Raised when no package of that name and hash is served (unknown or retired)."""
 

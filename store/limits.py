@@ -216,3 +216,11 @@ FILE_CHUNK_BYTES = 1 * MIB
 GITHUB_SIGNIN_STARTS = 10
 GITHUB_SIGNIN_WINDOW_SECONDS = 900
 MAX_SIGNIN_ID_CHARS = 64
+
+# Signed skills and the keys an owner trusts (store/trust.py, store/sshkeygen.py).
+MAX_TRUSTED_KEYS = 50  # per owner
+MAX_KEY_NAME_CHARS = 64
+MAX_PUBLIC_KEY_CHARS = 16 * KIB  # a public key or allowed_signers line as sent
+MAX_SIGNATURE_BYTES = 16 * KIB  # skillfleet.sig (an RSA-16384 signature is some 3 KiB)
+MIN_RSA_BITS = 2048
+SSH_KEYGEN_SECONDS = 10.0  # one ssh-keygen run: a key check, a verification or a signing

@@ -76,6 +76,9 @@ class Owner(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # run_command's command runs through /bin/sh -c instead of as a plain argv (owner setting).
     run_command_shell: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # New content no key the owner trusts signed is held: installed disabled, and switched on
+    # only with an explicit override (store/signatures.py).
+    require_signature: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class ApiToken(Base):
@@ -231,6 +234,15 @@ class Skill(Base):
     lint_warnings: Mapped[list[str] | None] = mapped_column(JSON)
     source_chats: Mapped[list[str] | None] = mapped_column(JSON)
     rationale: Mapped[str | None] = mapped_column(Text)
+    # The author's SSH signature over the content hash (`skillfleet.sig`, store/signatures.py):
+    # its text, the fingerprint of the key that made it, and the name of the owner's trusted
+    # key it verified with (None: unsigned, or signed by a key the owner does not trust).
+    signature: Mapped[str | None] = mapped_column(Text)
+    signer_fingerprint: Mapped[str | None] = mapped_column(String(100))
+    signed_by: Mapped[str | None] = mapped_column(String(64))
+    # Held: the owner requires signatures and no trusted key signed this content; it is
+    # switched on only with the override.
+    signature_hold: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     # What the import bent to accept the skill (store/leniency.py), shown for review.
@@ -239,6 +251,14 @@ class Skill(Base):
     @property
     def read_only(self) -> bool:
         return self.source in ("builtin", "path")
+
+    @property
+    def signature_status(self) -> str:
+        """trusted (`signed_by` names the owner's key), untrusted (a good signature by a key
+        the owner does not trust) or unsigned (store/signatures.py)."""
+        if self.signed_by is not None:
+            return "trusted"
+        return "untrusted" if self.signer_fingerprint is not None else "unsigned"
 
 
 class SkillVersion(Base):
@@ -471,6 +491,27 @@ class OwnerSecret(Base):
     value: Mapped[str] = mapped_column(Text)  # Fernet token (store/secrets.py)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TrustedKey(Base):
+    """An SSH public key the owner trusts to sign skills, under a name skills show as
+    `signed_by` (store/trustedkeys.py)."""
+
+    __tablename__ = "trusted_keys"
+    __table_args__ = (
+        UniqueConstraint("owner_id", "name"),
+        UniqueConstraint("owner_id", "fingerprint", name="uq_trusted_keys_owner_fingerprint"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    key_type: Mapped[str] = mapped_column(String(64))  # ssh-ed25519, ssh-rsa, ecdsa-sha2-…
+    public_key: Mapped[str] = mapped_column(Text)  # `<type> <base64>`, no comment
+    fingerprint: Mapped[str] = mapped_column(String(100))  # SHA256:…, as ssh-keygen shows it
+    bits: Mapped[int] = mapped_column(Integer)
+    comment: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class EditPlan(Base):

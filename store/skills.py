@@ -40,6 +40,14 @@ from store.paths import inside
 from store.resources import read_resource
 from store.schemas import scripts_of
 from store.scriptinput import command_line_read
+from store.signatures import (
+    Verdict,
+    check_switch_on,
+    judge,
+    owner_keys,
+    settle,
+    take_signature,
+)
 from store.validation import SkillInfo, name_problems
 from store.versions import VERSIONS_DIR, Blobs, Made, digests_of, keep_folder, record, trim
 
@@ -225,8 +233,10 @@ class SkillStore:
         if owner_id is None:
             raise ValueError("an installed skill needs an owner")
         folder_name = expected_name if expected_name is not None else root.name
+        signature = take_signature(root)
         info = read_skill_dir(root, folder_name, name)
         skill_hash = content_hash(root)
+        verdict = self._judge(owner_id, signature, skill_hash)
         files = regular_files(root)
         size = sum((root / rel).stat().st_size for rel in files)
         contents = {rel: (root / rel).read_bytes() for rel in files}
@@ -253,7 +263,8 @@ class SkillStore:
                         skill.execution_choice = execution
                     _fill(skill, info, origin, skill_hash, len(files), size)
                     skill.warnings = [*warnings, *info.warnings]
-                    skill.enabled = keep if enable is None else enable
+                    switch = settle(session, skill, verdict, enable)
+                    skill.enabled = keep if switch is None else switch
                     skill.lint_warnings = findings
                     if annotate is not None:
                         annotate(skill, info)
@@ -282,6 +293,15 @@ class SkillStore:
         if digests:
             with self._locked(), self.sessions() as session:
                 self.blobs.collect(session, digests)
+
+    def _judge(self, owner_id: int, signature: bytes | None, skill_hash: str) -> Verdict:
+        """The verdict on a staged skill's signature for its owner (store/signatures.py)."""
+        if signature is None:
+            return Verdict()
+        with self.sessions() as session:
+            keys = owner_keys(session, owner_id)
+            session.expunge_all()
+        return judge(signature, skill_hash, keys)
 
     def _check_can_install(
         self,
@@ -345,9 +365,16 @@ class SkillStore:
             )
 
     def set_enabled(
-        self, owner_id: int, name: str, enabled: bool, expected_hash: str | None = None
+        self,
+        owner_id: int,
+        name: str,
+        enabled: bool,
+        expected_hash: str | None = None,
+        override_signature: bool = False,
     ) -> Skill:
-        """Switch an owned skill on or off; with a hash, only if it is still that content."""
+        """Switch an owned skill on or off; with a hash, only if it is still that content. A
+        skill held for want of a trusted signature is switched on only with
+        `override_signature` (store/signatures.py)."""
         with transaction(self.sessions) as session:
             skill = _find(session, owner_id, name)
             if skill.read_only:
@@ -361,6 +388,8 @@ class SkillStore:
                 raise SkillChanged(
                     f"'{name}' changed since you reviewed it: its hash is now {skill.hash}."
                 )
+            if enabled and not skill.enabled:
+                check_switch_on(session, skill, override_signature)
             skill.enabled = enabled
             skill.updated_at = utcnow()
             if enabled and skill.author == "assistant":

@@ -104,6 +104,7 @@ def record(
             file_count=skill.file_count,
             size_bytes=skill.size_bytes,
             kept=False,
+            signed_by=skill.signed_by,
         )
         session.add(row)
         session.flush()

@@ -48,7 +48,11 @@ def test_a_chunked_json_body_is_read_and_its_change_saved(served, auth):
     assert answer.request.headers["Transfer-Encoding"] == "chunked"
     assert "Content-Length" not in answer.request.headers
     assert answer.status_code == 200, answer.text
-    assert answer.json() == {"auto_tools": [], "run_command_shell": True}
+    assert answer.json() == {
+        "auto_tools": [],
+        "run_command_shell": True,
+        "require_signature": False,
+    }
     assert settings_of(served, auth)["run_command_shell"] is True
 
 

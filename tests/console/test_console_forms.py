@@ -1,4 +1,4 @@
-"""The console's forms in a real browser against a real fleet: Jobs, Review and Tokens.
+"""The console's forms in a real browser against a real fleet: Jobs, Review, Tokens and Keys.
 
 A job is created through the page's form (with its cron preview), run now and followed to a
 history entry; on Review an agent's draft is enabled and its edit plans answered by clicking;
@@ -8,9 +8,11 @@ shown with the API's own message.
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,10 +29,13 @@ from browsing import (  # fixtures and helpers
     ticker_job,
     with_control_worker,
 )
+from factories import skill_files, zip_bytes
 from fleet import Fleet, wait_until
+from sshkeys import fingerprint, make_key, public_line, ssh_sign
 from toolcalls import draft_arguments
 
 from store.cron import next_time
+from store.hashing import SIGNATURE_FILE, hash_entries
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -333,3 +338,35 @@ def test_the_jobs_and_review_forms_fit_a_phones_width(browser: Any, console: Fle
             assert width <= PHONE["width"], f"{route} is {width} px wide"
     finally:
         context.close()
+
+
+def test_a_key_trusted_on_the_keys_page_names_the_skills_it_signed_and_can_be_removed(
+    page: Any, console: Fleet, tmp_path: Path
+) -> None:
+    key = make_key(tmp_path, "author")
+    name = f"signed-{uuid.uuid4().hex[:6]}"
+    files = skill_files(name)
+    files[SIGNATURE_FILE] = ssh_sign(key, hash_entries(files.items()).encode())
+    open_page(page, console, "keys")
+    page.fill("#key-name", "author@example.org")
+    page.fill("#key-text", public_line(key))
+    page.get_by_role("button", name="Trust key").click()
+    row = page.locator("#trusted-keys tbody tr", has_text="author@example.org")
+    row.wait_for()
+    assert fingerprint(key) in row.inner_text()
+
+    with console.http() as client:
+        data = zip_bytes(files, top=name)
+        imported = client.post("/api/skills", files={"file": ("s.zip", io.BytesIO(data))})
+    assert imported.status_code == 201, imported.text
+    page.goto(f"{console.url}/#/skills/{name}")
+    assert page.wait_for_selector("#skill-signed-by").inner_text() == "author@example.org"
+
+    page.goto(f"{console.url}/#/keys")
+    page.wait_for_selector("main[data-ready=keys]")
+    page.locator("#trusted-keys tbody tr", has_text="author@example.org").get_by_role(
+        "button", name="Remove"
+    ).click()
+    page.wait_for_selector("#trusted-keys p.muted")
+    page.goto(f"{console.url}/#/skills/{name}")
+    assert "a key you don't trust" in page.wait_for_selector("#skill-signed-by").inner_text()

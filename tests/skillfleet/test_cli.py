@@ -218,7 +218,9 @@ def test_skills_import_then_list_shows_the_skill_in_a_table_with_a_header_row(
     listed = as_owner(up, "skills", "list")
     assert listed.returncode == 0, listed.stderr
     header = re.split(r"\s{2,}", listed.stdout.splitlines()[0])
-    assert header == ["NAME", "ENABLED", "SOURCE", "RUNS ON", "TIER", "HASH", "DESCRIPTION"]
+    assert header == [
+        "NAME", "ENABLED", "SOURCE", "RUNS ON", "TIER", "HASH", "SIGNED BY", "DESCRIPTION"
+    ]  # fmt: skip
     assert table_row(listed.stdout, "csv-report")[1:5] == ["yes", "upload", "auto", "change"]
     assert table_row(listed.stdout, "skill-authoring")[2] == "builtin"
 

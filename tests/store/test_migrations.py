@@ -125,7 +125,11 @@ def test_0022_gives_each_run_its_calls_chat_and_a_deleted_chat_leaves_its_runs_w
         command.downgrade(alembic_config(database_url), "0021")
         assert "chat_id" not in {c["name"] for c in inspect(engine).get_columns("runs")}
         with engine.begin() as connection:
-            connection.execute(tables["owners"].insert(), {"id": 1, "name": "a"})
+            # Only the columns 0021 had: later migrations add more to owners.
+            connection.execute(
+                text("INSERT INTO owners (id, name, created_at, run_command_shell) "
+                     "VALUES (1, 'a', CURRENT_TIMESTAMP, false)")
+            )  # fmt: skip
             connection.execute(
                 tables["chats"].insert(),
                 [{"id": 7, "owner_id": 1, "external_id": "c7"},
@@ -154,5 +158,39 @@ def test_0022_gives_each_run_its_calls_chat_and_a_deleted_chat_leaves_its_runs_w
             assert dict(connection.execute(chats).all()) == {
                 "job": None, "r7": None, "r8": 8, "rn": None,
             }  # fmt: skip
+    finally:
+        engine.dispose()
+
+
+def test_0024_leaves_existing_owners_requiring_no_signature_and_their_skills_unsigned(
+    database_url,
+):
+    engine = make_engine(database_url)
+    skill = (
+        "INSERT INTO skills (id, name, source, owner_id, author, enabled, hash, revision, "
+        "description, execution, tier, file_count, size_bytes, locked, created_at, updated_at, "
+        "warnings) VALUES (1, 's', 'upload', 1, 'owner', true, :hash, 1, 'd', 'node', 'read', "
+        "1, 1, false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, '[]')"
+    )
+    try:
+        command.downgrade(alembic_config(database_url), "0022")
+        assert "trusted_keys" not in inspect(engine).get_table_names()
+        with engine.begin() as connection:
+            connection.execute(
+                text("INSERT INTO owners (id, name, created_at, run_command_shell) "
+                     "VALUES (1, 'a', CURRENT_TIMESTAMP, false)")
+            )  # fmt: skip
+            connection.execute(text(skill), {"hash": "a" * 64})
+    finally:
+        upgrade(database_url)
+    try:
+        with engine.begin() as connection:
+            owner = text("SELECT require_signature FROM owners WHERE id = 1")
+            assert connection.execute(owner).scalar_one() in (False, 0)
+            row = connection.execute(
+                text("SELECT signature, signer_fingerprint, signed_by, signature_hold, enabled "
+                     "FROM skills WHERE id = 1")
+            ).one()  # fmt: skip
+            assert tuple(row) in ((None, None, None, False, True), (None, None, None, 0, 1))
     finally:
         engine.dispose()

@@ -25,6 +25,7 @@ const ROUTES = [
   [/^#\/nodes$/, lazy("./nodes.js", "page"), "nodes"],
   [/^#\/tokens$/, lazy("./tokens.js", "page"), "tokens"],
   [/^#\/secrets$/, lazy("./secrets.js", "page"), "secrets"],
+  [/^#\/keys$/, lazy("./keys.js", "page"), "keys"],
 ];
 
 // Feed listeners of the page on show; dropped when the page changes.

@@ -60,12 +60,23 @@ async function draftCard(draft, act) {
       h("a", { href: `#/skills/${draft.name}` }, "read them")) : null,
     h("div", { class: "actions" },
       button(`Enable @${hash8(draft.hash)}`, () => act(
-        () => put(`${path}/enabled`, { enabled: true, hash: draft.hash }),
+        () => enableDraft(path, draft),
         `Enabled ${draft.name} at ${hash8(draft.hash)}.`, `Enabling ${draft.name}`), { class: "primary" }),
       button("Discard", async () => {
         if (!window.confirm(`Delete the draft ${draft.name}?`)) return;
         await act(() => del(path), `Discarded ${draft.name}.`, `Discarding ${draft.name}`);
       }, { class: "danger" })));
+}
+
+// A draft is unsigned: when the owner requires signatures it is held, and enabling it takes
+// the override, asked for here and recorded by the server.
+async function enableDraft(path, draft) {
+  try {
+    return await put(`${path}/enabled`, { enabled: true, hash: draft.hash });
+  } catch (error) {
+    if (error.code !== "signature_required" || !window.confirm(`${error.message}\n\nEnable ${draft.name} anyway?`)) throw error;
+    return put(`${path}/enabled`, { enabled: true, hash: draft.hash, override_signature: true });
+  }
 }
 
 function editCard(plan, act) {

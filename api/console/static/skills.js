@@ -30,13 +30,21 @@ function importForms(done) {
 
 // Enable or Disable, sending the hash shown: if the skill changed since, the API answers 409.
 // A built-in or configured skill is read-only (the API answers 403): no button is offered.
+// A skill held for want of a trusted signature is enabled only after the owner confirms the
+// override, which the server records.
 function switchButton(skill, done) {
   if (skill.read_only) return h("span", { class: "muted read-only", title: "Built in or from a configured path; duplicate it to change it." }, "read-only");
   const doing = skill.enabled ? "Disabling" : "Enabling";
-  const button = h("button", { type: "button", class: "switch" }, skill.enabled ? "Disable" : "Enable");
+  const held = !skill.enabled && skill.signature_hold;
+  const button = h("button", { type: "button", class: "switch" }, skill.enabled ? "Disable" : held ? "Enable anyway" : "Enable");
   button.addEventListener("click", busy(button, async () => {
+    const body = { enabled: !skill.enabled, hash: skill.hash };
+    if (held) {
+      if (!confirm(`No key you trust signed ${skill.name}. Enable it anyway? The override is recorded.`)) return;
+      body.override_signature = true;
+    }
     try {
-      await put(`/api/skills/${skill.name}/enabled`, { enabled: !skill.enabled, hash: skill.hash });
+      await put(`/api/skills/${skill.name}/enabled`, body);
     } catch (error) {
       showError(error, `${doing} ${skill.name}`);
     }
@@ -71,6 +79,15 @@ function runsOn(skill, done) {
     await done();
   }));
   return h("span", {}, shown, " ", choice);
+}
+
+// Who signed it, as the owner's trusted keys say (the Keys page), and whether it is held.
+function signedBy(skill) {
+  const said = skill.signature_status === "trusted" ? skill.signed_by
+    : skill.signature_status === "untrusted" ? h("span", {}, "a key you don't trust: ", h("code", {}, skill.signer_fingerprint))
+      : h("span", { class: "muted" }, "unsigned");
+  return h("span", { id: "skill-signed-by" }, said,
+    skill.signature_hold ? h("span", { class: "warning" }, " — held: no key you trust signed it") : null);
 }
 
 // A description kept to two lines in the table (a real one runs to 1,024 characters); the
@@ -212,6 +229,7 @@ export async function skillPage(context, name) {
       ["Tier", skill.tier],
       ["Runs on", runsOn(skill, () => skillPage(context, name))],
       ["Hash", h("code", { class: "hash" }, skill.hash)],
+      ["Signed by", signedBy(skill)],
       ["Revision", skill.revision],
       ["Source", skill.origin ? `${skill.source} (${skill.origin})` : skill.source],
       ["Author", skill.author],
