@@ -131,6 +131,7 @@ class ModelAccess:
     sealer: Sealer
     egress: Egress = field(default_factory=Egress)
     litellm: LiteLLM = field(default_factory=LiteLLM)
+    list_seconds: float = MODEL_LIST_SECONDS  # how long listing a source's models may take
 
     def config(self, owner_id: int, choice: ModelChoice | None = None) -> ModelConfig | None:
         """The config of `choice` over the owner's default; a key minted if one is needed."""
@@ -160,18 +161,22 @@ class ModelAccess:
             config = modelsettings.config_of(source, self.sealer, ModelChoice(name, "-"))
         if config.virtual_key and config.api_key is None:
             config = self.remint(owner_id, config)
+        seconds = self.list_seconds
         try:
-            return list_models(config.base_url, config.api_key, self.egress)
+            return list_models(config.base_url, config.api_key, self.egress, seconds)
         except SourceKeyRefused:
             if not config.virtual_key:
                 raise
-        return list_models(config.base_url, self.remint(owner_id, config).api_key, self.egress)
+        key = self.remint(owner_id, config).api_key
+        return list_models(config.base_url, key, self.egress, seconds)
 
 
-def list_models(base_url: str, key: str | None, egress: Egress) -> list[str]:
+def list_models(
+    base_url: str, key: str | None, egress: Egress, seconds: float = MODEL_LIST_SECONDS
+) -> list[str]:
     """The names a source's model list gives, sorted, at most MAX_MODELS_LISTED."""
     where = f"The source at {base_url}"
-    deadline = Deadline.after(MODEL_LIST_SECONDS)
+    deadline = Deadline.after(seconds)
     headers = {"Authorization": f"Bearer {key or 'none'}", "User-Agent": USER_AGENT}
     urls = [f"{base_url}/models"]
     if not base_url.endswith("/v1"):
