@@ -7,8 +7,6 @@ allow as an operator lists a local model server in SKILLFLEET_EGRESS_ALLOW.
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
 
 import pytest
 from conftest import REDIS_URL
