@@ -11,6 +11,7 @@ from flask.views import MethodView
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
+from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
 from api.schemas import HTTP_URL_PATTERN, JsonBoolean
 from api.services import services
@@ -145,11 +146,14 @@ def _spec(body: dict[str, Any], litellm: LiteLLM) -> SourceSpec:
 class SourceList(MethodView):
     @owner_route
     @blp.response(200, SourceSchema(many=True))
-    def get(self) -> list[dict[str, object]]:
+    @keyset(blp)
+    def get(self, page: Page) -> list[dict[str, object]]:
         """List your model sources, by name (never a key)"""
         caller = owner_only()
         with services().sessions() as session:
-            return [modelsources.shown(row) for row in modelsources.listed(session, caller)]
+            rows = modelsources.listed(session, caller)
+            by_name = memory_page(rows, page, caller, lambda s: (s.name, s.id))
+            return [modelsources.shown(row) for row in by_name]
 
     @owner_route
     @blp.arguments(SourceBodySchema())

@@ -19,7 +19,7 @@ from store.egress import Egress
 from store.models import Turn, utcnow
 from store.secrets import Sealer
 from store.settings import Settings
-from workers import turns
+from workers import jobruns, turns
 
 WORKER = "control@test:1:1"
 
@@ -132,3 +132,24 @@ def test_the_context_tier_drops_the_oldest_history_and_keeps_the_system_prompt_a
     assert sum(len(m["content"] or "") for m in bounded) // 4 <= 32_768 * 3 // 4
     asked = [m["content"] for m in unbounded if m["role"] == "user"]
     assert asked == ["question a", "question b", "question c", "now", "unbounded"]
+
+
+def test_a_jobs_prompt_step_runs_on_the_jobs_own_model(client, auth, services, settings, litellm):
+    job_context = jobruns.JobContext(
+        services.sessions, services.redis, services.broker, worker=WORKER, step_limit=5,
+        sealer=Sealer(settings.keys_dir), turn_limit=20, egress=Egress(settings.egress_allow),
+        litellm=LiteLLM.of(settings),
+    )  # fmt: skip
+    with model_standin([text("from the default")]) as default:
+        client.post("/api/model-sources", headers=auth, json={"name": "d", "base_url": default.url})
+        pick(client, auth, source="d", model="llama3")
+        team = {"name": "team", "kind": "litellm", "virtual_key": True}
+        assert client.post("/api/model-sources", headers=auth, json=team).status_code == 201
+        body = {"name": "j", "cron": "0 7 * * *", "steps": [{"prompt": "hi"}],
+                "source": "team", "model": "gpt-5-mini", "reasoning_effort": "high"}  # fmt: skip
+        job = client.post("/api/jobs", headers=auth, json=body).json
+        started = client.post(f"/api/jobs/{job['id']}/run", headers=auth).json
+        assert jobruns.execute(job_context, started["job_run_id"]) == "succeeded"
+    assert default.requests == []
+    [request] = litellm.chats
+    assert request["model"] == "gpt-5-mini" and request["reasoning_effort"] == "high"
