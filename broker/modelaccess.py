@@ -96,13 +96,15 @@ class LiteLLM:
         """The OpenAI-compatible base URL of the operator's LiteLLM."""
         return f"{self.url}/v1" if self.url else None
 
-    def mint(self, egress: Egress, owner: str, source: str) -> str:
-        """A new virtual key for `owner`'s `source`."""
+    def mint(
+        self, egress: Egress, owner: str, source: str, deadline: Deadline | None = None
+    ) -> str:
+        """A new virtual key for `owner`'s `source`, over by `deadline` (MODEL_LIST_SECONDS)."""
         assert self.url and self.master_key
         where = f"The LiteLLM at {self.url}"
         body = {"metadata": {"skillfleet_owner": owner, "skillfleet_source": source}}
         headers = {"Authorization": f"Bearer {self.master_key}", "User-Agent": USER_AGENT}
-        deadline = Deadline.after(MODEL_LIST_SECONDS)
+        deadline = deadline or Deadline.after(MODEL_LIST_SECONDS)
         try:
             with egress.client(deadline, follow_redirects=False) as client:
                 url = f"{self.url}/key/generate"
@@ -140,14 +142,16 @@ class ModelAccess:
             config = self.remint(owner_id, config)
         return config
 
-    def remint(self, owner_id: int, config: ModelConfig) -> ModelConfig:
+    def remint(
+        self, owner_id: int, config: ModelConfig, deadline: Deadline | None = None
+    ) -> ModelConfig:
         """`config` with a newly minted virtual key, which its source keeps (sealed)."""
         self.litellm.check_serves(config.base_url)
         with self.sessions() as session:
             owner = session.get(Owner, owner_id)
             assert owner is not None  # the caller acts for this owner
             name = owner.name
-        key = self.litellm.mint(self.egress, name, config.source)
+        key = self.litellm.mint(self.egress, name, config.source, deadline)
         with transaction(self.sessions) as session:
             row = modelsources.find(session, owner_id, config.source)
             if row is not None and row.virtual_key and row.base_url == config.base_url:
@@ -155,28 +159,29 @@ class ModelAccess:
         return replace(config, api_key=key)
 
     def models(self, owner_id: int, name: str) -> list[str]:
-        """The model names the owner's source `name` lists (SourceNotFound: no such source)."""
+        """The model names the owner's source `name` lists (SourceNotFound: no such source),
+        every request (a key's mint included) over by one deadline."""
+        deadline = Deadline.after(self.list_seconds)
         with self.sessions() as session:
             source = modelsources.get(session, owner_id, name)
             config = modelsettings.config_of(source, self.sealer, ModelChoice(name, "-"))
         if config.virtual_key and config.api_key is None:
-            config = self.remint(owner_id, config)
-        seconds = self.list_seconds
+            config = self.remint(owner_id, config, deadline)
         try:
-            return list_models(config.base_url, config.api_key, self.egress, seconds)
+            return list_models(config.base_url, config.api_key, self.egress, deadline)
         except SourceKeyRefused:
             if not config.virtual_key:
                 raise
-        key = self.remint(owner_id, config).api_key
-        return list_models(config.base_url, key, self.egress, seconds)
+        key = self.remint(owner_id, config, deadline).api_key
+        return list_models(config.base_url, key, self.egress, deadline)
 
 
 def list_models(
-    base_url: str, key: str | None, egress: Egress, seconds: float = MODEL_LIST_SECONDS
+    base_url: str, key: str | None, egress: Egress, deadline: Deadline | None = None
 ) -> list[str]:
     """The names a source's model list gives, sorted, at most MAX_MODELS_LISTED."""
     where = f"The source at {base_url}"
-    deadline = Deadline.after(seconds)
+    deadline = deadline or Deadline.after(MODEL_LIST_SECONDS)
     headers = {"Authorization": f"Bearer {key or 'none'}", "User-Agent": USER_AGENT}
     urls = [f"{base_url}/models"]
     if not base_url.endswith("/v1"):

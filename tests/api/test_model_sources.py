@@ -15,6 +15,7 @@ from sqlalchemy import select
 from trickle import trickling
 
 from broker.modelaccess import list_models
+from store.deadlines import Deadline
 from store.egress import Egress
 from store.models import ModelSource
 from store.secrets import Sealer
@@ -143,7 +144,7 @@ def test_a_source_lists_its_models_or_says_why_it_cannot(client, auth, litellm):
 def test_a_source_that_never_answers_fails_its_list_at_the_deadline():
     with trickling("head", every=0.5) as slow:
         with pytest.raises(Exception) as failed:
-            list_models(f"{slow.url}/v1", None, Egress(["127.0.0.1"]), seconds=1)
+            list_models(f"{slow.url}/v1", None, Egress(["127.0.0.1"]), Deadline.after(1))
     assert failed.value.code == "source_unreachable"
     assert failed.value.message.endswith("did not answer within 1 seconds.")
 
