@@ -89,7 +89,7 @@ def downgrade() -> None:
         batch_op.add_column(sa.Column("base_url", sa.String(length=500), nullable=True))
         batch_op.add_column(sa.Column("api_key", sa.Text(), nullable=True))
     op.execute(FROM_SOURCES)
-    # A setting whose source held no endpoint it can keep (none) is dropped with the sources.
+    # A setting whose source is gone has no endpoint to take back: it goes with the sources.
     op.execute("DELETE FROM model_settings WHERE base_url IS NULL")
     with op.batch_alter_table("model_settings", schema=None) as batch_op:
         batch_op.alter_column("base_url", existing_type=sa.String(length=500), nullable=False)
