@@ -248,3 +248,22 @@ def test_a_job_names_its_own_model_or_is_refused(client, auth, litellm):
     assert in_use.status_code == 409 and "the job 'm'" in in_use.json["message"]
     plain = client.post("/api/jobs", headers=auth, json={**job, "name": "n"}).json
     assert plain["source"] is None and plain["context"] is None
+
+
+def test_the_first_form_of_the_model_setting_writes_the_default_source_and_picks_it(
+    client, auth, litellm
+):
+    first = {"base_url": f"{litellm.url}/v1", "name": "local-llama", "api_key": "sk-first"}
+    answer = client.put("/api/settings/model", headers=auth, json=first)
+    assert answer.status_code == 200, answer.json
+    assert answer.json["source"] == "default" and answer.json["model"] == "local-llama"
+    [source] = client.get(SOURCES, headers=auth).json
+    assert (source["name"], source["kind"], source["api_key_set"]) == ("default", "openai", True)
+    # The new form picks another model on it; the first form again keeps the tier.
+    body = {"source": "default", "model": "gpt-5-mini", "context": "small"}
+    assert client.put("/api/settings/model", headers=auth, json=body).status_code == 200
+    again = client.put("/api/settings/model", headers=auth, json={**first, "name": "m2"}).json
+    assert (again["model"], again["context"], again["api_key_set"]) == ("m2", "small", True)
+    assert client.delete("/api/settings/model", headers=auth).status_code == 204
+    assert client.get("/api/settings/model", headers=auth).json["source"] is None
+    assert [s["name"] for s in client.get(SOURCES, headers=auth).json] == ["default"]
