@@ -17,6 +17,7 @@ from trickle import trickling
 from broker.modelaccess import list_models
 from store.deadlines import Deadline
 from store.egress import Egress
+from store.limits import MAX_MODEL_SOURCES
 from store.models import ModelSource
 from store.secrets import Sealer
 from store.settings import Settings
@@ -267,3 +268,12 @@ def test_the_first_form_of_the_model_setting_writes_the_default_source_and_picks
     assert client.delete("/api/settings/model", headers=auth).status_code == 204
     assert client.get("/api/settings/model", headers=auth).json["source"] is None
     assert [s["name"] for s in client.get(SOURCES, headers=auth).json] == ["default"]
+
+
+def test_an_owner_keeps_at_most_twenty_sources(client, auth, litellm):
+    for number in range(MAX_MODEL_SOURCES):
+        assert add(client, auth, name=f"s{number}", base_url=f"{litellm.url}/v1").status_code == 201
+    refused = add(client, auth, name="one-more", base_url=f"{litellm.url}/v1")
+    assert refused.status_code == 409 and refused.json["code"] == "too_many_sources"
+    assert add(client, auth, name="s0", base_url=f"{litellm.url}/v2").status_code == 201  # replaced
+    assert len(client.get(SOURCES, headers=auth).json) == MAX_MODEL_SOURCES
