@@ -17,6 +17,7 @@ from api.schemas import JobBodySchema, JobRunSchema, JobRunStartedSchema, JobSch
 from api.services import services
 from broker.jobs import Jobs, JobSpec, grants_of, pins_of
 from relay.dispatch import start_job_run
+from store.modelchoice import ModelChoice, shown_context
 from store.models import Job, JobRun
 
 blp = Blueprint("jobs", __name__, url_prefix="/api/jobs", description="Scheduled jobs")
@@ -38,15 +39,19 @@ def _spec(body: dict[str, Any]) -> JobSpec:
         grant_hosts=body["grants"].get("hosts", []),
         skills=body["skills"],
         enabled=body["enabled"],
+        model=ModelChoice(body["source"], body["model"], body["reasoning_effort"], body["context"]),
     )
 
 
 def _shown(job: Job) -> dict[str, Any]:
     with services().sessions() as session:
         grants = grants_of(session, job)
-    fields = ("id", "name", "cron", "time_zone", "steps", "skills", "enabled")
+    fields = ("id", "name", "cron", "time_zone", "steps", "skills", "enabled", "model")
     shown: dict[str, Any] = {name: getattr(job, name) for name in fields}
     shown.update(
+        source=job.model_source,
+        reasoning_effort=job.reasoning_effort,
+        context=shown_context(job.context),
         grants=grants,
         pins=pins_of(services().store, job),
         next_run_at=job.next_run_at,

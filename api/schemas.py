@@ -12,13 +12,17 @@ from broker.approvals import ANSWERS
 from broker.questions import ASKING
 from store.hashing import shown_key
 from store.limits import (
+    MAX_CONTEXT_TOKENS,
     MAX_JOB_NAME_CHARS,
     MAX_JOB_STEPS,
+    MAX_MODEL_NAME_CHARS,
     MAX_NAME_CHARS,
     MAX_SIGNIN_ID_CHARS,
     MAX_SKILLS,
     MAX_TOKEN_LABEL_CHARS,
+    MIN_CONTEXT_TOKENS,
 )
+from store.modelchoice import EFFORTS, TIERS, check_context
 from store.names import EXECUTIONS, NAME
 from store.signatures import STATUSES
 from store.states import (
@@ -912,6 +916,42 @@ class JobGrantsSchema(ma.Schema):
     )
 
 
+def _context(value: object) -> None:
+    check_context(value)
+
+
+def context_field() -> ma.fields.Raw:
+    """A context tier: small, medium, large, a number of tokens, or null."""
+    return ma.fields.Raw(
+        load_default=None,
+        allow_none=True,
+        validate=_context,
+        metadata={
+            "description": f"The context tier bounding the history sent: small "
+            f"({TIERS['small']:,} tokens), medium ({TIERS['medium']:,}), large "
+            f"({TIERS['large']:,}), a number of tokens, or null for no bound; a quarter of "
+            "the window is kept free for the answer",
+            "anyOf": [
+                {"type": "string", "enum": list(TIERS)},
+                {"type": "integer", "minimum": MIN_CONTEXT_TOKENS, "maximum": MAX_CONTEXT_TOKENS},
+                NULL_ONLY,
+            ],
+        },
+    )
+
+
+def effort_field() -> ma.fields.String:
+    return ma.fields.String(
+        load_default=None,
+        allow_none=True,
+        validate=ma.validate.OneOf(EFFORTS),
+        metadata={
+            "description": "OpenAI's reasoning_effort, sent only where the source takes it; "
+            "null sends none"
+        },
+    )
+
+
 class JobBodySchema(ma.Schema):
     """Checked by the broker (broker/jobs.py: 422 `job_invalid`, `cron_invalid`…); the fields
     say what it accepts but for what it reads in the store: tools, skills, time zones."""
@@ -949,6 +989,22 @@ class JobBodySchema(ma.Schema):
         },
     )
     enabled = JsonBoolean(load_default=True)
+    source = ma.fields.String(
+        load_default=None,
+        allow_none=True,
+        metadata={
+            "description": "The model source its prompt steps run on, with `model`; null: "
+            "your default model (422 unknown_source for a source you don't have)",
+            "maxLength": MAX_NAME_CHARS,
+        },
+    )
+    model = ma.fields.String(
+        load_default=None,
+        allow_none=True,
+        metadata={"description": "A model of `source`", "maxLength": MAX_MODEL_NAME_CHARS},
+    )
+    reasoning_effort = effort_field()
+    context = context_field()
     updated_at = ma.fields.DateTime(
         load_default=None,
         metadata={
@@ -983,6 +1039,10 @@ class JobSchema(ma.Schema):
         ma.fields.Nested(JobPinSchema),
         metadata={"description": "The skill versions its steps pin (`name@<hash>`), and which lag"},
     )
+    source = ma.fields.String(allow_none=True, metadata={"description": "null: your default"})
+    model = ma.fields.String(allow_none=True)
+    reasoning_effort = ma.fields.String(allow_none=True)
+    context = ma.fields.Raw(allow_none=True, metadata={"description": "A tier or tokens"})
     next_run_at = ma.fields.DateTime(
         allow_none=True, metadata={"description": "The next cron time, UTC (null if disabled)"}
     )

@@ -22,6 +22,7 @@ from broker.grants import HOST, JOB, add_grant, host_key, tool_key
 from broker.registry import Registry
 from broker.tiers import Tier
 from broker.webtools import bare_host
+from store import modelsources
 from store.cron import check_cron, next_time, time_zone
 from store.db import SessionFactory, transaction
 from store.errors import (
@@ -44,6 +45,7 @@ from store.limits import (
     MAX_PROMPT_CHARS,
     MAX_SKILLS,
 )
+from store.modelchoice import ModelChoice, check_context, check_effort, check_model
 from store.models import Grant, Job, JobRun, Skill, utcnow
 from store.skills import SkillStore
 from store.versions import parse_pin, step_skill
@@ -66,6 +68,8 @@ class JobSpec:
     skills: Any
     enabled: bool
     grant_hosts: list[str] = field(default_factory=list)  # hosts read_web_page reads
+    # The model its prompt steps run on; None fields: the owner's default (store/modelchoice.py).
+    model: ModelChoice = field(default_factory=ModelChoice)
 
 
 @dataclass
@@ -164,6 +168,7 @@ class Jobs:
             raise JobInvalid(f"'name' must be 1 to {MAX_JOB_NAME_CHARS} characters.")
         check_cron(spec.cron)
         time_zone(spec.time_zone)
+        self._check_model(owner_id, spec.model)
         allowed = self._skills(owner_id, spec.skills)
         if not 1 <= len(spec.steps) <= MAX_JOB_STEPS:
             raise JobInvalid(f"A job has 1 to {MAX_JOB_STEPS} steps, not {len(spec.steps)}.")
@@ -175,6 +180,18 @@ class Jobs:
         keys += [self._skill_grant(owner_id, entry, kept) for entry in spec.grant_skills]
         keys += [_host_grant(entry) for entry in spec.grant_hosts]
         return sorted(set(keys))
+
+    def _check_model(self, owner_id: int, choice: ModelChoice) -> None:
+        """A source the owner has, with a model on it (both or neither); effort and tier."""
+        if (choice.source is None) != (choice.model is None):
+            raise JobInvalid("'source' and 'model' go together: give both, or neither.")
+        if choice.model is not None:
+            check_model(choice.model)
+        check_effort(choice.reasoning_effort)
+        check_context(choice.context)
+        if choice.source is not None:
+            with self.sessions() as session:
+                modelsources.named(session, owner_id, choice.source)
 
     def _skills(self, owner_id: int, skills: Any) -> set[str] | None:
         """The names a job may use (None: every enabled skill); unknown names are refused."""
@@ -377,6 +394,9 @@ def _fill(job: Job, spec: JobSpec) -> None:
     job.steps = [dict(step) for step in spec.steps]
     job.skills = EVERY_SKILL if spec.skills == EVERY_SKILL else sorted(set(spec.skills or []))
     job.enabled = spec.enabled
+    job.model_source, job.model = spec.model.source, spec.model.model
+    job.reasoning_effort = spec.model.reasoning_effort
+    job.context = check_context(spec.model.context)
     job.updated_at = utcnow()
     schedule(job)
 

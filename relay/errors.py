@@ -107,6 +107,14 @@ class ModelTimedOut(ModelFailed):
     """Raised when the model's answer was not over by its request's deadline."""
 
 
+class ModelKeyRefused(ModelFailed):
+    """Raised when the model answers 401 or 403: the key it was sent is not (or no longer)
+    good; a source with a minted LiteLLM key gets a new one once before this ends the turn."""
+
+    code = "model_key_refused"
+    status = 502
+
+
 class ModelRefused(ModelFailed):
     """Raised when the model's address may not be reached (store/egress.py): it is, or now
     resolves to, an address that is not public and the operator did not allow."""

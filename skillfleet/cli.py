@@ -21,6 +21,7 @@ LAZY_COMMANDS = {
     "jobs": "skillfleet.cli_jobs:jobs",
     "keys": "skillfleet.cli_nodes:keys",
     "mcp": "skillfleet.cli_mcp:mcp",
+    "models": "skillfleet.cli_models:models",
     "nodes": "skillfleet.cli_nodes:nodes",
     "owners": "skillfleet.cli_nodes:owners",
     "policy": "skillfleet.cli_policy:policy",

@@ -13,7 +13,10 @@ import click
 
 # A job's fields, as PUT takes them; and the fields `jobs show` adds, which a FILE copied
 # from it may hold.
-JOB_FIELDS = ("name", "cron", "time_zone", "steps", "grants", "skills", "enabled")
+JOB_FIELDS = (
+    "name", "cron", "time_zone", "steps", "grants", "skills", "enabled",
+    "source", "model", "reasoning_effort", "context",
+)  # fmt: skip
 SHOWN_ONLY = ("id", "next_run_at", "created_at", "updated_at", "pins")
 # The API names a job's fields in its refusals; `jobs edit` speaks of its options. No tool is
 # granted to a job today (run_skill_script takes each skill's tier), so only skills have one.

@@ -126,6 +126,15 @@ MAX_CHAT_HISTORY_TURNS = 10  # earlier turns of the chat the model sees
 MAX_MODEL_NAME_CHARS = 200
 MAX_BASE_URL_CHARS = 500
 MAX_API_KEY_CHARS = 4096
+# Model sources (store/modelsources.py): how many an owner keeps, how long listing a source's
+# models may take, the answer read (a larger one is refused) and the names shown of it.
+MAX_MODEL_SOURCES = 20
+MODEL_LIST_SECONDS = 10.0
+MAX_MODEL_LIST_BYTES = 2 * MIB
+MAX_MODELS_LISTED = 500
+# A context tier given as a number of tokens (store/modelchoice.py).
+MIN_CONTEXT_TOKENS = 1024
+MAX_CONTEXT_TOKENS = 10_000_000
 # A failing model's error: the JSON error body read (a larger one is not shown) and the
 # characters of its message a turn's error keeps.
 MAX_MODEL_ERROR_BYTES = 16 * KIB

@@ -693,6 +693,11 @@ class Job(Base):
     # None: no skills; "*": every enabled skill; or a list of names (built-ins always offered).
     skills: Mapped[Any | None] = mapped_column(JSON)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    # The model its prompt steps run on; None: the owner's default (store/modelchoice.py).
+    model_source: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(200))
+    reasoning_effort: Mapped[str | None] = mapped_column(String(16))
+    context: Mapped[str | None] = mapped_column(String(16))
     # The next cron time, in UTC; the ticker claims a due time by moving it on.
     next_run_at: Mapped[datetime | None] = mapped_column(index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -746,17 +751,39 @@ class Turn(Base):
     finished_at: Mapped[datetime | None]
 
 
+class ModelSource(Base):
+    """An OpenAI-compatible endpoint an owner's turns may run on; keys are kept encrypted."""
+
+    __tablename__ = "model_sources"
+    __table_args__ = (UniqueConstraint("owner_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))  # openai or litellm
+    base_url: Mapped[str] = mapped_column(String(500))
+    api_key: Mapped[str | None] = mapped_column(Text)  # Fernet token, never the key itself
+    # LiteLLM: a virtual key per owner minted with the operator's master key, kept sealed.
+    virtual_key: Mapped[bool] = mapped_column(Boolean, default=False)
+    minted_key: Mapped[str | None] = mapped_column(Text)
+    # Whether requests carry reasoning_effort; None: by the model's name (store/modelchoice.py).
+    reasoning_effort: Mapped[bool | None] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ModelSetting(Base):
-    """The OpenAI-compatible model an owner's turns run on; the API key is kept encrypted."""
+    """The owner's default model: a source of theirs, a model name, effort and context tier."""
 
     __tablename__ = "model_settings"
 
     owner_id: Mapped[int] = mapped_column(
         ForeignKey("owners.id", ondelete="CASCADE"), primary_key=True
     )
-    base_url: Mapped[str] = mapped_column(String(500))
+    source: Mapped[str] = mapped_column(String(64))
     name: Mapped[str] = mapped_column(String(200))
-    api_key: Mapped[str | None] = mapped_column(Text)  # Fernet token, never the key itself
+    reasoning_effort: Mapped[str | None] = mapped_column(String(16))
+    context: Mapped[str | None] = mapped_column(String(16))
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -1,23 +1,37 @@
-"""The model an owner's agent turns run on: an OpenAI-compatible chat-completions endpoint.
+"""The owner's default model: one of their sources (store/modelsources.py), a model on it, a
+reasoning effort and a context tier (store/modelchoice.py); and the config a turn runs with.
 
-Its address passes the egress rules (store/egress.py) when it is set, so a loopback, private
-or metadata address is refused at once unless the operator allowed it (SKILLFLEET_EGRESS_ALLOW),
-and again at every request a turn makes (workers/model.py): a name's DNS answer can change.
+The first form of this setting, one endpoint per owner (`{"base_url", "name", "api_key"}`),
+still works: it writes the owner's source named `default` (kind openai) and picks it with that
+model. Addresses pass the egress rules (store/egress.py) when they are set, and again at every
+request a turn makes (workers/model.py): a name's DNS answer can change.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session
 
+from store import modelsources
 from store.db import SessionFactory
 from store.egress import Egress, EgressRefused
 from store.errors import StoreError
-from store.limits import MAX_API_KEY_CHARS, MAX_BASE_URL_CHARS, MAX_MODEL_NAME_CHARS
-from store.models import ModelSetting, utcnow
+from store.limits import MAX_API_KEY_CHARS, MAX_MODEL_NAME_CHARS
+from store.modelchoice import (
+    ModelChoice,
+    check_context,
+    check_effort,
+    check_model,
+    shown_context,
+    takes_effort,
+    window,
+)
+from store.models import ModelSetting, ModelSource, utcnow
 from store.secrets import Sealer
+
+# The source the first form of the setting writes.
+DEFAULT_SOURCE = "default"
 
 
 class InvalidModelSetting(StoreError):
@@ -36,27 +50,89 @@ class ModelUrlRefused(InvalidModelSetting):
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """What one request to a model needs. `api_key` is a minted key's for a `virtual_key`
+    source (None until one is minted); `reasoning_effort` is set only where the source takes
+    it; `context_tokens` is the window the history is bounded by (None: no bound)."""
+
     base_url: str
     name: str
     api_key: str | None
+    source: str = DEFAULT_SOURCE
+    virtual_key: bool = False
+    reasoning_effort: str | None = None
+    context_tokens: int | None = None
 
 
-def load(sessions: SessionFactory, sealer: Sealer, owner_id: int) -> ModelConfig | None:
-    """The owner's model with its key decrypted, or None when none is configured."""
-    with sessions() as session:
-        row = session.get(ModelSetting, owner_id)
+def default_choice(session: Session, owner_id: int) -> ModelChoice | None:
+    row = session.get(ModelSetting, owner_id)
     if row is None:
         return None
-    key = sealer.unseal(row.api_key) if row.api_key else None
-    return ModelConfig(row.base_url, row.name, key)
+    return ModelChoice(row.source, row.name, row.reasoning_effort, row.context)
+
+
+def load(
+    sessions: SessionFactory, sealer: Sealer, owner_id: int, choice: ModelChoice | None = None
+) -> ModelConfig | None:
+    """The config of `choice` over the owner's default, keys decrypted; None when neither
+    names a source and a model. A source the choice names that is gone raises UnknownSource."""
+    with sessions() as session:
+        picked = (choice or ModelChoice()).over(default_choice(session, owner_id))
+        if picked.source is None or picked.model is None:
+            return None
+        source = modelsources.named(session, owner_id, picked.source)
+        return config_of(source, sealer, picked)
+
+
+def config_of(source: ModelSource, sealer: Sealer, choice: ModelChoice) -> ModelConfig:
+    assert choice.model is not None
+    sealed = source.minted_key if source.virtual_key else source.api_key
+    effort = choice.reasoning_effort
+    if effort is not None and not takes_effort(source.reasoning_effort, choice.model):
+        effort = None
+    return ModelConfig(
+        source.base_url,
+        choice.model,
+        sealer.unseal(sealed) if sealed else None,
+        source.name,
+        source.virtual_key,
+        effort,
+        window(choice.context),
+    )
 
 
 def shown(session: Session, owner_id: int) -> dict[str, object]:
-    """The setting as the API shows it: never the key, only whether one is kept."""
+    """The default as the API shows it: the choice, and (as the first form of the setting had
+    them) its source's base URL and whether a key is kept; never the key."""
     row = session.get(ModelSetting, owner_id)
     if row is None:
-        return {"base_url": None, "name": None, "api_key_set": False}
-    return {"base_url": row.base_url, "name": row.name, "api_key_set": row.api_key is not None}
+        return {"source": None, "model": None, "reasoning_effort": None, "context": None,
+                "base_url": None, "name": None, "api_key_set": False}  # fmt: skip
+    source = modelsources.find(session, owner_id, row.source)
+    key_set = source is not None and (source.api_key or source.minted_key) is not None
+    return {
+        "source": row.source,
+        "model": row.name,
+        "reasoning_effort": row.reasoning_effort,
+        "context": shown_context(row.context),
+        "base_url": source.base_url if source is not None else None,
+        "name": row.name,
+        "api_key_set": key_set,
+    }
+
+
+def choose(session: Session, owner_id: int, choice: ModelChoice) -> None:
+    """Make `choice` (a source of the owner's and a model on it) the owner's default."""
+    assert choice.source is not None and choice.model is not None
+    check_model(choice.model)
+    effort, context = check_effort(choice.reasoning_effort), check_context(choice.context)
+    modelsources.named(session, owner_id, choice.source)
+    row = session.get(ModelSetting, owner_id)
+    if row is None:
+        row = ModelSetting(owner_id=owner_id)
+        session.add(row)
+    row.source, row.name = choice.source, choice.model
+    row.reasoning_effort, row.context = effort, context
+    row.updated_at = utcnow()
 
 
 def save(
@@ -68,20 +144,20 @@ def save(
     api_key: str | None,
     keep_key: bool,
 ) -> None:
-    """Set the owner's model; `keep_key` keeps the stored key when none was sent."""
+    """The first form: set the owner's `default` source to this endpoint and pick it with the
+    model `name` (effort and tier stay); `keep_key` keeps the stored key when none was sent."""
     check(base_url, name, api_key)
-    row = session.get(ModelSetting, owner_id)
-    if row is None:
-        row = ModelSetting(owner_id=owner_id)
-        session.add(row)
-    row.base_url = base_url.rstrip("/")
-    row.name = name
-    if not keep_key:
-        row.api_key = sealer.seal(api_key) if api_key else None
-    row.updated_at = utcnow()
+    spec = modelsources.SourceSpec(DEFAULT_SOURCE, base_url, api_key=api_key, keep_key=keep_key)
+    modelsources.save(session, sealer, owner_id, spec)
+    kept = default_choice(session, owner_id) or ModelChoice()
+    choose(
+        session, owner_id,
+        ModelChoice(DEFAULT_SOURCE, name, kept.reasoning_effort, kept.context),
+    )  # fmt: skip
 
 
 def remove(session: Session, owner_id: int) -> None:
+    """Forget the default (the sources stay); turns then fail with no_model."""
     row = session.get(ModelSetting, owner_id)
     if row is not None:
         session.delete(row)
@@ -106,14 +182,4 @@ def check(base_url: str, name: str, api_key: str | None) -> None:
 
 
 def _check_url_form(base_url: str) -> None:
-    try:
-        parts = urlsplit(base_url)
-        parts.port  # noqa: B018 - reading it checks it
-    except ValueError:  # brackets that hold no IPv6 address, a port that is not a number
-        parts = None
-    if len(base_url) > MAX_BASE_URL_CHARS or parts is None or parts.scheme not in ("http", "https"):
-        raise InvalidModelSetting(
-            "'model.base_url' must be an http(s) URL such as https://api.openai.com/v1."
-        )
-    if not parts.hostname:
-        raise InvalidModelSetting("'model.base_url' has no host.")
+    modelsources.check_url_form(base_url, "model.base_url", InvalidModelSetting)

@@ -207,6 +207,10 @@ class Settings:
     push_contact: str = DEFAULT_PUSH_CONTACT
     # Hosts requests to owners' URLs may reach though they are not public (store/egress.py).
     egress_allow: tuple[str, ...] = ()
+    # The operator's LiteLLM proxy and its master key: a `litellm` source at that address may
+    # mint a virtual key per owner (store/modelkeys.py); the key goes nowhere else.
+    litellm_url: str | None = None
+    litellm_master_key: str | None = None
     # Wrong tokens per client address (relay/lockouts.py), and the proxies in front of the API
     # whose X-Forwarded-For entries name the client.
     auth_failures: int = DEFAULT_AUTH_FAILURES
@@ -375,6 +379,8 @@ class Settings:
             push_services=_hosts(env, "SKILLFLEET_PUSH_SERVICES", DEFAULT_PUSH_SERVICES),
             push_contact=env.get("SKILLFLEET_PUSH_CONTACT") or DEFAULT_PUSH_CONTACT,
             egress_allow=_egress_allow(env.get("SKILLFLEET_EGRESS_ALLOW")),
+            litellm_url=(env.get("SKILLFLEET_LITELLM_URL") or "").rstrip("/") or None,
+            litellm_master_key=_secret(env, "SKILLFLEET_LITELLM_MASTER_KEY"),
             auth_failures=_at_least(env, "SKILLFLEET_AUTH_FAILURES", DEFAULT_AUTH_FAILURES, 0),
             auth_failure_window=_at_least(
                 env, "SKILLFLEET_AUTH_FAILURE_WINDOW", DEFAULT_AUTH_FAILURE_WINDOW, 1

@@ -10,6 +10,7 @@ from typing import Any
 import redis
 from celery import Celery
 
+from broker.modelaccess import LiteLLM
 from broker.wiring import wire
 from relay.clients import Clients
 from relay.heartbeat import Instance
@@ -73,6 +74,7 @@ def job_context(app: Any) -> JobContext:
                 turn_limit=settings.turn_timeout,
                 caps=StreamCaps.of(settings),
                 egress=Egress(settings.egress_allow),
+                litellm=LiteLLM.of(settings),
             )
             app.skillfleet_jobs = context
         return context
@@ -91,6 +93,7 @@ def turn_context(app: Any) -> TurnContext:
         settings.turn_timeout,
         jobs.caps,
         jobs.egress,
+        jobs.litellm,
     )
 
 

@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 
 from broker.broker import Broker
 from broker.calls import CallRequest
+from broker.modelaccess import LiteLLM
 from relay import events, heartbeat
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from store import modelsettings
@@ -30,6 +31,7 @@ from store.lifecycle import jobruns
 from store.lifecycle import turns as turnstates
 from store.lifecycle.calls import OPEN_STATES
 from store.limits import JOB_MISSED_GRACE_SECONDS
+from store.modelchoice import ModelChoice
 from store.models import Job, JobRun, ToolCall, Turn, utcnow
 from store.secrets import Sealer
 from store.settings import DEFAULT_TURN_TIMEOUT
@@ -62,6 +64,7 @@ class JobContext:
     turn_limit: float = DEFAULT_TURN_TIMEOUT
     caps: StreamCaps = DEFAULT_CAPS  # what a prompt step's turn stream holds and how long
     egress: Egress = field(default_factory=Egress)  # where a prompt step's model may be
+    litellm: LiteLLM = field(default_factory=LiteLLM)  # minted keys of LiteLLM sources
 
 
 # -- the tick ------------------------------------------------------------------------
@@ -217,7 +220,16 @@ def _prompt(context: JobContext, job: Job, run: JobRun, prompt: str) -> str | No
     """Run a prompt step as an agent turn in this run; the step ends as the turn does."""
     number = run.step + 1
     sealer = context.sealer
-    if sealer is None or modelsettings.load(context.sessions, sealer, job.owner_id) is None:
+    choice = ModelChoice(job.model_source, job.model, job.reasoning_effort, job.context)
+    try:
+        missing = (
+            sealer is None
+            or modelsettings.load(context.sessions, sealer, job.owner_id, choice) is None
+        )
+    except SkillfleetError as e:  # a source the job names that is gone
+        failed = {"step": number, "kind": "prompt", "status": "failed", "error_code": e.code}
+        return _end(context, job, run, JobRunStatus.FAILED, e.code, e.message, failed)
+    if sealer is None or missing:
         failed = {"step": number, "kind": "prompt", "status": "failed", "error_code": "no_model"}
         return _end(context, job, run, JobRunStatus.FAILED, "no_model", NO_MODEL, failed)
     with transaction(context.sessions) as session:
@@ -234,6 +246,8 @@ def _prompt(context: JobContext, job: Job, run: JobRun, prompt: str) -> str | No
         context.turn_limit,
         context.caps,
         context.egress,
+        context.litellm,
+        choice,
     )
     status = turns.run_claimed(turn_context, turn)
     with context.sessions() as session:

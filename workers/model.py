@@ -8,9 +8,10 @@ redirect is not followed (it fails the request with its status), and the whole r
 streamed answer included, is over by the turn's time limit (store/deadlines.py).
 
 The answer is read as the chat-completions stream defines it: server-sent events whose `data:`
-is a JSON chunk, up to `data: [DONE]`. A failure says the HTTP status with its standard phrase
-and, when the body is the model API's JSON error (`{"error": {"message": ...}}`), that
-message, cleaned and cut; no other body (an internal service's page, a proxy's) is ever shown.
+is a JSON chunk, up to `data: [DONE]`. A failure says what broker/modelanswers.py lets it say;
+a 401 or 403 is `model_key_refused`, which a turn on a minted LiteLLM key answers by minting
+a new one once. The request carries `reasoning_effort` only when the config holds one, which
+it does only where the source takes it (store/modelchoice.py).
 """
 
 from __future__ import annotations
@@ -19,16 +20,14 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 
 import httpx
 
-from broker.results import REDACTED, redact_text
-from relay.errors import ModelFailed, ModelRefused, ModelTimedOut
+from broker.modelanswers import KEY_REFUSED, error_message, status_failure
+from relay.errors import ModelFailed, ModelKeyRefused, ModelRefused, ModelTimedOut
 from store.deadlines import Deadline
-from store.egress import Egress, EgressRefused, read_at_most
-from store.limits import MAX_MODEL_ERROR_BYTES, MAX_MODEL_ERROR_CHARS
+from store.egress import Egress, EgressRefused
 from store.modelsettings import ModelConfig
 
 # Stop requests are looked for at most this often while the model streams.
@@ -85,6 +84,8 @@ def complete(
     body: dict[str, Any] = {"model": config.name, "messages": messages, "stream": True}
     if tools:
         body["tools"] = tools
+    if config.reasoning_effort is not None:  # only set where the source takes it
+        body["reasoning_effort"] = config.reasoning_effort
     headers = {
         "Authorization": f"Bearer {config.api_key or NO_KEY}",
         "Accept": "text/event-stream",
@@ -96,8 +97,10 @@ def complete(
             url = f"{config.base_url.rstrip('/')}/chat/completions"
             with client.stream("POST", url, json=body, headers=headers) as response:
                 if not response.is_success:
-                    failure = _status_failure(response, config.api_key)
-                    raise ModelFailed(f"{model} answered {failure}")
+                    failure = status_failure(response, config.api_key)
+                    refused = response.status_code in KEY_REFUSED
+                    error = ModelKeyRefused if refused else ModelFailed
+                    raise error(f"{model} answered {failure}")
                 return _read(response, on_text, should_stop, model, config.api_key)
     except EgressRefused as e:
         raise ModelRefused(f"{model} is refused: {e.message}") from e
@@ -159,7 +162,7 @@ def _chunk(data: str, model: str, key: str | None) -> dict[str, Any]:
     if not isinstance(chunk, dict):
         raise ModelFailed(f"{model} sent an event that is not a chat-completion chunk.")
     if chunk.get("error"):
-        reason = _error_message(chunk, key)
+        reason = error_message(chunk, key)
         raise ModelFailed(f"{model} reported an error" + (f": {reason}" if reason else "."))
     return chunk
 
@@ -197,40 +200,3 @@ def _add_fragment(calls: dict[int, ToolRequest], part: dict[str, Any]) -> None:
         name, arguments = function.get("name"), function.get("arguments")
         call.name += name if isinstance(name, str) else ""
         call.arguments += arguments if isinstance(arguments, str) else ""
-
-
-def _status_failure(response: httpx.Response, key: str | None) -> str:
-    """`HTTP 401 (Unauthorized): <the API's error message>`, never the body itself."""
-    code = response.status_code
-    try:
-        shown = f"HTTP {code} ({HTTPStatus(code).phrase})"
-    except ValueError:  # a status Python does not name: the server's own phrase is not shown
-        shown = f"HTTP {code}"
-    if response.is_redirect:
-        return f"{shown}; redirects are not followed, give the URL it moved to."
-    reason = _error_message(_json_error(response), key)
-    return f"{shown}: {reason}" if reason else f"{shown}."
-
-
-def _json_error(response: httpx.Response) -> object:
-    """The body as JSON when it is small enough to be an API's error; None otherwise."""
-    body = read_at_most(response, MAX_MODEL_ERROR_BYTES)
-    try:
-        return None if body is None else json.loads(body)
-    except ValueError:
-        return None
-
-
-def _error_message(data: object, key: str | None) -> str:
-    """The message of a model API's JSON error, `{"error": {"message": ...}}` (or `{"error":
-    "..."}`), on one line, without control characters, credentials or the owner's `key`, cut;
-    "" for any other body."""
-    error = data.get("error") if isinstance(data, dict) else None
-    message = error.get("message") if isinstance(error, dict) else error
-    if not isinstance(message, str):
-        return ""
-    text = " ".join("".join(c if c.isprintable() else " " for c in message).split())
-    text = redact_text(text.replace(key, REDACTED) if key else text)
-    if len(text) > MAX_MODEL_ERROR_CHARS:
-        text = text[: MAX_MODEL_ERROR_CHARS - 1].rstrip() + "…"
-    return text

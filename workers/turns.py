@@ -8,7 +8,8 @@ cancelled. Text and tool events stream to the turn's Redis Stream as they happen
 
 The model sees the prompts and answers of the chat's last turns, not their tool results; the
 skill content the chat loaded is kept apart from that history and starts every turn
-(broker/loaded.py).
+(broker/loaded.py). A context tier bounds that history (store/modelchoice.py). A source with a
+minted LiteLLM key that answers 401 or 403 gets a new key once (broker/modelaccess.py).
 """
 
 from __future__ import annotations
@@ -25,18 +26,20 @@ from sqlalchemy import select
 from broker import loaded, questions
 from broker.broker import Broker
 from broker.calls import CallOutcome, CallRequest
+from broker.modelaccess import LiteLLM, ModelAccess
 from relay import events, heartbeat, naming
-from relay.errors import ModelTimedOut
+from relay.errors import ModelKeyRefused, ModelTimedOut
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import TurnStream
-from store import modelsettings
 from store.db import SessionFactory, transaction
 from store.egress import Egress
 from store.errors import SkillfleetError
 from store.lifecycle import turns as turnstates
 from store.lifecycle.calls import OPEN_STATES
 from store.limits import MAX_MODEL_ROUNDS
+from store.modelchoice import ModelChoice, kept_history, tokens
 from store.models import Turn
+from store.modelsettings import ModelConfig
 from store.secrets import Sealer
 from store.states import CallStatus, TurnStatus
 from workers.model import Reply, ToolRequest, complete
@@ -63,6 +66,12 @@ class TurnContext:
     caps: StreamCaps = DEFAULT_CAPS  # what a turn's stream holds and how long (settings)
     # Where the model may be: public hosts and those the operator allows (egress_allow).
     egress: Egress = field(default_factory=Egress)
+    # The operator's LiteLLM, for sources on minted keys; a job's model over the default.
+    litellm: LiteLLM = field(default_factory=LiteLLM)
+    choice: ModelChoice | None = None
+
+    def access(self) -> ModelAccess:
+        return ModelAccess(self.sessions, self.sealer, self.egress, self.litellm)
 
 
 def execute(context: TurnContext, turn_id: str) -> str | None:
@@ -149,24 +158,24 @@ class _Loop:
     text: str = ""
     calls: int = 0
     deadline: float = field(default=0.0)
+    config: ModelConfig | None = None
+    reminted: bool = False
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.context.time_limit
 
     def run(self) -> Ending:
-        config = modelsettings.load(self.context.sessions, self.context.sealer, self.turn.owner_id)
-        if config is None:
+        access = self.context.access()
+        self.config = access.config(self.turn.owner_id, self.context.choice)
+        if self.config is None:
             return TurnStatus.FAILED, ("no_model", NO_MODEL)
-        messages = self._messages()
         tools = self.context.broker.registry.definitions()
+        messages = self._messages(tools)
         for _round in range(MAX_MODEL_ROUNDS):
             if self._should_stop():
                 return self._why_stopped()
             try:
-                reply = complete(
-                    config, messages, tools, self._on_text, self._should_stop, self._left(),
-                    self.context.egress,
-                )  # fmt: skip
+                reply = self._ask(access, messages, tools)
             except ModelTimedOut:
                 if self._should_stop():  # the request's deadline was the turn's own
                     return self._why_stopped()
@@ -182,6 +191,28 @@ class _Loop:
         message = f"The model made {MAX_MODEL_ROUNDS} requests without finishing; the turn stopped."
         return TurnStatus.FAILED, ("too_many_rounds", message)
 
+    def _ask(
+        self, access: ModelAccess, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> Reply:
+        """One request to the model; a minted key it refuses is minted again, once a turn."""
+        assert self.config is not None
+        try:
+            return self._complete(messages, tools)
+        except ModelKeyRefused:
+            if not self.config.virtual_key or self.reminted:
+                raise
+        self.reminted = True
+        self.config = access.remint(self.turn.owner_id, self.config)
+        log.info("model refused a minted key; minted a new one", turn_id=self.turn.id)
+        return self._complete(messages, tools)
+
+    def _complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        assert self.config is not None
+        return complete(
+            self.config, messages, tools, self._on_text, self._should_stop, self._left(),
+            self.context.egress,
+        )  # fmt: skip
+
     def _answer_calls(self, reply: Reply, messages: list[dict[str, Any]]) -> Ending | None:
         for request in reply.tool_calls:
             envelope = self._call(request)
@@ -191,16 +222,21 @@ class _Loop:
             messages.append({"role": "tool", "tool_call_id": request.id, "content": content})
         return None
 
-    def _messages(self) -> list[dict[str, Any]]:
+    def _messages(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The system prompt with the loaded skills, the history the context tier leaves room
+        for (oldest dropped first), and the prompt."""
         system = system_prompt(self.turn.mode, scheduled=self.turn.job_run_id is not None)
         kept = self._carried()
         if kept:
             system += f"\n\n{kept}"
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         with self.context.sessions() as session:
-            for prompt, answer in turnstates.history(session, self.turn):
-                messages.append({"role": "user", "content": prompt})
-                messages.append({"role": "assistant", "content": answer})
+            history = turnstates.history(session, self.turn)
+        fixed = tokens(system) + tokens(self.turn.prompt) + tokens(json.dumps(tools))
+        window = self.config.context_tokens if self.config is not None else None
+        for prompt, answer in kept_history(history, fixed, window):
+            messages.append({"role": "user", "content": prompt})
+            messages.append({"role": "assistant", "content": answer})
         messages.append({"role": "user", "content": self.turn.prompt})
         return messages
 

@@ -22,6 +22,7 @@ from store.limits import (
     DEFAULT_PAGE_SIZE,
     KEPT_JOB_RUNS,
     MAX_JOBS,
+    MAX_MODEL_SOURCES,
     MAX_OWNER_TOKENS,
     MAX_PUSH_SUBSCRIPTIONS,
     MAX_WEBHOOKS,
@@ -127,14 +128,15 @@ def test_a_bad_page_size_or_a_page_number_is_refused_like_every_list(
 
 def test_capped_lists_fit_one_default_page_which_the_console_and_cli_read():
     # The console and `skillfleet jobs` read only the first page of these lists.
-    for cap in (MAX_JOBS, KEPT_JOB_RUNS, MAX_OWNER_TOKENS, MAX_WEBHOOKS, MAX_PUSH_SUBSCRIPTIONS):
+    for cap in (MAX_JOBS, KEPT_JOB_RUNS, MAX_OWNER_TOKENS, MAX_WEBHOOKS, MAX_PUSH_SUBSCRIPTIONS,
+                MAX_MODEL_SOURCES):  # fmt: skip
         assert cap <= DEFAULT_PAGE_SIZE
 
 
 def test_the_openapi_document_pages_every_new_list(client):
     paths = client.get("/api/openapi.json").json["paths"]
     for path in ("/api/jobs", "/api/jobs/{job_id}/runs", "/api/tokens", "/api/webhooks",
-                 "/api/push/subscriptions"):  # fmt: skip
+                 "/api/push/subscriptions", "/api/model-sources"):  # fmt: skip
         listing = paths[path]["get"]
         assert {"cursor", "page_size"} <= {p["name"] for p in listing["parameters"]}, path
         assert "page" not in {p["name"] for p in listing["parameters"]}, path

@@ -208,12 +208,15 @@ def test_a_job_is_edited_disabled_enabled_and_deleted_from_the_command_line(
 
     # A FILE replaces the fields it holds; `jobs show`'s output is such a file.
     job["steps"] = [LIST_STEP, {"tool": "refresh_skills"}]
+    job["reasoning_effort"], job["context"] = "low", "large"
     copy = tmp_path / "shown.json"
     copy.write_text(json.dumps(job))
     assert cli(running, "edit", job_id, str(copy)).returncode == 0
     assert shown(running, job_id)["steps"] == job["steps"]
     assert cli(running, "edit", job_id, "--step", '{"tool": "list_skills"}').returncode == 0
-    assert shown(running, job_id)["steps"] == [LIST_STEP]
+    after = shown(running, job_id)
+    assert after["steps"] == [LIST_STEP]
+    assert (after["reasoning_effort"], after["context"]) == ("low", "large")  # the model stays
     revoked = cli(running, "edit", job_id, "--revoke-skill", "prune")
     assert revoked.returncode == 0, revoked.stderr
     assert shown(running, job_id)["grants"]["skills"] == []

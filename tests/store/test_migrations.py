@@ -194,3 +194,42 @@ def test_0024_leaves_existing_owners_requiring_no_signature_and_their_skills_uns
             assert tuple(row) in ((None, None, None, False, True), (None, None, None, 0, 1))
     finally:
         engine.dispose()
+
+
+def test_0026_turns_each_model_setting_into_a_default_source_and_back(database_url):
+    engine = make_engine(database_url)
+    setting = text(
+        "INSERT INTO model_settings (owner_id, base_url, name, api_key, updated_at) "
+        "VALUES (1, 'https://models.example.org/v1', 'gpt-x', 'sealed-key', :now)"
+    )
+    try:
+        command.downgrade(alembic_config(database_url), "0024")
+        with engine.begin() as connection:
+            connection.execute(
+                text("INSERT INTO owners (id, name, created_at) VALUES (1, 'a', :now)"),
+                {"now": utcnow()},
+            )
+            connection.execute(setting, {"now": utcnow()})
+    finally:
+        upgrade(database_url)
+    try:
+        with engine.begin() as connection:
+            source = text(
+                "SELECT owner_id, name, kind, base_url, api_key, virtual_key FROM model_sources"
+            )
+            assert [tuple(row) for row in connection.execute(source)] == [
+                (1, "default", "openai", "https://models.example.org/v1", "sealed-key", False)
+            ]
+            chosen = text("SELECT source, name, reasoning_effort, context FROM model_settings")
+            assert [tuple(row) for row in connection.execute(chosen)] == [
+                ("default", "gpt-x", None, None)
+            ]
+        command.downgrade(alembic_config(database_url), "0024")
+        with engine.begin() as connection:
+            back = text("SELECT owner_id, base_url, name, api_key FROM model_settings")
+            assert [tuple(row) for row in connection.execute(back)] == [
+                (1, "https://models.example.org/v1", "gpt-x", "sealed-key")
+            ]
+    finally:
+        upgrade(database_url)
+        engine.dispose()

@@ -94,7 +94,8 @@ def failure(base: str, path: str) -> str:
     messages = [{"role": "user", "content": "hi"}]
     with pytest.raises(ModelFailed) as failed:
         complete(config, messages, [], lambda _text: None, lambda: False, 5, Egress(["127.0.0.1"]))
-    assert failed.value.code == "model_failed"
+    refused = path == "/api-error"  # a 401: the key was refused
+    assert failed.value.code == ("model_key_refused" if refused else "model_failed")
     return failed.value.message
 
 

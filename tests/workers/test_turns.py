@@ -29,7 +29,7 @@ from store.db import transaction
 from store.egress import Egress
 from store.lifecycle import turns as turnstates
 from store.limits import MAX_CHAT_HISTORY_TURNS
-from store.models import ModelSetting, ToolCall, Turn
+from store.models import ModelSource, ToolCall, Turn
 from store.secrets import Sealer
 from store.settings import Settings
 from workers import jobruns, turns
@@ -61,7 +61,13 @@ def use_model(client, auth, url: str) -> None:
     body = {"base_url": url, "name": "standin", "api_key": "sk-standin-secret"}
     response = client.put("/api/settings/model", headers=auth, json=body)
     assert response.status_code == 200, response.json
-    assert response.json == {"base_url": url, "name": "standin", "api_key_set": True}
+    assert first_form(response.json) == {"base_url": url, "name": "standin", "api_key_set": True}
+    assert response.json["source"] == "default" and response.json["model"] == "standin"
+
+
+def first_form(shown: dict) -> dict:
+    """The fields the model setting had before it named a source, as it still shows them."""
+    return {key: shown[key] for key in ("base_url", "name", "api_key_set")}
 
 
 def start(client, auth, prompt: str, chat: str = "chat-1", mode: str = "execute") -> str:
@@ -252,7 +258,7 @@ def test_model_settings_are_owner_only_and_the_key_is_kept_encrypted(
     assert refused.status_code == 403 and refused.json["code"] == "owner_only"
     use_model(client, auth, "http://127.0.0.1:8000/v1")
     with services.sessions() as session:
-        [row] = session.scalars(select(ModelSetting)).all()
+        [row] = session.scalars(select(ModelSource)).all()
     assert "sk-standin-secret" not in row.api_key
     assert Sealer(settings.keys_dir).unseal(row.api_key) == "sk-standin-secret"
     key_file = settings.keys_dir / "secrets.key"
@@ -262,7 +268,9 @@ def test_model_settings_are_owner_only_and_the_key_is_kept_encrypted(
         "/api/settings/model", headers=auth,
         json={"base_url": "http://127.0.0.1:1/v1", "name": "other"},
     )  # fmt: skip
-    assert kept.json == {"base_url": "http://127.0.0.1:1/v1", "name": "other", "api_key_set": True}
+    assert first_form(kept.json) == {
+        "base_url": "http://127.0.0.1:1/v1", "name": "other", "api_key_set": True
+    }  # fmt: skip
     bad = client.put("/api/settings/model", headers=auth, json={"base_url": "ftp://h", "name": "m"})
     assert bad.status_code == 422 and bad.json["code"] == "invalid_setting"
     assert client.get("/api/settings/model", headers=auth).json["name"] == "other"
@@ -311,10 +319,10 @@ def test_a_model_address_on_loopback_private_or_metadata_is_refused_and_settings
         assert answer.json["message"].startswith("'model.base_url' is refused: "), url
         assert reason in answer.json["message"], url
         assert "SKILLFLEET_EGRESS_ALLOW" in answer.json["message"], url
-    shown = client.get("/api/settings/model", headers=auth).json
+    shown = first_form(client.get("/api/settings/model", headers=auth).json)
     assert shown == {"base_url": "http://127.0.0.1:8000/v1", "name": "standin", "api_key_set": True}
     with services.sessions() as session:
-        [row] = session.scalars(select(ModelSetting)).all()
+        [row] = session.scalars(select(ModelSource)).all()
     assert Sealer(settings.keys_dir).unseal(row.api_key) == "sk-standin-secret"
     assert {port for _host, port in connections} <= {5432, 6379}
 
