@@ -30,6 +30,7 @@ CHANGE_NODE = {"skillfleet.tier": "change", "skillfleet.execution": "node"}
 ECHO = "import os\nprint(os.environ['SKILLFLEET_ARGS'], flush=True)\n"
 NODE = f"t-{uuid.uuid4().hex[:8]}"
 DOWN_NODE = f"d-{uuid.uuid4().hex[:8]}"
+CLIENT = 3  # OTLP's SpanKind of a client call (a Redis command, a SQL statement)
 
 
 @dataclass
@@ -242,6 +243,8 @@ def test_a_script_call_is_one_trace_from_the_api_request_to_the_run_on_the_node(
     assert "?" not in runs.attributes["http.target"] + runs.attributes["http.url"]
     # Neither the arguments, nor the output (the script printed them), nor the query's value.
     assert not traced.told(marker)
+    # The heartbeats' and the stream hub's Redis commands made no traces of their own.
+    assert not [s for s in traced.spans() if s.parent_id == "" and s.kind == CLIENT]
 
 
 def test_a_call_that_waits_for_the_owner_goes_on_in_its_trace_when_approved(
