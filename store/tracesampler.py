@@ -3,6 +3,8 @@
 A trace is a request, a task or a call. Without a parent, a Redis command or a SQL statement
 (a heartbeat, the stream hub's reads, the Celery transport's upkeep) is no trace of its own, nor
 is a task that runs on the clock (housekeeping every few seconds): they would bury the calls.
+Nor is the SQLAlchemy instrumentation's `connect` span, a connection taken from the pool, which
+says nothing the statements after it don't, at the cost of a span in every transaction.
 Everything else is as OTEL_TRACES_SAMPLER chose.
 """
 
@@ -15,6 +17,9 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
+
+POOL_CONNECT = "connect"
+DROPPED = SamplingResult(Decision.DROP)
 
 
 class InTraces(Sampler):
@@ -35,9 +40,11 @@ class InTraces(Sampler):
         links: Sequence[Link] | None = None,
         trace_state: TraceState | None = None,
     ) -> SamplingResult:
+        if kind == SpanKind.CLIENT and name == POOL_CONNECT:
+            return DROPPED
         root = not get_current_span(parent_context).get_span_context().is_valid
         if root and (kind == SpanKind.CLIENT or name in self.quiet):
-            return SamplingResult(Decision.DROP)
+            return DROPPED
         return self.chosen.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state
         )

@@ -39,6 +39,7 @@ UNTRACED_PATHS = "/api/health$,/metrics$"
 SECRET_HEADERS = ("authorization", "cookie", "proxy-authorization", "x-api-key")
 
 _tracer: Tracer | None = None
+_skipped: tuple[str, ...] = ()  # instrumentations OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names
 _engine_traced = False
 
 
@@ -158,7 +159,7 @@ def start(settings: Settings, service: str, quiet: Iterable[str] = ()) -> bool:
     that run on the clock) and Redis commands and SQL statements outside any trace make no
     trace of their own.
     """
-    global _tracer
+    global _tracer, _skipped
     if _tracer is not None or not settings.traces:
         return _tracer is not None
     from opentelemetry import trace
@@ -172,8 +173,11 @@ def start(settings: Settings, service: str, quiet: Iterable[str] = ()) -> bool:
     for exporter in _exporters(settings.traces):
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    CeleryInstrumentor().instrument(tracer_provider=provider)  # type: ignore[no-untyped-call]
-    RedisInstrumentor().instrument(tracer_provider=provider)
+    if "celery" not in settings.trace_skipped:
+        CeleryInstrumentor().instrument(tracer_provider=provider)  # type: ignore[no-untyped-call]
+    if "redis" not in settings.trace_skipped:
+        RedisInstrumentor().instrument(tracer_provider=provider)
+    _skipped = settings.trace_skipped
     _tracer = provider.get_tracer("skillfleet")
     return True
 
@@ -181,7 +185,7 @@ def start(settings: Settings, service: str, quiet: Iterable[str] = ()) -> bool:
 def instrument_engine(engine: Engine) -> None:
     """Trace the process's database engine's statements (its first engine: a process has one)."""
     global _engine_traced
-    if _tracer is None or _engine_traced:
+    if _tracer is None or _engine_traced or "sqlalchemy" in _skipped:
         return
     from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
 
@@ -195,7 +199,7 @@ def instrument_engine(engine: Engine) -> None:
 def instrument_app(app: Flask) -> None:
     """Trace the API's requests. Called before any other hook is added: its request span
     starts first, so requests that a later hook answers (401, 404) have theirs too."""
-    if _tracer is None:
+    if _tracer is None or "flask" in _skipped:
         return
     from opentelemetry.instrumentation.flask import FlaskInstrumentor
 
@@ -215,12 +219,13 @@ def scrub_request() -> None:
     current = trace.get_current_span()
     if not current.is_recording():
         return
-    names = "&".join(dict.fromkeys(key for key, _ in parse_qsl(request.query_string.decode())))
-    current.set_attribute("http.target", request.path)
-    current.set_attribute("url.path", request.path)
-    current.set_attribute("http.url", _without_query(request.url))
-    current.set_attribute("url.full", _without_query(request.url))
-    current.set_attribute("url.query", names)
+    if request.query_string:
+        query = parse_qsl(request.query_string.decode(errors="replace"))
+        current.set_attribute("url.query", "&".join(dict.fromkeys(key for key, _ in query)))
+        current.set_attribute("http.target", request.path)
+        current.set_attribute("url.path", request.path)
+        current.set_attribute("http.url", _without_query(request.url))
+        current.set_attribute("url.full", _without_query(request.url))
     attributes = getattr(current, "attributes", None) or {}
     for header in SECRET_HEADERS:
         key = f"http.request.header.{header}"

@@ -53,6 +53,11 @@ def test_the_sdk_disabled_or_the_exporter_none_turns_traces_off(env):
     assert Settings.from_env(env).traces == ()
 
 
+def test_instrumentations_can_be_left_out_by_name():
+    env = {**ENDPOINT, "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "SQLAlchemy, redis"}
+    assert Settings.from_env(env).trace_skipped == ("sqlalchemy", "redis")
+
+
 def test_the_sampler_and_its_ratio_are_read():
     env = {**ENDPOINT, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio"}
     settings = Settings.from_env({**env, "OTEL_TRACES_SAMPLER_ARG": "0.25"})
