@@ -7,8 +7,9 @@ one with traces on, sending them to an OTLP/HTTP receiver in this process
 (OTEL_EXPORTER_OTLP_ENDPOINT, the SDK's default batching), one without any OTEL_* variable. It
 then times the same node run (REST call -> broker -> Celery -> node worker -> subprocess ->
 result, `?wait=`) on each, alternating which goes first, and prints the medians, p95s, their
-ratio (goal: at most 1.05) and the spans the receiver got; the machine's load average before
-and after says how busy it was.
+ratio (goal: at most 1.05), the CPU each system spent per run (its API, node worker and the
+scripts it ran: on a busy machine the steadier figure) and the spans the receiver got; the
+machine's load average before and after says how busy it was.
 
 `--without sqlalchemy,redis` leaves those instrumentations out of the traced side, as
 OTEL_PYTHON_DISABLED_INSTRUMENTATIONS does; `--same` runs both sides without traces, to show
@@ -118,7 +119,7 @@ def main() -> None:
     report(samples, sum(batches), rounds, load_before, os.getloadavg())
 
 
-def measure(off: Node, on: Node, root: Path, rounds: int) -> dict[str, list[float]]:
+def measure(off: System, on: System, root: Path, rounds: int) -> dict[str, list[float]]:
     sides = {"off": off, "on": on}
     clients = {}
     agents = {}
@@ -129,6 +130,7 @@ def measure(off: Node, on: Node, root: Path, rounds: int) -> dict[str, list[floa
         for _ in range(5):  # warm up: packages synced, connections open
             system.run(clients[name], "trivial", "scripts/ok.py", NODE, agents[name])
     samples: dict[str, list[float]] = {"off": [], "on": []}
+    before = {name: system_cpu(system) for name, system in sides.items()}
     for number in range(rounds):  # interleaved, each first in every other round
         order = ("off", "on") if number % 2 == 0 else ("on", "off")
         for name in order:
@@ -137,7 +139,16 @@ def measure(off: Node, on: Node, root: Path, rounds: int) -> dict[str, list[floa
                 lambda s=system, c=client, a=agent: s.run(c, "trivial", "scripts/ok.py", NODE, a),
                 1,
             )
+    for name, system in sides.items():
+        samples[f"{name} cpu"] = [(system_cpu(system) - before[name]) / rounds]
     return samples
+
+
+def system_cpu(system: System) -> float:
+    """CPU seconds the system spent so far: its API (with its workers), its node worker and
+    the scripts that ran."""
+    spent = system.cpu_seconds()
+    return sum(seconds for part, seconds in spent.items() if part != "clients")
 
 
 def report(
@@ -156,6 +167,9 @@ def report(
     print(f"  ratio on/off (p50): {ratio:.3f} ({verdict} the goal of {GOAL})")
     means = statistics.mean(samples["on"]) / statistics.mean(samples["off"])
     print(f"  ratio on/off (mean): {means:.3f}")
+    cpu_off, cpu_on = samples["off cpu"][0] * 1000, samples["on cpu"][0] * 1000
+    print(f"  CPU per run (API, worker, script): off {cpu_off:.1f} ms, on {cpu_on:.1f} ms")
+    print(f"  ratio on/off (CPU per run): {cpu_on / cpu_off:.3f}")
     print(f"  spans received: {spans} ({spans / max(rounds + 5, 1):.1f} per traced run)")
     print(f"  load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}")
     print(f"  load average (1, 5, 15 min) after:  {', '.join(f'{x:.2f}' for x in load_after)}")
