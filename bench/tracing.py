@@ -12,8 +12,9 @@ scripts it ran: on a busy machine the steadier figure) and the spans the receive
 machine's load average before and after says how busy it was.
 
 `--without sqlalchemy,redis` leaves those instrumentations out of the traced side, as
-OTEL_PYTHON_DISABLED_INSTRUMENTATIONS does; `--same` runs both sides without traces, to show
-what the two systems differ by when they are alike (the bench's own noise).
+OTEL_PYTHON_DISABLED_INSTRUMENTATIONS does; `--ratio 0.1` keeps a tenth of its calls' traces
+(OTEL_TRACES_SAMPLER=parentbased_traceidratio); `--same` runs both sides without traces, to
+show what the two systems differ by when they are alike (the bench's own noise).
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def main() -> None:
     parser.add_argument(
         "--without", default="", help="OTEL_PYTHON_DISABLED_INSTRUMENTATIONS of the traced side"
     )
+    parser.add_argument(
+        "--ratio", type=float, help="the traced side keeps this share of calls' traces"
+    )
     arguments = parser.parse_args()
     rounds = arguments.rounds
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14")
@@ -111,6 +115,9 @@ def main() -> None:
         on_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
         if arguments.without:
             on_env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = arguments.without
+        if arguments.ratio is not None:
+            on_env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+            on_env["OTEL_TRACES_SAMPLER_ARG"] = str(arguments.ratio)
         if arguments.same:
             on_env = {}
         on = stack.enter_context(Node(root / "on", next_database(redis_url), on_env))
@@ -130,7 +137,7 @@ def measure(off: System, on: System, root: Path, rounds: int) -> dict[str, list[
         for _ in range(5):  # warm up: packages synced, connections open
             system.run(clients[name], "trivial", "scripts/ok.py", NODE, agents[name])
     samples: dict[str, list[float]] = {"off": [], "on": []}
-    before = {name: system_cpu(system) for name, system in sides.items()}
+    before = {name: system.cpu_seconds() for name, system in sides.items()}
     for number in range(rounds):  # interleaved, each first in every other round
         order = ("off", "on") if number % 2 == 0 else ("on", "off")
         for name in order:
@@ -140,15 +147,11 @@ def measure(off: System, on: System, root: Path, rounds: int) -> dict[str, list[
                 1,
             )
     for name, system in sides.items():
-        samples[f"{name} cpu"] = [(system_cpu(system) - before[name]) / rounds]
+        # CPU seconds per run: its API (with its workers), its node worker, the scripts it ran.
+        after = system.cpu_seconds()
+        for part in ("api", "node worker", "node scripts"):
+            samples[f"{name} {part}"] = [(after[part] - before[name][part]) / rounds]
     return samples
-
-
-def system_cpu(system: System) -> float:
-    """CPU seconds the system spent so far: its API (with its workers), its node worker and
-    the scripts that ran."""
-    spent = system.cpu_seconds()
-    return sum(seconds for part, seconds in spent.items() if part != "clients")
 
 
 def report(
@@ -167,10 +170,14 @@ def report(
     print(f"  ratio on/off (p50): {ratio:.3f} ({verdict} the goal of {GOAL})")
     means = statistics.mean(samples["on"]) / statistics.mean(samples["off"])
     print(f"  ratio on/off (mean): {means:.3f}")
-    cpu_off, cpu_on = samples["off cpu"][0] * 1000, samples["on cpu"][0] * 1000
-    print(f"  CPU per run (API, worker, script): off {cpu_off:.1f} ms, on {cpu_on:.1f} ms")
-    print(f"  ratio on/off (CPU per run): {cpu_on / cpu_off:.3f}")
-    print(f"  spans received: {spans} ({spans / max(rounds + 5, 1):.1f} per traced run)")
+    parts = ("api", "node worker", "node scripts")
+    cpu = {side: {p: samples[f"{side} {p}"][0] * 1000 for p in parts} for side in ("off", "on")}
+    for side, spent in cpu.items():
+        shown = ", ".join(f"{part} {ms:.1f}" for part, ms in spent.items())
+        print(f"  CPU per run, traces {side}: {sum(spent.values()):.1f} ms ({shown})")
+    ratio_cpu = sum(cpu["on"].values()) / sum(cpu["off"].values())
+    print(f"  ratio on/off (CPU per run): {ratio_cpu:.3f}")
+    print(f"  spans received: {spans} ({spans / (rounds + 5):.1f} per traced run)")
     print(f"  load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}")
     print(f"  load average (1, 5, 15 min) after:  {', '.join(f'{x:.2f}' for x in load_after)}")
     print(f"  cores: {os.cpu_count()}")
