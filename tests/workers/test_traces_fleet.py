@@ -243,8 +243,10 @@ def test_a_script_call_is_one_trace_from_the_api_request_to_the_run_on_the_node(
     assert "?" not in runs.attributes["http.target"] + runs.attributes["http.url"]
     # Neither the arguments, nor the output (the script printed them), nor the query's value.
     assert not traced.told(marker)
-    # The heartbeats' and the stream hub's Redis commands made no traces of their own.
+    # The heartbeats' and the stream hub's Redis commands made no traces of their own, and
+    # SQLAlchemy's pool checkouts no spans.
     assert not [s for s in traced.spans() if s.parent_id == "" and s.kind == CLIENT]
+    assert "connect" not in {s.name for s in trace}
 
 
 def test_a_call_that_waits_for_the_owner_goes_on_in_its_trace_when_approved(
