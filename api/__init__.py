@@ -23,6 +23,7 @@ from api.mcp.document import document_mcp
 from api.methods import install_method_check
 from api.oauth.consent import install_consent
 from api.services import Services
+from store import tracing
 from store.logs import configure_logging
 from store.settings import Settings
 
@@ -33,8 +34,10 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     """Build the API for `settings` (read from the environment when not given)."""
     settings = settings or (services.settings if services else Settings.from_env())
     configure_logging(settings.log_level, settings.log_format)
+    tracing.start(settings, "skillfleet-api")
     services = services or Services.build(settings)
     app = Flask("skillfleet")
+    tracing.instrument_app(app)  # first: its request span is open for every hook after it
     app.config.update(_flask_config())
     # Bodies keep the order the code builds them in (sorting a 200-skill list costs each call),
     # written by orjson.

@@ -13,7 +13,7 @@ import structlog
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from broker import approvals, editplans, loaded, questions
+from broker import approvals, editplans, loaded, questions, traces
 from broker.calls import CallOutcome, CallRequest
 from broker.classify import READ_EXACTLY, CallPlan, plan_call
 from broker.context import Dispatcher, RecordingDispatcher, RunStarted, ToolContext
@@ -35,6 +35,7 @@ from broker.runs import answer_of
 from broker.turns import admit, count_into, turn_key
 from relay import feed
 from relay.counters import POLICY_DECISIONS
+from store import tracing
 from store.db import SessionFactory, core_transaction, detached, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
 from store.files import FileStore
@@ -77,6 +78,12 @@ class Broker:
 
     def call(self, owner_id: int, request: CallRequest) -> CallOutcome:
         """Answer one call: fail it, refuse it, ask the owner, or run it."""
+        with tracing.span("skillfleet.call", tool=request.tool) as traced:
+            outcome = self._call(owner_id, request)
+            traced.note(call_id=outcome.call_id, status=outcome.status, run_id=outcome.run_id)
+            return outcome
+
+    def _call(self, owner_id: int, request: CallRequest) -> CallOutcome:
         tool = self.registry.get(request.tool)
         request.check()
         try:
@@ -108,10 +115,13 @@ class Broker:
         _describe(call, plan)
         # A guessed chat's grants were given in other conversations: they decide nothing here.
         granting = None if request.chat_guessed else chat
-        decision = self._decide(owner_id, call, granting, job, plan, number)
-        if number > MAX_CALLS_PER_TURN and decision.action != "deny":
-            # The limit holds even under an operator's policy that forgot the rule.
-            decision = Decision("deny", TURN_LIMIT_RULE)
+        with tracing.span("skillfleet.policy", tier=plan.tier) as traced:
+            decision = self._decide(owner_id, call, granting, job, plan, number)
+            if number > MAX_CALLS_PER_TURN and decision.action != "deny":
+                # The limit holds even under an operator's policy that forgot the rule.
+                decision = Decision("deny", TURN_LIMIT_RULE)
+            traced.note(decision=decision.action, rule=decision.rule)
+        tracing.note(decision=decision.action, rule=decision.rule)
         call.rule = decision.rule
         count = _Count(decision.rule or "default", decision.action)
         try:
@@ -207,6 +217,7 @@ class Broker:
             if plan.edit is not None:
                 editplans.hold(session, call, approval, plan.edit)
         log.info("call waits for approval", call_id=call.id, tool=call.tool, rule=decision.rule)
+        traces.keep(self.redis, approval.id)
         self._announce(call, approval)
         return CallOutcome.of(call)
 
@@ -395,6 +406,10 @@ class Broker:
 
     def answer(self, owner_id: int, approval_id: str, decision: str) -> Approval:
         """Apply the owner's decision; an approved call then runs with its stored arguments."""
+        with traces.answering(self.redis, approval_id, decision):
+            return self._answer(owner_id, approval_id, decision)
+
+    def _answer(self, owner_id: int, approval_id: str, decision: str) -> Approval:
         if decision not in approvals.DECISIONS:
             raise InvalidCall("'decision' must be approve, approve_for_chat or deny.")
         with transaction(self.sessions) as session:
@@ -601,6 +616,10 @@ def _describe(call: ToolCall, plan: CallPlan) -> None:
     if plan.skill is not None:
         call.skill_name = plan.skill.name
         call.skill_hash = plan.skill.hash
+    tracing.note(
+        call_id=call.id, tier=call.tier, node=call.node, skill=call.skill_name,
+        skill_hash=call.skill_hash,
+    )  # fmt: skip
 
 
 def _replayable(approval: Approval) -> dict[str, Any]:

@@ -26,6 +26,7 @@ JOB_TICK_SECONDS = 60.0
 # events (workers/tasks.py) and beat does not log sending them, so neither Flower nor beat's
 # log fills with them.
 QUIET_ENTRIES = ("housekeeping", "sweep")
+QUIET_TASKS = ("skillfleet.housekeeping", "skillfleet.sweep")  # their tasks: no traces either
 
 
 def kombu_url(redis_url: str) -> str:

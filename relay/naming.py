@@ -53,6 +53,12 @@ def run_cancel(run_id: str) -> str:
     return f"{PREFIX}:run:{run_id}:cancel"
 
 
+def approval_trace(approval_id: str) -> str:
+    """The trace context of the call an approval asks about, kept while it waits for the owner
+    (broker/traces.py; only when traces are on)."""
+    return f"{PREFIX}:approval:{approval_id}:trace"
+
+
 def worker_key(instance: str) -> str:
     """A worker instance's heartbeat (a hash with a TTL)."""
     return f"{PREFIX}:worker:{instance}"

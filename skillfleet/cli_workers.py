@@ -246,15 +246,18 @@ def _serve(
     of a worker that serves."""
     import time
 
+    from relay.app import QUIET_TASKS
     from relay.clients import Clients
     from relay.heartbeat import Beater, Instance
     from relay.retention import StreamCaps
     from skillfleet.serving import freeze_startup_heap
+    from store import tracing
     from store.logs import configure_logging
     from workers.execute import WorkerContext
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(settings.log_level, settings.log_format)
+    tracing.start(settings, f"skillfleet-worker-{role}", [f"run/{t}" for t in QUIET_TASKS])
     # The process's engine, Redis client and Celery app, built once (workers/context.py).
     clients = Clients.build(settings)
     app, client = clients.celery, clients.redis

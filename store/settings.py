@@ -88,6 +88,18 @@ DEFAULT_RUN_UIDS = (2_100_000_000, 2_100_000_999)
 # An owner's file (an upload, or one a run made): at most this large, kept this long.
 DEFAULT_FILE_MAX_BYTES = 64 * limits.MIB
 DEFAULT_FILE_TTL = 86_400
+# Traces (store/tracing.py): the exporters OTEL_TRACES_EXPORTER may name (OTLP over HTTP, or
+# lines on standard output for a look by hand) and the samplers OTEL_TRACES_SAMPLER may name.
+TRACE_EXPORTERS = ("otlp", "console")
+TRACE_SAMPLERS = (
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+    "always_on",
+    "always_off",
+    "traceidratio",
+)
+OTLP_PROTOCOL = "http/protobuf"
 
 
 class SettingsError(Exception):
@@ -250,6 +262,15 @@ class Settings:
     # Versions kept of each skill to roll back to (besides the current one and pinned ones).
     versions_kept: int = limits.VERSIONS_KEPT
     flower_max_tasks: int = limits.FLOWER_MAX_TASKS
+    # Traces: the exporters OpenTelemetry's standard variables ask for (none: no traces, and
+    # nothing of OpenTelemetry imported) and the sampler. The SDK reads the other OTEL_*
+    # variables itself, as prometheus_client does PROMETHEUS_MULTIPROC_DIR: the endpoint, its
+    # headers, timeout and compression, the service name and resource attributes, batch sizes.
+    traces: tuple[str, ...] = ()
+    trace_sampler: str = TRACE_SAMPLERS[0]
+    trace_sampler_ratio: float = 1.0
+    # The instrumentations left out (flask, celery, sqlalchemy, redis): fewer spans, less cost.
+    trace_skipped: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -320,6 +341,7 @@ class Settings:
         env = os.environ if env is None else env
         config_file = _path(env.get("SKILLFLEET_CONFIG"))
         config = _read_config(config_file) if config_file else {}
+        traces, sampler, ratio = _traces(env)
         return cls(
             data_dir=Path(env.get("SKILLFLEET_DATA_DIR") or DEFAULT_DATA_DIR),
             database_url=env.get("DATABASE_URL") or None,
@@ -433,6 +455,10 @@ class Settings:
                 env, "SKILLFLEET_FLOWER_MAX_TASKS", limits.FLOWER_MAX_TASKS, 1
             ),
             versions_kept=_at_least(env, "SKILLFLEET_VERSIONS_KEPT", limits.VERSIONS_KEPT, 1),
+            traces=traces,
+            trace_sampler=sampler,
+            trace_sampler_ratio=ratio,
+            trace_skipped=_names(env.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS")),
             extra=config,
         )
 
@@ -640,6 +666,50 @@ def _timings(env: Mapping[str, str]) -> dict[str, float]:
         ),
         "sweep_seconds": _seconds(env, "SKILLFLEET_SWEEP_SECONDS", DEFAULT_SWEEP_SECONDS),
     }
+
+
+def _traces(env: Mapping[str, str]) -> tuple[tuple[str, ...], str, float]:
+    """OpenTelemetry's standard variables: traces go out when OTEL_TRACES_EXPORTER names an
+    exporter or an OTLP endpoint is set, unless OTEL_SDK_DISABLED is true or the exporter is
+    `none`; with neither set, there are none."""
+    named = [part.strip().lower() for part in (env.get("OTEL_TRACES_EXPORTER") or "").split(",")]
+    named = [part for part in named if part]
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if _bool(env, "OTEL_SDK_DISABLED") or named == ["none"] or not (named or endpoint):
+        return (), TRACE_SAMPLERS[0], 1.0
+    exporters = tuple(dict.fromkeys(named or ["otlp"]))
+    unknown = [name for name in exporters if name not in TRACE_EXPORTERS]
+    if unknown:
+        raise SettingsError(
+            f"OTEL_TRACES_EXPORTER may name {', '.join(TRACE_EXPORTERS)} or none, "
+            f"not {', '.join(unknown)!r}."
+        )
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )
+    if "otlp" in exporters and protocol not in (None, "", OTLP_PROTOCOL):
+        raise SettingsError(
+            f"skillfleet sends traces over OTLP/HTTP ({OTLP_PROTOCOL}), not {protocol!r}: "
+            "point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's HTTP port (4318)."
+        )
+    sampler = _choice(env, "OTEL_TRACES_SAMPLER", TRACE_SAMPLERS, TRACE_SAMPLERS[0])
+    ratio = 1.0
+    if sampler.endswith("traceidratio") and env.get("OTEL_TRACES_SAMPLER_ARG"):
+        raw = env["OTEL_TRACES_SAMPLER_ARG"]
+        try:
+            ratio = float(raw)
+        except ValueError:
+            ratio = -1.0
+        if not 0 <= ratio <= 1:
+            raise SettingsError(f"OTEL_TRACES_SAMPLER_ARG must be from 0 to 1, not {raw!r}.")
+    return exporters, sampler, ratio
+
+
+def _names(raw: str | None) -> tuple[str, ...]:
+    """A comma-separated list of names, lowercased."""
+    return tuple(part.strip().lower() for part in (raw or "").split(",") if part.strip())
 
 
 def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:

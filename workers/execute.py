@@ -26,6 +26,7 @@ from relay.errors import RunError
 from relay.heartbeat import Instance
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import RunStream
+from store import tracing
 from store.commandline import CommandLineError
 from store.db import SessionFactory
 from store.errors import StoreError
@@ -71,6 +72,7 @@ def execute(context: WorkerContext, run_id: str) -> str | None:
     if run is None:
         log.info("run already claimed or ended, or never saved; nothing to do", run_id=run_id)
         return None
+    tracing.note(call_id=run.call_id, skill=run.skill_name, skill_hash=run.skill_hash)
     stream = RunStream(context.redis, run_id, context.caps)
     # The owner hears "running" with the run's first stream entries: the script starts sooner.
     stream.also(lambda pipe: feed.add_to(pipe, events))

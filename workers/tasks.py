@@ -14,6 +14,7 @@ from broker.runs import resend_unsent
 from relay.dispatch import RUN_JOB_TASK, RUN_TURN_TASK, send_job_run, send_run
 from relay.notifier import NOTIFY_TASK
 from relay.retention import StreamCaps
+from store import tracing
 from store.models import JobRun, Run, Turn
 from workers import jobruns, notify, turns
 from workers.context import (
@@ -35,7 +36,10 @@ def execute_run(self: Task, run_id: str) -> str | None:
     """Run one script: the message carries the run id only."""
     with structlog.contextvars.bound_contextvars(run_id=run_id):
         context = worker_context(self.app)
-        return report(context.sessions, Run, run_id, execute(context, run_id))
+        with tracing.span("skillfleet.run", run_id=run_id, node=context.instance.label):
+            status = execute(context, run_id)
+            tracing.note(status=status)
+        return report(context.sessions, Run, run_id, status)
 
 
 @shared_task(name="skillfleet.housekeeping", bind=True, send_events=False)
