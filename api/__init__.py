@@ -102,6 +102,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         skills,
         tokens,
         tools,
+        toolsettings,
         turns,
         webhooks,
     )
@@ -124,6 +125,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         jobs,
         events,
         modelsettings,
+        toolsettings,
         turns,
         push,
         webhooks,

@@ -393,14 +393,19 @@ class Broker:
 
     # -- answers and waiting -----------------------------------------------------
 
-    def answer(self, owner_id: int, approval_id: str, decision: str) -> Approval:
-        """Apply the owner's decision; an approved call then runs with its stored arguments."""
+    def answer(
+        self, owner_id: int, approval_id: str, decision: str, reason: str | None = None
+    ) -> Approval:
+        """Apply the owner's decision; an approved call then runs with its stored arguments.
+        A denial's `reason` is told to the call's agent."""
         if decision not in approvals.DECISIONS:
             raise InvalidCall("'decision' must be approve, approve_for_chat or deny.")
+        if reason is not None and decision != "deny":
+            raise InvalidCall("A reason goes with deny only.")
         with transaction(self.sessions) as session:
             approval = approvals.claim_for_answer(session, owner_id, approval_id)
             if decision == "deny":
-                approvals.deny(session, approval)
+                approvals.deny(session, approval, reason)
                 editplans.settle(session, approval.id, editplans.DENIED)
                 return approval
             if decision == "approve_for_chat" and approvals.grant_note(approval) is not None:
