@@ -310,6 +310,7 @@ def test_an_agent_token_made_on_the_tokens_page_calls_tools_and_is_refused_once_
         row.wait_for()
         assert token not in page.content()
 
+        page.once("dialog", lambda dialog: dialog.accept())  # Revoke asks first
         row.get_by_role("button", name="Revoke").click()
         row.wait_for(state="detached")
         gone = agent.get("/api/tools")  # the very next request
