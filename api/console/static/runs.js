@@ -90,9 +90,10 @@ export async function runPage({ main, onFeed, onLeave, back }, runId) {
   const output = h("pre", { id: "output", class: "output", "aria-live": "polite" });
   const cancel = h("button", { type: "button", class: "danger", id: "cancel" }, "Cancel");
   const streamState = h("span", { class: "muted", id: "stream-state" });
+  const state = h("span", { id: "run-state" });
   replace(main,
     back("#/runs", "Runs"),
-    h("h1", {}, "Run ", h("code", {}, runId.slice(0, 8))),
+    h("h1", {}, "Run ", h("code", {}, runId.slice(0, 8)), " ", state),
     h("div", { class: "actions" }, cancel, streamState),
     h("h2", {}, "Output"),
     output,
@@ -116,6 +117,7 @@ export async function runPage({ main, onFeed, onLeave, back }, runId) {
       ["Started", when(run.started_at)],
       ["Finished", when(run.finished_at)],
     ]));
+    replace(state, status(run.status));
     cancel.hidden = END_STATES.includes(run.status);
     facts.dataset.status = run.status;
     return run;

@@ -8,6 +8,9 @@ import { busy, h, hash8, replace, showError, table } from "./ui.js";
 const HOST = "host:";
 const SKILL = "skill:";
 
+// Why a tool has no box: run_skill_script takes each skill's tier; destructive calls ask.
+const NOT_OFFERED = { run_skill_script: "each skill's tier: see below", destructive: "never: it always asks" };
+
 function tierBadge(tier) {
   return h("span", { class: `tier tier-${tier}` }, tier);
 }
@@ -67,8 +70,8 @@ export async function page({ main }) {
           h("td", {}, tierBadge(tool.tier)),
           h("td", { class: "wide" }, summary(tool.description)),
           h("td", {}, tool.owner_may_allow ? box(tool.name, `Run ${tool.name} without asking`, tool.name)
-            : tool.name === "run_skill_script" ? h("span", { class: "muted" }, "each skill's tier: see below")
-              : "—"))), { class: "tool-tiers" }));
+            : h("span", { class: "muted" }, NOT_OFFERED[tool.name] || NOT_OFFERED[tool.tier] || "—")))),
+      { class: "tool-tiers" }));
   }
 
   function renderSkills() {
