@@ -591,7 +591,7 @@ class DecisionSchema(ma.Schema):
 
     @ma.validates_schema
     def _reason_with_deny(self, data: dict[str, Any], **kwargs: Any) -> None:
-        if data.get("reason") is not None and data.get("decision") != "deny":
+        if (data.get("reason") or "").strip() and data.get("decision") != "deny":
             raise ma.ValidationError("A reason goes with deny only.", "reason")
 
     @ma.post_load

@@ -52,6 +52,8 @@ def test_a_reason_is_refused_with_an_approval_too_long_with_a_nul_or_not_text(cl
         refused = deny(client, auth, asked["approval_id"], reason)
         assert refused.status_code == 422, reason
         assert refused.json["code"] == "invalid_request"
+    blank = {"decision": "approve_for_job", "reason": "  "}  # blank is none: judged without it
+    assert client.post(url, headers=auth, json=blank).json["code"] == "grant_not_offered"
     fits = deny(client, auth, asked["approval_id"], "x" * MAX_DENY_REASON_CHARS)
     assert fits.status_code == 200  # nothing above was answered: the approval was still open
 
