@@ -326,7 +326,7 @@ def test_the_jobs_and_review_forms_fit_a_phones_width(browser: Any, console: Fle
         open_page(phone, console, "jobs")
         phone.get_by_role("button", name="New job").click()
         phone.wait_for_selector("#cron-preview li")
-        for route in ("jobs", "review", "tokens"):
+        for route in ("jobs", "review", "tokens", "settings"):
             if route != "jobs":
                 phone.goto(f"{console.url}/#/{route}")
                 phone.wait_for_selector(f"main[data-ready={route}]")
