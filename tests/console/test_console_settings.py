@@ -161,13 +161,19 @@ def test_revoke_asks_first_and_warns_that_the_consoles_own_token_signs_it_out(
         assert bare.get("/api/settings", headers=headers).status_code == 401
 
 
-def test_deny_takes_a_reason_that_the_agent_is_told(page: Any, console: Fleet) -> None:
+def test_deny_takes_a_reason_that_the_agent_is_told_and_a_new_card_does_not_wipe_it(
+    page: Any, console: Fleet
+) -> None:
     owner = mine(console)
     signed_in(page, owner)
     asked = call_changer(owner)
     card = page.locator(f"article[data-approval-id='{asked['approval_id']}']")
     card.get_by_role("button", name="Deny").click()
     card.get_by_label("Why (optional; the agent is told)").fill("Use the staging node.")
+    later = call_changer(owner)  # a new card arrives while the reason is written
+    page.wait_for_selector(f"article[data-approval-id='{later['approval_id']}']")
+    reason = card.get_by_label("Why (optional; the agent is told)")
+    assert reason.input_value() == "Use the staging node."  # kept through the reload
     card.get_by_role("button", name="Deny call").click()
     card.wait_for(state="detached")
     with owner.http() as client:

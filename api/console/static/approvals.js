@@ -136,7 +136,10 @@ export async function page({ main, onFeed }) {
   const load = serial(async () => {
     const pending = await get("/api/approvals?status=pending");
     setBadge("pending-count", pending.length);
-    if (pending.length) replace(list, pending.map((approval) => card(approval, answer)));
+    // A card whose reason is being written stays as it is, so the feed doesn't wipe it.
+    const writing = new Map([...list.querySelectorAll("article")].filter((a) => a.querySelector("form.deny"))
+      .map((a) => [a.dataset.approvalId, a]));
+    if (pending.length) replace(list, pending.map((approval) => writing.get(approval.id) || card(approval, answer)));
     else replace(list, h("p", { class: "empty" }, "Nothing is waiting for you."));
     loadAnswered().catch((e) => showError(e)); // below the fold: not waited for
   });

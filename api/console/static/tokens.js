@@ -58,8 +58,10 @@ export async function page({ main }) {
       await del(`/api/tokens/${item.id}`);
     } catch (error) {
       showError(error, "Revoking");
+      await load();
+      return;
     }
-    if (!item.in_use) await load(); // else the next request finds the token gone: sign-in
+    if (!item.in_use) await load();
     else window.dispatchEvent(new CustomEvent("skillfleet:unauthorized",
       { detail: { message: "You revoked the token this console was signed in with." } }));
   }
