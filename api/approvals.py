@@ -147,11 +147,11 @@ def get_approval(approval_id: str) -> ApprovalCard:
 @blp.arguments(DecisionSchema())
 @blp.response(200, ApprovalSchema)
 def answer_approval(body: dict[str, Any], approval_id: str) -> ApprovalCard:
-    """Answer an approval: approve, approve_for_chat, approve_for_job or deny; then it runs"""
+    """Answer an approval: approve, approve_for_chat, approve_for_job or deny (with a reason)"""
     caller = owner_only()
     with services().sessions() as session:
         decision = decision_for(_owned(session, caller, approval_id), body["decision"])
-    approval = services().broker.answer(caller, approval_id, decision)
+    approval = services().broker.answer(caller, approval_id, decision, body["reason"])
     if approval.tool == "edit_skill" and approval.status == ApprovalStatus.APPROVED:
         broadcast_sync()  # the edited skill has a new package for the nodes
     if approval.job_run_id is not None:

@@ -13,6 +13,7 @@ from broker.questions import ASKING
 from store.hashing import shown_key
 from store.limits import (
     MAX_CONTEXT_TOKENS,
+    MAX_DENY_REASON_CHARS,
     MAX_JOB_NAME_CHARS,
     MAX_JOB_STEPS,
     MAX_MODEL_NAME_CHARS,
@@ -576,6 +577,10 @@ class ApprovalSchema(ma.Schema):
         allow_none=True,
         metadata={"description": "A withdrawn approval: the agent stopped waiting for it"},
     )
+    reason = ShownText(
+        allow_none=True,
+        metadata={"description": "A denied approval: why, as the owner said it (null: not said)"},
+    )
     diff = ShownText(
         allow_none=True, metadata={"description": "edit_skill: the unified diff to approve"}
     )
@@ -607,6 +612,28 @@ class DecisionSchema(ma.Schema):
         validate=ma.validate.OneOf(ANSWERS),
         metadata={"description": "approve_for_chat in a chat, approve_for_job in a job"},
     )
+    reason = ma.fields.String(
+        load_default=None,
+        allow_none=True,
+        validate=[
+            ma.validate.Length(max=MAX_DENY_REASON_CHARS),
+            ma.validate.Regexp(r"^[^\x00]*$", error="The reason must not hold a NUL character."),
+        ],
+        metadata={
+            "description": "deny only: why, in words the call's agent is told (its error "
+            "message) and the approval keeps; blank is none"
+        },
+    )
+
+    @ma.validates_schema
+    def _reason_with_deny(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if (data.get("reason") or "").strip() and data.get("decision") != "deny":
+            raise ma.ValidationError("A reason goes with deny only.", "reason")
+
+    @ma.post_load
+    def _blank_is_none(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        reason = (data.get("reason") or "").strip()
+        return {**data, "reason": reason or None}
 
 
 class QuestionSchema(ma.Schema):
@@ -879,6 +906,12 @@ class TokenSchema(ma.Schema):
             "description": "Refused from then on (an MCP host's token until refreshed, a GitHub "
             "sign-in's until GitHub's expires); null: until deleted"
         },
+    )
+    in_use = ma.fields.Boolean(
+        metadata={
+            "description": "The token this request was made with: deleting it signs its "
+            "holder (such as the console) out"
+        }
     )
 
 

@@ -14,9 +14,10 @@ from api.errors import ApiError
 from api.roles import owner_route
 from api.schemas import SettingsSchema
 from api.services import services
+from broker.classify import RUN
 from broker.errors import UnknownTool
+from broker.grantable import owner_may_allow
 from broker.grants import HOST, host_key, is_host_key, owner_keys, set_owner_keys, tool_key
-from broker.tiers import Tier
 from broker.webtools import bare_host
 from store.db import transaction
 from store.errors import SkillNotFound
@@ -108,7 +109,13 @@ def _key(caller: int, entry: str) -> str:
         tool = services().broker.registry.get(entry)
     except UnknownTool:
         raise ApiError(422, "invalid_setting", f"There is no tool named '{entry}'.") from None
-    if tool.tier != Tier.CHANGE:
+    if tool.name == RUN:
+        raise ApiError(
+            422,
+            "invalid_setting",
+            "run_skill_script takes each skill's tier: allow a skill with skill:<name>@<hash8>.",
+        )
+    if not owner_may_allow(tool):
         raise ApiError(
             422,
             "invalid_setting",

@@ -8,7 +8,7 @@ import redis
 import structlog
 from flask.views import MethodView
 
-from api.auth import bump_token_generation, owner_only
+from api.auth import bump_token_generation, owner_only, principal
 from api.blueprint import Blueprint
 from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
@@ -28,12 +28,13 @@ class Tokens(MethodView):
     @owner_route
     @blp.response(200, TokenSchema(many=True))
     @keyset(blp)
-    def get(self, page: Page) -> list[ApiToken]:
+    def get(self, page: Page) -> list[dict[str, Any]]:
         """List your owner and agent tokens, oldest first (never the tokens themselves)"""
         caller = owner_only()
         with services().sessions() as session:
             tokens = owner_tokens(session, caller)
-        return memory_page(tokens, page, caller, lambda t: (t.id,))
+        shown = memory_page(tokens, page, caller, lambda t: (t.id,))
+        return [_listed(token, principal().token_id) for token in shown]
 
     @owner_route
     @blp.arguments(TokenCreateSchema())
@@ -44,6 +45,12 @@ class Tokens(MethodView):
         with transaction(services().sessions) as session:
             row, token = issue_token(session, caller, body["role"], body["label"])
         return {"id": row.id, "token": token, "role": row.role, "label": row.label}
+
+
+def _listed(token: ApiToken, in_use: int | None) -> dict[str, Any]:
+    """A token as listed, saying whether it is the one the request came with."""
+    listed = {key: getattr(token, key) for key in TokenSchema().fields if key != "in_use"}
+    return {**listed, "in_use": token.id == in_use}
 
 
 @blp.route("/<int:token_id>", methods=["DELETE"])

@@ -254,14 +254,12 @@ def withdraw(session: Session, owner_id: int, call_id: str) -> Approval | None:
     return approval
 
 
-def deny(session: Session, approval: Approval) -> None:
+def deny(session: Session, approval: Approval, reason: str | None = None) -> None:
+    """The owner said no; `reason`, when given, is kept and told to the call's agent."""
     approvals.move(approval, ApprovalStatus.DENIED)
-    calls.answer(
-        session,
-        approval.call_id,
-        CallStatus.DENIED,
-        error=("owner_denied", "The owner declined this call."),
-    )
+    approval.reason = reason
+    said = f"The owner declined this call: {reason}" if reason else "The owner declined this call."
+    calls.answer(session, approval.call_id, CallStatus.DENIED, error=("owner_denied", said))
 
 
 def make_stale(session: Session, approval: Approval, reason: str) -> None:

@@ -404,18 +404,25 @@ class Broker:
 
     # -- answers and waiting -----------------------------------------------------
 
-    def answer(self, owner_id: int, approval_id: str, decision: str) -> Approval:
-        """Apply the owner's decision; an approved call then runs with its stored arguments."""
+    def answer(
+        self, owner_id: int, approval_id: str, decision: str, reason: str | None = None
+    ) -> Approval:
+        """Apply the owner's decision; an approved call then runs with its stored arguments.
+        A denial's `reason` is told to the call's agent."""
         with traces.answering(self.redis, approval_id, decision):
-            return self._answer(owner_id, approval_id, decision)
+            return self._answer(owner_id, approval_id, decision, reason)
 
-    def _answer(self, owner_id: int, approval_id: str, decision: str) -> Approval:
+    def _answer(
+        self, owner_id: int, approval_id: str, decision: str, reason: str | None = None
+    ) -> Approval:
         if decision not in approvals.DECISIONS:
             raise InvalidCall("'decision' must be approve, approve_for_chat or deny.")
+        if reason is not None and decision != "deny":
+            raise InvalidCall("A reason goes with deny only.")
         with transaction(self.sessions) as session:
             approval = approvals.claim_for_answer(session, owner_id, approval_id)
             if decision == "deny":
-                approvals.deny(session, approval)
+                approvals.deny(session, approval, reason)
                 editplans.settle(session, approval.id, editplans.DENIED)
                 return approval
             if decision == "approve_for_chat" and approvals.grant_note(approval) is not None:

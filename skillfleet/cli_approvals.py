@@ -78,9 +78,10 @@ def show(approval_id: str) -> None:
         click.echo(f"changes:\n{shown(row['diff'])}")
 
 
-def _answer(approval_id: str, decision: str) -> None:
+def _answer(approval_id: str, decision: str, reason: str | None = None) -> None:
     approval_id = full_id(APPROVAL, approval_id)
-    result = call_api("POST", f"/api/approvals/{approval_id}", json={"decision": decision})
+    body = {"decision": decision, **({"reason": reason} if reason else {})}
+    result = call_api("POST", f"/api/approvals/{approval_id}", json=body)
     said = f"{result['id']}: {result['status']}"
     if result["status"] == ApprovalStatus.APPROVED_FOR_CHAT and result.get("grant_scope") == "job":
         said += " (the grant went to the job)"  # a job's "always" is stored as the chat's is
@@ -105,6 +106,7 @@ def approve(approval_id: str, for_chat: bool, for_job: bool) -> None:
 
 @approvals.command("deny")
 @click.argument("approval_id")
-def deny(approval_id: str) -> None:
+@click.option("--reason", help="Why, in words the agent that asked is told.")
+def deny(approval_id: str, reason: str | None) -> None:
     """Decline one call."""
-    _answer(approval_id, "deny")
+    _answer(approval_id, "deny", reason)

@@ -185,6 +185,7 @@ MAX_CHOICE_CHARS = 200
 MAX_ANSWER_CHARS = 4000
 MAX_SECRET_BYTES = 8 * KIB  # a secret's value, as UTF-8
 MAX_NOTICE_CHARS = 1000  # a notify_owner message
+MAX_DENY_REASON_CHARS = 1000  # why the owner denied a call, which its agent is told
 
 # Live streams in Redis (a run's output, an agent turn's events): the defaults of
 # SKILLFLEET_RUN_OUTPUT_BYTES, _RUN_STREAM_TTL and _RUN_STREAMS_KEPT (store/settings.py).

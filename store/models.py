@@ -442,6 +442,8 @@ class Approval(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     answered_at: Mapped[datetime | None]
+    # Why the owner denied the call, when they said; its agent is told it too.
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class Question(Base):

@@ -63,6 +63,18 @@ def test_an_owner_token_created_through_the_api_can_do_what_the_owner_does(clien
     assert client.get("/api/tokens", headers=owner).status_code == 200
 
 
+def test_the_list_says_which_token_the_request_came_with(client, auth):
+    second = create(client, auth, role="owner", label="console").json
+
+    def in_use(headers):
+        return {t["id"]: t["in_use"] for t in client.get("/api/tokens", headers=headers).json}
+
+    by_first = in_use(auth)
+    assert by_first[second["id"]] is False and list(by_first.values()).count(True) == 1
+    by_second = in_use(bearer(second["token"]))
+    assert [i for i, used in by_second.items() if used] == [second["id"]]
+
+
 def test_the_token_is_stored_only_as_its_hash_and_listed_without_secrets(
     client, auth, other_auth, services
 ):
@@ -74,7 +86,7 @@ def test_the_token_is_stored_only_as_its_hash_and_listed_without_secrets(
     assert [t["role"] for t in listed.json] == ["owner", "agent"]  # alice's, oldest first
     mine = listed.json[-1]
     assert set(mine) == {
-        "id", "role", "label", "created_at", "last_used_at", "resource", "expires_at"
+        "id", "role", "label", "created_at", "last_used_at", "resource", "expires_at", "in_use"
     }  # fmt: skip
     assert mine["resource"] is None and mine["expires_at"] is None  # not an MCP host's
     assert mine["id"] == created["id"] and mine["label"] == "laptop"

@@ -286,6 +286,7 @@ def test_a_destructive_card_offers_no_approval_for_the_chat_and_a_change_card_do
     for asked in (dangerous, changing):
         card = page.locator(f"article[data-approval-id='{asked['approval_id']}']")
         card.get_by_role("button", name="Deny").click()
+        card.get_by_role("button", name="Deny call").click()  # no reason given
         card.wait_for(state="detached")
     with console.http() as client:
         for asked in (dangerous, changing):

@@ -315,6 +315,7 @@ def test_an_agent_token_made_on_the_tokens_page_calls_tools_and_is_refused_once_
         row.wait_for()
         assert token not in page.content()
 
+        page.once("dialog", lambda dialog: dialog.accept())  # Revoke asks first
         row.get_by_role("button", name="Revoke").click()
         row.wait_for(state="detached")
         gone = agent.get("/api/tools")  # the very next request
@@ -330,7 +331,7 @@ def test_the_jobs_and_review_forms_fit_a_phones_width(browser: Any, console: Fle
         open_page(phone, console, "jobs")
         phone.get_by_role("button", name="New job").click()
         phone.wait_for_selector("#cron-preview li")
-        for route in ("jobs", "review", "tokens"):
+        for route in ("jobs", "review", "tokens", "settings"):
             if route != "jobs":
                 phone.goto(f"{console.url}/#/{route}")
                 phone.wait_for_selector(f"main[data-ready={route}]")

@@ -145,6 +145,15 @@ def test_an_answered_approval_leads_to_its_call_and_run_and_the_run_back_to_them
     origin = page.inner_text("#run-origin")
     assert "Asked by\nchat support-7, turn t-1" in origin and "approved" in origin
     assert page.get_attribute("#run-origin .call-link", "href") == f"#/calls/{asked['call_id']}"
+    # The output comes first, the details below it; the link back goes to the call it came from.
+    assert page.evaluate(
+        "document.getElementById('output').compareDocumentPosition("
+        "document.getElementById('run-facts')) & Node.DOCUMENT_POSITION_FOLLOWING"
+    )
+    assert page.inner_text("a.back-link") == f"← Call {asked['call_id'][:8]}"
+    page.click("a.back-link")
+    page.wait_for_selector(f"main[data-ready=calls] #call-facts a[href='#/runs/{run_id}']")
+    assert page.inner_text("a.back-link") == "← Approvals"  # where the call was opened from
 
 
 def test_cancel_asks_first_and_saying_no_leaves_the_run_running(page: Any, console: Fleet) -> None:
@@ -372,25 +381,36 @@ def test_at_a_phones_width_every_value_says_what_it_is(browser: Any, console: Fl
         context.close()
 
 
-def test_the_job_editor_offers_only_skills_a_job_can_be_granted(page: Any, console: Fleet) -> None:
+def test_the_job_editor_offers_only_what_a_job_can_be_granted(page: Any, console: Fleet) -> None:
     owner = mine(console)
     owner.import_skill("reader", READ_NODE, {"scripts/tick.py": TICKER})
     wiper = owner.import_skill("wiper", WIPE_NODE, {"scripts/tick.py": TICKER})
+    owner.import_skill("resting", CHANGE_NODE, {"scripts/tick.py": TICKER})
+    drafted = draft_arguments("drafted", metadata={"skillfleet.tier": "change"})
+    assert call_tool(owner, "draft_skill", drafted)["status"] == "done"
+    with owner.http() as client:
+        off = client.get("/api/skills/resting").json()["hash"]
+        body = {"enabled": False, "hash": off}
+        assert client.put("/api/skills/resting/enabled", json=body).status_code == 200
+        assert client.get("/api/skills/drafted").json()["tier"] == "change"
     open_route(page, owner, "jobs")
     page.get_by_role("button", name="New job").click()
     page.wait_for_selector("#job-grants")
     offered = page.eval_on_selector_all("#job-grants input", "boxes => boxes.map(b => b.value)")
-    assert offered == ["changer", "wiper"]  # read skills and built-ins never ask a job
-    assert page.locator("#job-grant_tools").count() == 0  # no tool can be granted to a job
+    # Read skills and built-ins never ask a job; a disabled skill and a draft are not offered.
+    assert offered == ["changer", "wiper"]
+    tools = page.eval_on_selector_all("#job-grant-tools input", "boxes => boxes.map(b => b.value)")
+    assert tools == ["run_command"]  # run_skill_script takes each skill's tier instead
 
     page.fill("#job-name", "weekly wipe")
     page.fill("#job-skills", "wiper")
     page.check("#job-grants input[value='wiper']")
+    page.check("#job-grant-tools input[value='run_command']")
     page.get_by_role("button", name="Create").click()
     page.wait_for_selector(".notice:has-text('Created weekly wipe')")
     with owner.http() as client:
         job = next(j for j in client.get("/api/jobs").json() if j["name"] == "weekly wipe")
-    assert job["grants"] == {"tools": [], "skills": [f"wiper@{wiper['hash']}"]}
+    assert job["grants"] == {"tools": ["run_command"], "skills": [f"wiper@{wiper['hash']}"]}
 
     # The skill changes: its grant no longer matches, and the editor says so.
     files = skill_files("wiper", metadata=WIPE_NODE)
@@ -404,6 +424,7 @@ def test_the_job_editor_offers_only_skills_a_job_can_be_granted(page: Any, conso
     old.wait_for()
     assert old.is_checked() and not page.is_checked("#job-grants input[value='wiper']")
     assert "an earlier version: it no longer matches" in page.inner_text("#job-grants")
+    assert page.is_checked("#job-grant-tools input[value='run_command']")
 
 
 def test_saving_a_job_keeps_its_host_grants_and_never_overwrites_a_change_made_since(

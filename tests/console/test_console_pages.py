@@ -235,6 +235,7 @@ def test_screenshots_of_every_page(page: Any, console: Fleet) -> None:
         "skills": "#/skills",
         "skill": "#/skills/ticker",
         "nodes": "#/nodes",
+        "settings": "#/settings",
     }
     for name, route in shots.items():
         page.goto(f"{console.url}/{route}")

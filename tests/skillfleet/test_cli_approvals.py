@@ -1,7 +1,7 @@
 """`skillfleet approvals list/show` and `skillfleet questions list/show` against the API served
 over HTTP: an agent's control and format characters reach the terminal as escapes, never as
 the sequences that would rewrite what the owner reads; an approval whose skill changed since it
-was asked says so."""
+was asked says so; a denial carries its reason."""
 
 from __future__ import annotations
 
@@ -95,3 +95,13 @@ def test_an_approval_whose_skill_changed_says_so_in_list_and_show(running):
     assert f"wiper@{skill['hash'][:8]} (CHANGED: now {now[:8]})" in listed.output
     shown = skillfleet(running, "approvals", "show", asked["approval_id"])
     assert f"version {skill['hash'][:8]} is now {now[:8]}" in shown.output
+
+
+def test_deny_with_a_reason_tells_the_agent_why(running):
+    asked = ask(running, "run_command", {"node": NODE, "command": "uptime"})
+    denied = skillfleet(running, "approvals", "deny", asked["approval_id"], "--reason", "Not now.")
+    assert denied.exit_code == 0, denied.output
+    assert f"{asked['approval_id']}: denied" in denied.output
+    with running.http() as http:
+        call = http.get(f"/api/calls/{asked['call_id']}").json()
+    assert call["error_message"] == "The owner declined this call: Not now."

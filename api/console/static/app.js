@@ -12,21 +12,45 @@ const signOut = document.getElementById("sign-out");
 
 // The approvals inbox comes with the shell; other pages load when first visited.
 const lazy = (file, name) => async (...args) => (await import(file))[name](...args);
+const short = (id) => id.slice(0, 8);
+// Each route: its pattern, page, tab, and what a link back to it says.
 const ROUTES = [
-  [/^#\/approvals$/, approvals.page, "approvals"],
-  [/^#\/questions$/, lazy("./questions.js", "page"), "questions"],
-  [/^#\/runs$/, lazy("./runs.js", "page"), "runs"],
-  [/^#\/runs\/([\w-]+)$/, lazy("./runs.js", "runPage"), "runs"],
-  [/^#\/calls\/([\w-]+)$/, lazy("./calls.js", "callPage"), "calls"],
-  [/^#\/skills$/, lazy("./skills.js", "page"), "skills"],
-  [/^#\/skills\/([a-z0-9-]+)$/, lazy("./skills.js", "skillPage"), "skills"],
-  [/^#\/review$/, lazy("./review.js", "page"), "review"],
-  [/^#\/jobs$/, lazy("./jobs.js", "page"), "jobs"],
-  [/^#\/nodes$/, lazy("./nodes.js", "page"), "nodes"],
-  [/^#\/tokens$/, lazy("./tokens.js", "page"), "tokens"],
-  [/^#\/secrets$/, lazy("./secrets.js", "page"), "secrets"],
-  [/^#\/keys$/, lazy("./keys.js", "page"), "keys"],
+  [/^#\/approvals$/, approvals.page, "approvals", () => "Approvals"],
+  [/^#\/questions$/, lazy("./questions.js", "page"), "questions", () => "Questions"],
+  [/^#\/runs$/, lazy("./runs.js", "page"), "runs", () => "Runs"],
+  [/^#\/runs\/([\w-]+)$/, lazy("./runs.js", "runPage"), "runs", (id) => `Run ${short(id)}`],
+  [/^#\/calls\/([\w-]+)$/, lazy("./calls.js", "callPage"), "calls", (id) => `Call ${short(id)}`],
+  [/^#\/skills$/, lazy("./skills.js", "page"), "skills", () => "Skills"],
+  [/^#\/skills\/([a-z0-9-]+)$/, lazy("./skills.js", "skillPage"), "skills", (name) => name],
+  [/^#\/review$/, lazy("./review.js", "page"), "review", () => "Review"],
+  [/^#\/jobs$/, lazy("./jobs.js", "page"), "jobs", () => "Jobs"],
+  [/^#\/nodes$/, lazy("./nodes.js", "page"), "nodes", () => "Nodes"],
+  [/^#\/tokens$/, lazy("./tokens.js", "page"), "tokens", () => "Tokens"],
+  [/^#\/secrets$/, lazy("./secrets.js", "page"), "secrets", () => "Secrets"],
+  [/^#\/keys$/, lazy("./keys.js", "page"), "keys", () => "Keys"],
+  [/^#\/settings$/, lazy("./settings.js", "page"), "settings", () => "Settings"],
 ];
+
+const routeOf = (hash) => ROUTES.find(([pattern]) => pattern.test(hash));
+const paramsOf = (hash, pattern) => hash.match(pattern).slice(1).map(decodeURIComponent);
+
+// The pages visited in this tab, the one on show last: a page's link back goes to the one
+// before it (a run opened from a call goes back to that call), and following it steps back.
+const trail = [];
+
+function visit(hash) {
+  if (trail.length >= 2 && trail[trail.length - 2] === hash) trail.pop();
+  else if (trail[trail.length - 1] !== hash) trail.push(hash);
+  if (trail.length > 50) trail.shift();
+}
+
+// A link to where the owner came from; where they came from nowhere, to `fallback`.
+function back(fallback, label) {
+  const from = trail.length >= 2 ? trail[trail.length - 2] : null;
+  const route = from && routeOf(from);
+  const [href, text] = route ? [from, route[3](...paramsOf(from, route[0]))] : [fallback, label];
+  return h("p", { class: "back" }, h("a", { href, class: "back-link" }, `← ${text}`));
+}
 
 // Feed listeners of the page on show; dropped when the page changes.
 let listeners = new Set();
@@ -105,7 +129,7 @@ function render() {
   leave();
   clearError();
   const hash = location.hash || "#/approvals";
-  const route = ROUTES.find(([pattern]) => pattern.test(hash));
+  const route = routeOf(hash);
   if (!route) {
     location.hash = "#/approvals";
     return;
@@ -114,13 +138,14 @@ function render() {
   for (const link of nav.querySelectorAll("a")) {
     link.classList.toggle("active", link.dataset.page === name);
   }
-  const params = hash.match(pattern).slice(1).map(decodeURIComponent);
+  visit(hash);
+  const params = paramsOf(hash, pattern);
   // Each page draws into its own element, so a page left before its data came can't draw over
   // the next one.
   const view = h("div", { class: "view" });
   replace(main, view);
   const current = ++shown;
-  const context = { main: view, params, onFeed, onLeave: (stop) => cleanup.push(stop) };
+  const context = { main: view, params, onFeed, onLeave: (stop) => cleanup.push(stop), back };
   Promise.resolve(page(context, ...params))
     .catch((error) => {
       if (current !== shown) return;

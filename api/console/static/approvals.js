@@ -1,9 +1,10 @@
 // Approvals inbox: pending calls the policy asked the owner about, updated live.
 
 import { get, post } from "./api.js";
-import { diff, h, hash8, replace, serial, setBadge, showError, status, table, when } from "./ui.js";
+import { busy, diff, h, hash8, replace, serial, setBadge, showError, status, table, when } from "./ui.js";
 
 const APPROVAL_CHANGES = new Set(["approval.created", "approval.answered"]);
+const MAX_REASON = 1000; // the API's limit (store/limits.py MAX_DENY_REASON_CHARS)
 
 export async function refreshBadge() {
   try {
@@ -44,13 +45,32 @@ const ALWAYS = {
   job: ["approve_for_job", "Approve for this job"],
 };
 
+// Deny asks for an optional reason in place of the buttons; the agent is told it.
+function denyForm(approval, answer, actions, buttons) {
+  const id = `deny-reason-${approval.id}`;
+  const reason = h("input", { id, name: "reason", class: "reason", maxlength: MAX_REASON, autocomplete: "off",
+    placeholder: "e.g. not on production; use the staging node" });
+  const submit = h("button", { type: "submit", class: "danger" }, "Deny call");
+  const form = h("form", { class: "inline deny" },
+    h("label", { for: id }, "Why (optional; the agent is told)"), reason, submit,
+    h("button", { type: "button", class: "quiet", onclick: () => replace(actions, buttons) }, "Back"));
+  form.addEventListener("submit", busy(submit, async (event) => {
+    event.preventDefault();
+    await answer(approval, "deny", reason.value.trim() || null);
+  }));
+  replace(actions, form);
+  reason.focus();
+}
+
 function card(approval, answer) {
   const always = ALWAYS[approval.grant_scope];
+  const actions = h("div", { class: "actions" });
   const buttons = [
     h("button", { type: "button", class: "primary", onclick: () => answer(approval, "approve") }, "Approve once"),
     always ? h("button", { type: "button", onclick: () => answer(approval, always[0]) }, always[1]) : null,
-    h("button", { type: "button", class: "danger", onclick: () => answer(approval, "deny") }, "Deny"),
+    h("button", { type: "button", class: "danger", onclick: () => denyForm(approval, answer, actions, buttons) }, "Deny"),
   ];
+  replace(actions, buttons);
   const changes = editDiff(approval);
   return h("article", { class: "card approval", dataset: { approvalId: approval.id } },
     h("header", {},
@@ -68,7 +88,7 @@ function card(approval, answer) {
       + (approval.rule ? ` · rule ${approval.rule}` : "")),
     // Why "approve for this chat" is missing: the chat was a guess of skillfleet's.
     approval.grant_note ? h("p", { class: "muted grant-note" }, approval.grant_note) : null,
-    h("div", { class: "actions" }, buttons));
+    actions);
 }
 
 // An answered approval's state; approving always in a job granted the job.
@@ -79,6 +99,9 @@ export function answered(approval) {
   }
   if (approval.status === "approved_for_chat" && approval.job_run_id) {
     return h("span", { class: "status status-approved_for_chat" }, "approved for job");
+  }
+  if (approval.status === "denied" && approval.reason) {
+    return h("span", {}, status(approval.status), " ", h("span", { class: "reason" }, approval.reason));
   }
   return status(approval.status);
 }
@@ -101,9 +124,9 @@ export async function page({ main, onFeed }) {
     h("h2", {}, "Recently answered"),
     recent);
 
-  async function answer(approval, decision) {
+  async function answer(approval, decision, reason = null) {
     try {
-      await post(`/api/approvals/${approval.id}`, { decision });
+      await post(`/api/approvals/${approval.id}`, reason ? { decision, reason } : { decision });
     } catch (error) {
       showError(error, `Answering ${approval.tool}`);
     }
@@ -113,7 +136,10 @@ export async function page({ main, onFeed }) {
   const load = serial(async () => {
     const pending = await get("/api/approvals?status=pending");
     setBadge("pending-count", pending.length);
-    if (pending.length) replace(list, pending.map((approval) => card(approval, answer)));
+    // A card whose reason is being written stays as it is, so the feed doesn't wipe it.
+    const writing = new Map([...list.querySelectorAll("article")].filter((a) => a.querySelector("form.deny"))
+      .map((a) => [a.dataset.approvalId, a]));
+    if (pending.length) replace(list, pending.map((approval) => writing.get(approval.id) || card(approval, answer)));
     else replace(list, h("p", { class: "empty" }, "Nothing is waiting for you."));
     loadAnswered().catch((e) => showError(e)); // below the fold: not waited for
   });

@@ -19,12 +19,12 @@ function approvalFacts(approval) {
   ];
 }
 
-export async function callPage({ main, onFeed }, callId) {
+export async function callPage({ main, onFeed, back }, callId) {
   const facts = h("div", { id: "call-facts" });
   const approval = h("section", { id: "call-approval" });
   const result = h("section", { id: "call-result" });
   replace(main,
-    h("p", {}, h("a", { href: "#/approvals" }, "← Approvals")),
+    back("#/approvals", "Approvals"),
     h("h1", {}, "Call ", h("code", {}, callId.slice(0, 8))),
     facts, approval, result);
 

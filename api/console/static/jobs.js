@@ -1,9 +1,10 @@
 // Jobs: scheduled tool calls, where the server has the routes: list, create/edit with a
-// preview of the next five times in the job's time zone, run now, and each job's history.
+// preview of the next five times, run now, and each job's history; every time shown is in the
+// browser's time zone, named.
 
 import { del, list, listAll, post, put } from "./api.js";
 import { nextTimes } from "./cron.js";
-import { busy, h, hash8, json, replace, showError, status, table, unavailable, when } from "./ui.js";
+import { busy, h, hash8, json, replace, showError, status, table, unavailable } from "./ui.js";
 
 const EXAMPLE_STEPS = [{ tool: "list_skills", arguments: {} }];
 
@@ -16,8 +17,12 @@ function knownZone(timeZone) {
   }
 }
 
-// A time in the job's own time zone, the zone named.
-function inZone(date, timeZone) {
+// Every time on this page is in the browser's time zone, named; a job's cron preview also
+// gives the time on the job's own clock when that is another zone.
+const LOCAL = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+
+// A time in `timeZone` (the browser's by default), the zone named.
+function inZone(date, timeZone = LOCAL) {
   if (!date) return "—";
   const zone = knownZone(timeZone) ? timeZone : "UTC";
   const format = new Intl.DateTimeFormat(undefined, { timeZone: zone, weekday: "short",
@@ -34,7 +39,8 @@ function preview(cron, timeZone, into) {
   try {
     const times = nextTimes(cron, zone, 5);
     replace(into, h("ol", { class: "times" }, times.map((t) =>
-      h("li", { dataset: { time: t.toISOString() } }, inZone(t, zone)))));
+      h("li", { dataset: { time: t.toISOString() } }, inZone(t),
+        zone === LOCAL ? null : h("span", { class: "muted" }, ` (${inZone(t, zone)})`)))));
   } catch (error) {
     replace(into, h("p", { class: "error" }, error.message));
   }
@@ -55,36 +61,51 @@ function skillsText(skills) {
   return (skills || []).join(", ");
 }
 
-// What a job may be granted: the change and destructive skills (read skills never ask), each at
-// its current version. No tool is offered: run_skill_script takes each skill's tier, and no
-// other tool is a change or destructive one.
+// What a job may be granted: the change and destructive tools (run_command; run_skill_script
+// takes each skill's tier instead) and skills, each skill at its current version. Only enabled
+// skills are offered (not disabled ones, not drafts); read skills never ask.
 const GRANTABLE = new Set(["change", "destructive"]);
+
+const choice = (name, value, checked, ...text) => h("label", { class: "check" },
+  h("input", { type: "checkbox", name, value, checked }), ...text);
 
 function grantChoices(job, skills) {
   const granted = new Set(job ? job.grants.skills : []);
-  const grantable = skills.filter((skill) => GRANTABLE.has(skill.tier));
+  const grantable = skills.filter((skill) => GRANTABLE.has(skill.tier) && skill.enabled && skill.source !== "draft");
   const current = new Set(grantable.map((skill) => `${skill.name}@${skill.hash}`));
-  const choice = (value, checked, ...text) => h("label", { class: "check" },
-    h("input", { type: "checkbox", name: "grant_skill", value, checked }), ...text);
-  const choices = grantable.map((skill) => choice(skill.name, granted.has(`${skill.name}@${skill.hash}`),
+  const choices = grantable.map((skill) => choice("grant_skill", skill.name, granted.has(`${skill.name}@${skill.hash}`),
     skill.name, " ", h("span", { class: `tier tier-${skill.tier}` }, skill.tier),
     " ", h("code", { class: "muted" }, `@${hash8(skill.hash)}`)));
-  // A grant of an earlier version no longer matches (the skill changed): kept until unticked.
+  // A grant no longer offered (the skill changed, or was disabled): kept until unticked.
+  const now = new Map(skills.map((skill) => [skill.name, skill]));
   for (const entry of granted) {
     if (current.has(entry)) continue;
     const [name, at] = entry.split("@");
-    choices.push(choice(entry, true, `${name}@${hash8(at)} `,
-      h("span", { class: "muted" }, "an earlier version: it no longer matches")));
+    const same = now.has(name) && now.get(name).hash === at;
+    choices.push(choice("grant_skill", entry, true, `${name}@${hash8(at)} `,
+      h("span", { class: "muted" }, same ? "disabled: kept until unticked" : "an earlier version: it no longer matches")));
   }
   return h("fieldset", { class: "grants", id: "job-grants" },
     h("legend", {}, "Granted skills (their scripts run without asking)"),
     choices.length ? choices
-      : h("p", { class: "muted" }, "None of your skills is a change or destructive one, the only kind granted to a job."),
-    job && job.grants.tools.length
-      ? h("p", { class: "muted" }, `Granted tools, kept as they are: ${job.grants.tools.join(", ")}`) : null);
+      : h("p", { class: "muted" }, "None of your enabled skills is a change or destructive one, the only kind granted to a job."));
 }
 
-function editor(job, skills, done) {
+function toolChoices(job, tools) {
+  const granted = new Set(job ? job.grants.tools : []);
+  const offered = tools.filter((tool) => tool.job_may_grant);
+  const names = new Set(offered.map((tool) => tool.name));
+  const choices = offered.map((tool) => choice("grant_tool", tool.name, granted.has(tool.name),
+    h("code", {}, tool.name), " ", h("span", { class: `tier tier-${tool.tier}` }, tool.tier)));
+  for (const name of granted) {
+    if (!names.has(name)) choices.push(choice("grant_tool", name, true, h("code", {}, name)));
+  }
+  return h("fieldset", { class: "grants", id: "job-grant-tools" },
+    h("legend", {}, "Granted tools (they run without asking in this job)"),
+    choices.length ? choices : h("p", { class: "muted" }, "No tool can be granted to a job on this server."));
+}
+
+function editor(job, skills, tools, done) {
   const zone = job ? job.time_zone : Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
   const field = (name, attrs) => h("input", { name, id: `job-${name}`, ...attrs });
   const fields = {
@@ -95,6 +116,7 @@ function editor(job, skills, done) {
       json(job ? job.steps : EXAMPLE_STEPS)),
     skills: field("skills", { placeholder: "none; * for every enabled skill; or names", value: job ? skillsText(job.skills) : "" }),
     grants: grantChoices(job, skills),
+    tools: toolChoices(job, tools),
     enabled: h("input", { type: "checkbox", name: "enabled", id: "job-enabled", checked: job ? job.enabled : true }),
   };
   const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
@@ -114,9 +136,10 @@ function editor(job, skills, done) {
       labelled("Cron (minute hour day month weekday)", fields.cron),
       labelled("Time zone", fields.time_zone)),
     h("datalist", { id: "time-zones" }, zones.map((z) => h("option", { value: z }))),
-    h("h3", {}, "Next five times"), next,
+    h("h3", {}, `Next five times, in your time zone (${LOCAL})`), next,
     labelled("Steps (JSON)", fields.steps, 'Each {"tool": name, "arguments": {…}} or {"prompt": text}, run in order.'),
     labelled("Skills the job may use", fields.skills),
+    fields.tools,
     fields.grants,
     h("label", { class: "check", for: "job-enabled" }, fields.enabled, "Enabled (runs on its schedule)"),
     h("div", { class: "actions" }, submit,
@@ -147,7 +170,7 @@ function editor(job, skills, done) {
       steps,
       skills: skillsFrom(fields.skills.value),
       grants: {
-        tools: job ? job.grants.tools : [],
+        tools: [...fields.tools.querySelectorAll("input:checked")].map((box) => box.value),
         skills: [...fields.grants.querySelectorAll("input:checked")].map((box) => box.value),
         hosts: job ? job.grants.hosts || [] : [],
       },
@@ -157,7 +180,7 @@ function editor(job, skills, done) {
     };
     try {
       const saved = job ? await put(`/api/jobs/${job.id}`, body) : await post("/api/jobs", body);
-      await done(saved, `${job ? "Saved" : "Created"} ${saved.name}; next run ${inZone(saved.next_run_at, saved.time_zone)}.`);
+      await done(saved, `${job ? "Saved" : "Created"} ${saved.name}; next run ${inZone(saved.next_run_at)}.`);
     } catch (error) {
       showError(error, "Saving the job");
     }
@@ -207,8 +230,10 @@ export async function page({ main, onFeed }) {
   async function edit(job) {
     historyOf = null;
     tell(null);
-    const { items: skills } = await listAll("/api/skills");
-    replace(side, editor(job, skills, async (saved, message) => {
+    const [{ items: skills }, { items: tools }] = await Promise.all([
+      listAll("/api/skills"), listAll("/api/settings/tools").catch(() => ({ items: [] })),
+    ]);
+    replace(side, editor(job, skills, tools, async (saved, message) => {
       replace(side);
       tell(message);
       await load();
@@ -225,7 +250,7 @@ export async function page({ main, onFeed }) {
       h("h2", {}, `History of ${job.name}`),
       items.length ? table(["Started", "Trigger", "State", "Steps", "Error"],
         items.map((run) => h("tr", { dataset: { jobRunId: run.id, status: run.status } },
-          h("td", {}, when(run.started_at || run.created_at)),
+          h("td", {}, inZone(run.started_at || run.created_at)),
           h("td", {}, run.trigger),
           h("td", {}, status(run.status),
             run.approval_id ? [" ", h("a", { href: "#/approvals" }, "answer it")] : null),
@@ -255,7 +280,7 @@ export async function page({ main, onFeed }) {
         return h("tr", { dataset: { jobId: job.id } },
           h("td", {}, h("strong", {}, job.name), job.enabled ? "" : h("span", { class: "muted" }, " (disabled)")),
           h("td", {}, h("code", {}, job.cron), " ", h("span", { class: "muted" }, job.time_zone)),
-          h("td", {}, job.next_run_at ? inZone(job.next_run_at, job.time_zone) : "—"),
+          h("td", {}, job.next_run_at ? inZone(job.next_run_at) : "—"),
           h("td", {}, job.steps.map((step) => step.tool || "prompt").join(" → "), pinned(job.pins)),
           h("td", { class: "actions" }, run,
             h("button", { type: "button", onclick: () => edit(job).catch((e) => showError(e, "Editing the job")) }, "Edit"),
@@ -265,6 +290,8 @@ export async function page({ main, onFeed }) {
   }
 
   replace(main, h("h1", {}, "Jobs"),
+    h("p", { class: "muted", id: "time-zone-note" }, `Times are in your browser's time zone, ${LOCAL}; `
+      + "each job's schedule runs on its own zone's clock."),
     h("div", { class: "actions" }, h("button", { type: "button", class: "primary", onclick: () => edit(null).catch((e) => showError(e, "New job")) }, "New job")),
     note, jobs, side);
   onFeed((event) => {

@@ -83,20 +83,23 @@ async function origin(callId, into) {
   ]));
 }
 
-export async function runPage({ main, onFeed, onLeave }, runId) {
+// The output comes first, where the page opens; the facts about the run follow it.
+export async function runPage({ main, onFeed, onLeave, back }, runId) {
   const facts = h("div", { id: "run-facts" });
   const asked = h("div", { id: "run-origin" });
   const output = h("pre", { id: "output", class: "output", "aria-live": "polite" });
   const cancel = h("button", { type: "button", class: "danger", id: "cancel" }, "Cancel");
   const streamState = h("span", { class: "muted", id: "stream-state" });
+  const state = h("span", { id: "run-state" });
   replace(main,
-    h("p", {}, h("a", { href: "#/runs" }, "← Runs")),
-    h("h1", {}, "Run ", h("code", {}, runId.slice(0, 8))),
-    facts,
-    asked,
+    back("#/runs", "Runs"),
+    h("h1", {}, "Run ", h("code", {}, runId.slice(0, 8)), " ", state),
     h("div", { class: "actions" }, cancel, streamState),
     h("h2", {}, "Output"),
-    output);
+    output,
+    h("h2", {}, "Details"),
+    facts,
+    asked);
 
   async function load() {
     const run = await get(`/api/runs/${encodeURIComponent(runId)}`);
@@ -114,6 +117,7 @@ export async function runPage({ main, onFeed, onLeave }, runId) {
       ["Started", when(run.started_at)],
       ["Finished", when(run.finished_at)],
     ]));
+    replace(state, status(run.status));
     cancel.hidden = END_STATES.includes(run.status);
     facts.dataset.status = run.status;
     return run;

@@ -1,8 +1,11 @@
-// Skills: the list, importing (zip or GitHub folder), switching on and off, and a skill page.
+// Skills: the list, importing (zip or GitHub folder; replacing one installed, once confirmed),
+// switching on and off, and a skill page that replaces or deletes it.
 
-import { call, get, listAll, put, token } from "./api.js";
+import { call, del, get, listAll, put, token } from "./api.js";
 import { busy, definitions, h, hash8, replace, showError, table, when } from "./ui.js";
 
+// An import sent again with ?replace=true, once the owner confirms, when the first answer was
+// 409 skill_exists ("… pass replace=true to replace it").
 function importForms(done) {
   const file = h("input", { id: "skill-zip", name: "file", type: "file", accept: ".zip,application/zip", required: true });
   const zipButton = h("button", { type: "submit" }, "Import zip");
@@ -10,9 +13,12 @@ function importForms(done) {
     h("label", { for: "skill-zip" }, "Skill zip"), file, zipButton);
   zipForm.addEventListener("submit", busy(zipButton, async (event) => {
     event.preventDefault();
-    const body = new FormData();
-    body.append("file", file.files[0]);
-    await done(() => call("POST", "/api/skills", body));
+    const upload = file.files[0];
+    await done((query = "") => {
+      const body = new FormData();
+      body.append("file", upload);
+      return call("POST", `/api/skills${query}`, body);
+    });
     zipForm.reset();
   }));
 
@@ -22,7 +28,8 @@ function importForms(done) {
     h("label", { for: "github-url" }, "GitHub folder URL"), url, githubButton);
   githubForm.addEventListener("submit", busy(githubButton, async (event) => {
     event.preventDefault();
-    await done(() => call("POST", "/api/skills", { github: url.value.trim() }));
+    const github = url.value.trim();
+    await done((query = "") => call("POST", `/api/skills${query}`, { github }));
     githubForm.reset();
   }));
   return h("section", { class: "panel" }, h("h2", {}, "Import a skill"), zipForm, githubForm);
@@ -127,16 +134,33 @@ export async function page({ main }) {
       items.map((skill) => row(skill, load))));
   }
 
-  async function imported(request) {
+  function tell(...message) {
+    replace(note, ...message);
+    note.hidden = false;
+  }
+
+  async function imported(request, replacing = false) {
     note.hidden = true;
     try {
-      const { data } = await request();
-      replace(note, `Imported ${data.name}@${hash8(data.hash)} (${data.files.length} files, ${data.enabled ? "enabled" : "disabled"}).`);
-      note.hidden = false;
+      const { data } = await request(replacing ? "?replace=true" : "");
+      tell(`${replacing ? "Replaced" : "Imported"} ${data.name}@${hash8(data.hash)} (${data.files.length} files, ${data.enabled ? "enabled" : "disabled"}).`);
     } catch (error) {
-      showError(error, "Import");
+      if (error.code === "skill_exists" && !replacing) offerReplace(request, error);
+      else showError(error, "Import");
     }
     await load();
+  }
+
+  // The skill is installed already: say so, and offer to replace it (asked first).
+  function offerReplace(request, error) {
+    const name = (/skill named '([^']+)'/.exec(error.message) || [])[1] || "the installed skill";
+    const button = h("button", { type: "button", class: "danger", id: "replace-skill" }, `Replace ${name}`);
+    button.addEventListener("click", busy(button, async () => {
+      const question = `Replace ${name} with this import? Its files are replaced; grants of its `
+        + "current version stop matching, and its runs so far keep the version they ran.";
+      if (window.confirm(question)) await imported(request, true);
+    }));
+    tell(`${error.message} `, button);
   }
 
   replace(main, h("h1", {}, "Skills"), importForms(imported), note, skills);
@@ -160,6 +184,48 @@ function listed(id, title, intro, items) {
     h("h2", {}, `${title} (${items.length})`),
     intro ? h("p", {}, intro) : null,
     h("ul", {}, items.map((item) => h("li", {}, item))));
+}
+
+// A new version from a zip, installed under this skill's name once the owner confirms.
+function replaceForm(skill, done) {
+  const file = h("input", { id: "replace-zip", name: "file", type: "file", accept: ".zip,application/zip", required: true });
+  const button = h("button", { type: "submit" }, "Replace");
+  const form = h("form", { class: "inline", id: "replace-form" },
+    h("label", { for: "replace-zip" }, "Replace with a zip"), file, button);
+  form.addEventListener("submit", busy(button, async (event) => {
+    event.preventDefault();
+    const question = `Replace ${skill.name}@${hash8(skill.hash)} with ${file.files[0].name}? `
+      + "Grants of this version stop matching; runs so far keep the version they ran.";
+    if (!window.confirm(question)) return;
+    const body = new FormData();
+    body.append("file", file.files[0]);
+    const query = new URLSearchParams({ replace: "true", name: skill.name });
+    try {
+      await call("POST", `/api/skills?${query}`, body);
+    } catch (error) {
+      showError(error, `Replacing ${skill.name}`);
+      return;
+    }
+    await done();
+  }));
+  return form;
+}
+
+function deleteButton(skill) {
+  const button = h("button", { type: "button", class: "danger", id: "delete-skill" }, "Delete");
+  button.addEventListener("click", busy(button, async () => {
+    const question = `Delete ${skill.name}? Agents can no longer load or run it, and its `
+      + "grants stop matching. Its runs so far stay listed.";
+    if (!window.confirm(question)) return;
+    try {
+      await del(`/api/skills/${skill.name}`);
+    } catch (error) {
+      showError(error, `Deleting ${skill.name}`);
+      return;
+    }
+    location.hash = "#/skills";
+  }));
+  return button;
 }
 
 async function fileText(name, path) {
@@ -220,10 +286,12 @@ export async function skillPage(context, name) {
     }
   }
   replace(main,
-    h("p", {}, h("a", { href: "#/skills" }, "← Skills")),
+    context.back("#/skills", "Skills"),
     h("h1", {}, skill.name),
     h("p", { class: "description" }, skill.description),
-    h("div", { class: "actions", id: "skill-actions" }, switchButton(skill, () => skillPage(context, name))),
+    h("div", { class: "actions", id: "skill-actions" }, switchButton(skill, () => skillPage(context, name)),
+      skill.read_only ? null : deleteButton(skill)),
+    skill.read_only ? null : replaceForm(skill, () => skillPage(context, name)),
     definitions([
       ["State", h("span", { id: "skill-state" }, skill.enabled ? "enabled" : "disabled")],
       ["Tier", skill.tier],

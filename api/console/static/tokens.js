@@ -1,4 +1,5 @@
-// Tokens: create an agent token (shown once) and revoke tokens, where the server has the routes.
+// Tokens: create an agent token (shown once) and revoke tokens (asked first; the one this
+// console uses says so), where the server has the routes.
 
 import { del, list, post } from "./api.js";
 import { busy, h, replace, showError, table, unavailable, when } from "./ui.js";
@@ -42,14 +43,27 @@ export async function page({ main }) {
         h("td", {}, when(item.created_at)),
         h("td", {}, when(item.last_used_at)),
         h("td", {}, item.expires_at ? when(item.expires_at) : "never"),
-        h("td", {}, h("button", { type: "button", class: "danger", onclick: async () => {
-          try {
-            await del(`/api/tokens/${item.id}`);
-          } catch (error) {
-            showError(error, "Revoking");
-          }
-          await load();
-        } }, "Revoke"))))));
+        h("td", {}, item.in_use ? h("span", { class: "status in-use" }, "this console") : null,
+          h("button", { type: "button", class: "danger", onclick: () => revoke(item) }, "Revoke"))))));
+  }
+
+  // Revoking asks first; the token this console signed in with says that it signs it out.
+  async function revoke(item) {
+    const what = `token ${item.id}${item.label ? ` (${item.label})` : ""}`;
+    const question = item.in_use
+      ? `Revoke ${what}? This console is signed in with it: revoking it signs you out here.`
+      : `Revoke ${what}? Whatever uses it is refused from its next request.`;
+    if (!window.confirm(question)) return;
+    try {
+      await del(`/api/tokens/${item.id}`);
+    } catch (error) {
+      showError(error, "Revoking");
+      await load();
+      return;
+    }
+    if (!item.in_use) await load();
+    else window.dispatchEvent(new CustomEvent("skillfleet:unauthorized",
+      { detail: { message: "You revoked the token this console was signed in with." } }));
   }
 
   async function load() {
