@@ -714,3 +714,40 @@ class Webhook(Base):
     events: Mapped[list[str]] = mapped_column(JSON)
     secret: Mapped[str] = mapped_column(Text)  # Fernet token of the signing secret
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AuditHead(Base):
+    """The end of an owner's audit chain: its last seq and hash (store/audit.py). Appending
+    moves it first, so its row lock keeps the owner's appends in one line."""
+
+    __tablename__ = "audit_heads"
+
+    owner_id: Mapped[int] = mapped_column(
+        ForeignKey("owners.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(BigInteger)
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditRecord(Base):
+    """One record of an owner's audit chain: what happened (kind, actor, subject, facts),
+    when, and the hash of the record before it (store/audit.py)."""
+
+    __tablename__ = "audit_records"
+    __table_args__ = (
+        UniqueConstraint("owner_id", "seq"),
+        # The filtered lists' order within the owner's records (api/audit.py).
+        Index("ix_audit_records_owner_kind_seq", "owner_id", "kind", "seq"),
+        Index("ix_audit_records_owner_subject_seq", "owner_id", "subject", "seq"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str] = mapped_column(String(100))
+    subject: Mapped[str] = mapped_column(String(300))
+    facts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))

@@ -1,0 +1,298 @@
+"""The audit trail: an owner's append-only record of what was decided, answered, run, released
+and changed, each record holding the hash of the one before it.
+
+One chain per owner. Record `seq` n of an owner holds `prev_hash`, the hash of record n - 1
+(`GENESIS` for the first), and `hash`, the SHA-256 of its canonical text (`canonical`): the
+owner, seq, time, kind, actor, subject, facts and prev_hash as compact JSON with sorted keys.
+A record changed, removed or inserted afterwards no longer fits its neighbours, and `verify`
+names the first one that doesn't.
+
+Appends never fork a chain: `append` first moves the owner's head row (`audit_heads`: the
+last seq and hash) by one UPDATE, which takes that row's lock on PostgreSQL (a concurrent
+append of the owner waits for this transaction to end, then reads the head it left) and
+SQLite's one write lock; the record and the head's new hash follow in the same transaction. So
+an append belongs in the transaction of the change it records, as its last statement (the
+head's lock is then held for the commit only), and is undone with it.
+
+Retention trims the oldest records (`trim`); the head keeps the last hash, so the chain goes
+on, and `verify` takes the first record it is given as it is (its prev_hash is not checked).
+
+Facts are small: names, hashes, ids, counts, outcomes. Never a call's arguments, a run's
+output or a secret's value: a value is a string (cut at MAX_FACT_CHARS), a whole number, a
+boolean, None or a list of strings, so no argument object fits in one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, delete, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from store.db import CoreConnection
+from store.models import AuditHead, AuditRecord, utcnow
+
+GENESIS = "0" * 64
+MAX_FACT_CHARS = 300
+MAX_FACTS = 16
+MAX_SUBJECT_CHARS = 300
+MAX_ACTOR_CHARS = 100
+
+Fact = str | int | bool | None | list[str]
+Connection = Session | CoreConnection
+
+
+class AuditKind(StrEnum):
+    """What a record is about."""
+
+    POLICY_DECISION = "policy.decision"  # subject: call id
+    APPROVAL_DECIDED = "approval.decided"  # subject: approval id
+    QUESTION_ANSWERED = "question.answered"  # subject: question id
+    RUN_STARTED = "run.started"  # subject: run id
+    RUN_ENDED = "run.ended"  # subject: run id
+    SECRET_RELEASED = "secret.released"  # subject: run id; facts: names only
+    SKILL_CHANGED = "skill.changed"  # subject: skill name; facts: hash before and after
+    SKILL_ROLLED_BACK = "skill.rolled_back"  # subject: skill name
+    SKILL_ENABLED_OVERRIDE = "skill.enabled_override"  # subject: skill name
+    TRUST_CHANGED = "trust.changed"  # subject: trusted key name
+    TOKEN_CHANGED = "token.changed"  # subject: token id
+    SETTINGS_CHANGED = "settings.changed"  # subject: the setting's name
+
+
+KINDS = tuple(str(kind) for kind in AuditKind)
+
+_HEADS = cast(Table, AuditHead.__table__)
+_RECORDS = cast(Table, AuditRecord.__table__)
+# Moves the owner's head on by one and reads it: the lock that keeps the chain one line.
+_ADVANCE = (
+    update(_HEADS)
+    .where(_HEADS.c.owner_id == bindparam("owner"))
+    .values(seq=_HEADS.c.seq + 1)
+    .returning(_HEADS.c.seq, _HEADS.c.hash)
+)
+_SET_HASH = (
+    update(_HEADS).where(_HEADS.c.owner_id == bindparam("owner")).values(hash=bindparam("new_hash"))
+)
+_NEW_HEAD = {
+    name: dialect.insert(_HEADS).on_conflict_do_nothing(index_elements=["owner_id"])
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_INSERT = insert(_RECORDS)
+
+
+class AuditError(ValueError):
+    """Raised when a record would hold what the audit never holds (a nested value, too many
+    facts): a programming error, never the caller's input."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One record as the chain hashes it."""
+
+    owner_id: int
+    seq: int
+    created_at: datetime
+    kind: str
+    actor: str
+    subject: str
+    facts: dict[str, Fact]
+    prev_hash: str
+
+    def canonical(self) -> bytes:
+        return canonical(self.as_hashed())
+
+    def as_hashed(self) -> dict[str, Any]:
+        """The fields the hash covers, as the export shows them."""
+        return {
+            "owner_id": self.owner_id,
+            "seq": self.seq,
+            "created_at": timestamp(self.created_at),
+            "kind": self.kind,
+            "actor": self.actor,
+            "subject": self.subject,
+            "facts": self.facts,
+            "prev_hash": self.prev_hash,
+        }
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.canonical()).hexdigest()
+
+
+def canonical(fields: Mapping[str, Any]) -> bytes:
+    """The bytes a record's hash is taken over: compact JSON, keys sorted, UTF-8."""
+    return json.dumps(
+        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+
+
+def timestamp(when: datetime) -> str:
+    """A record's time as the chain hashes it: UTC, microseconds, `Z`."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def append(
+    connection: Connection,
+    owner_id: int,
+    kind: AuditKind,
+    actor: str,
+    subject: str,
+    facts: Mapping[str, Fact] | None = None,
+) -> Entry:
+    """Append one record to the owner's chain, in the caller's transaction (its last
+    statement: the owner's head stays locked until the commit)."""
+    if not _enabled:
+        return Entry(owner_id, 0, utcnow(), str(kind), actor, subject, {}, GENESIS)
+    checked = _checked(facts or {})
+    seq, prev_hash = _advance(connection, owner_id)
+    # Whole microseconds in UTC: what both databases keep and give back.
+    entry = Entry(
+        owner_id, seq, utcnow(), str(kind), actor[:MAX_ACTOR_CHARS],
+        subject[:MAX_SUBJECT_CHARS], checked, prev_hash,
+    )  # fmt: skip
+    digest = entry.digest()
+    values = {
+        "owner_id": owner_id, "seq": seq, "created_at": entry.created_at, "kind": entry.kind,
+        "actor": entry.actor, "subject": entry.subject, "facts": checked,
+        "prev_hash": prev_hash, "hash": digest,
+    }  # fmt: skip
+    connection.execute(_INSERT, values)
+    connection.execute(_SET_HASH, {"owner": owner_id, "new_hash": digest})
+    return entry
+
+
+def _advance(connection: Connection, owner_id: int) -> tuple[int, str]:
+    """The owner's next seq and the hash before it, with the owner's head locked."""
+    row = connection.execute(_ADVANCE, {"owner": owner_id}).first()
+    if row is None:  # the owner's first record: its head is made once, whoever races
+        dialect = _dialect(connection)
+        connection.execute(_NEW_HEAD[dialect], {"owner_id": owner_id, "seq": 0, "hash": GENESIS})
+        row = connection.execute(_ADVANCE, {"owner": owner_id}).first()
+        assert row is not None
+    return int(row.seq), str(row.hash)
+
+
+def _dialect(connection: Connection) -> str:
+    bind = connection.get_bind() if isinstance(connection, Session) else connection
+    return str(bind.dialect.name)
+
+
+def _checked(facts: Mapping[str, Fact]) -> dict[str, Fact]:
+    if len(facts) > MAX_FACTS:
+        raise AuditError(f"An audit record holds at most {MAX_FACTS} facts.")
+    kept: dict[str, Fact] = {}
+    for key, value in facts.items():
+        if isinstance(value, str):
+            kept[key] = value[:MAX_FACT_CHARS]
+        elif value is None or isinstance(value, bool | int):
+            kept[key] = value
+        elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+            kept[key] = [item[:MAX_FACT_CHARS] for item in value[:MAX_FACTS]]
+        else:
+            raise AuditError(f"The audit fact {key!r} is not a name, number or list of names.")
+    return kept
+
+
+# -- the benchmark's switch ---------------------------------------------------------------
+
+_enabled = True
+
+
+def switch(on: bool) -> None:
+    """Turn appending on or off for this process: for the benchmark that measures what the
+    audit costs (SKILLFLEET_BENCH_AUDIT_OFF), never for a deployment."""
+    global _enabled
+    _enabled = on
+
+
+# -- reading, trimming, verifying ---------------------------------------------------------
+
+
+def entry_of(record: AuditRecord) -> Entry:
+    return Entry(
+        record.owner_id, record.seq, record.created_at, record.kind, record.actor,
+        record.subject, dict(record.facts), record.prev_hash,
+    )  # fmt: skip
+
+
+def exported(record: AuditRecord) -> dict[str, Any]:
+    """A record as the API shows and exports it: the hashed fields and its hash."""
+    return {**entry_of(record).as_hashed(), "hash": record.hash}
+
+
+def trim(connection: Connection, older_than: timedelta, limit: int) -> int:
+    """Remove at most `limit` records older than `older_than`, oldest first; how many went."""
+    cutoff = utcnow() - older_than
+    oldest = (
+        select(_RECORDS.c.id)
+        .where(_RECORDS.c.created_at < cutoff)
+        .order_by(_RECORDS.c.id)
+        .limit(limit)
+    )
+    ids = [row.id for row in connection.execute(oldest)]
+    if ids:
+        connection.execute(delete(_RECORDS).where(_RECORDS.c.id.in_(ids)))
+    return len(ids)
+
+
+@dataclass(frozen=True)
+class Break:
+    """Where a chain stops holding: the record's seq and why."""
+
+    seq: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What `verify` found: how many records, the first and last seq, the last hash, and
+    the first break (None: the chain holds)."""
+
+    records: int
+    first_seq: int | None
+    last_seq: int | None
+    last_hash: str | None
+    broken: Break | None
+
+
+def verify(records: Iterable[Mapping[str, Any]]) -> Checked:
+    """Check exported records (`exported`, in seq order) of one owner: each one's hash is
+    that of its content, its seq follows the one before, and its prev_hash is that one's
+    hash. The first record's prev_hash is taken as given (earlier ones may have been trimmed)."""
+    count, first, before, last_hash = 0, None, None, None
+    for record in records:
+        count += 1
+        seq, problem = _problem(record, before, last_hash)
+        if problem is not None:
+            return Checked(count, first, before, last_hash, Break(seq, problem))
+        first = seq if first is None else first
+        before, last_hash = seq, str(record["hash"])
+    return Checked(count, first, before, last_hash, None)
+
+
+_HASHED = ("owner_id", "seq", "created_at", "kind", "actor", "subject", "facts", "prev_hash")
+
+
+def _problem(
+    record: Mapping[str, Any], before: int | None, last_hash: str | None
+) -> tuple[int | None, str | None]:
+    """The record's seq and what is wrong with it (None: nothing)."""
+    seq = record.get("seq")
+    if not isinstance(seq, int) or any(name not in record for name in (*_HASHED, "hash")):
+        return (seq if isinstance(seq, int) else None), "the record lacks fields the chain needs"
+    if before is not None and seq != before + 1:
+        return seq, f"seq {seq} follows seq {before}: records between them are missing"
+    if last_hash is not None and record["prev_hash"] != last_hash:
+        return seq, f"its prev_hash is not the hash of seq {before}"
+    if seq == 1 and record["prev_hash"] != GENESIS:
+        return seq, "the first record's prev_hash is not the chain's start"
+    digest = hashlib.sha256(canonical({name: record[name] for name in _HASHED})).hexdigest()
+    if digest != record["hash"]:
+        return seq, "its content does not match its hash: it was changed after it was written"
+    return seq, None
