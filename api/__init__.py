@@ -83,6 +83,7 @@ def _spec_kwargs() -> dict[str, Any]:
 def _register_blueprints(api: SkillfleetApi) -> None:
     from api import (
         approvals,
+        audit,
         calls,
         chats,
         events,
@@ -128,6 +129,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         push,
         webhooks,
         secrets,
+        audit,
         metrics,
     )
     for module in modules:

@@ -6,12 +6,13 @@ from typing import Any
 
 import marshmallow as ma
 
-from api.auth import owner_only
+from api.auth import actor, owner_only
 from api.blueprint import Blueprint
 from api.roles import owner_route
 from api.schemas import HTTP_URL_PATTERN, NOT_BLANK_PATTERN
 from api.services import services
-from store import modelsettings
+from store import audit, modelsettings
+from store.audit import AuditKind
 from store.db import transaction
 from store.egress import Egress
 from store.limits import MAX_API_KEY_CHARS, MAX_BASE_URL_CHARS, MAX_MODEL_NAME_CHARS
@@ -89,6 +90,10 @@ def put_model(body: dict[str, Any]) -> dict[str, Any]:
             body.get("api_key"),
             keep_key="api_key" not in body,
         )
+        session.flush()
+        key = "kept" if "api_key" not in body else ("set" if body["api_key"] else "none")
+        facts = {"change": "set", "name": body["name"], "api_key": key}
+        audit.append(session, caller, AuditKind.SETTINGS_CHANGED, actor(), "model", facts)
     with services().sessions() as session:
         return modelsettings.shown(session, caller)
 
@@ -100,3 +105,6 @@ def delete_model() -> None:
     caller = owner_only()
     with transaction(services().sessions) as session:
         modelsettings.remove(session, caller)
+        session.flush()
+        facts = {"change": "removed"}
+        audit.append(session, caller, AuditKind.SETTINGS_CHANGED, actor(), "model", facts)

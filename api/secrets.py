@@ -15,6 +15,7 @@ from api.roles import owner_route
 from api.services import services
 from relay import naming
 from store import ownersecrets
+from store.auditevents import audit_secrets_released
 from store.db import transaction
 from store.errors import SkillNotFound
 from store.limits import KIB, MAX_SECRET_BYTES
@@ -216,8 +217,10 @@ def run_secrets(node: str, run_id: str) -> Response:
         )
     names = services().store.info(skill).secrets
     sealer = Sealer(services().settings.keys_dir)
-    with services().sessions() as session:
+    with transaction(services().sessions) as session:
         values = ownersecrets.for_run(session, sealer, run.owner_id, skill.name, skill.hash, names)
+        if values:
+            audit_secrets_released(session, run.owner_id, run.id, node, values)
     response = jsonify(RunSecretsSchema().dump({"secrets": values}))
     response.headers["Cache-Control"] = "no-store"
     return response

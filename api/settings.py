@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from api.auth import owner_only
+from api.auth import actor, owner_only
 from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.roles import owner_route
@@ -17,6 +17,8 @@ from broker.errors import UnknownTool
 from broker.grants import HOST, host_key, is_host_key, owner_keys, set_owner_keys, tool_key
 from broker.tiers import Tier
 from broker.webtools import bare_host
+from store import audit
+from store.audit import AuditKind
 from store.db import transaction
 from store.errors import SkillNotFound
 from store.hashing import grant_key, shown_key
@@ -51,10 +53,18 @@ def put_settings(body: dict[str, Any]) -> dict[str, Any]:
     caller = owner_only()
     keys = [_key(caller, entry) for entry in body["auto_tools"]]
     with transaction(services().sessions) as session:
+        before, shell_before = set(owner_keys(session, caller)), _shell(session, caller)
         set_owner_keys(session, caller, keys)
         if body["run_command_shell"] is not None:
             _owner(session, caller).run_command_shell = body["run_command_shell"]
         shell = _shell(session, caller)
+        if before != set(keys) or shell != shell_before:
+            facts: dict[str, audit.Fact] = {
+                "added": sorted(shown_key(key) for key in set(keys) - before),
+                "removed": sorted(shown_key(key) for key in before - set(keys)),
+                "run_command_shell": shell,
+            }
+            audit.append(session, caller, AuditKind.SETTINGS_CHANGED, actor(), "settings", facts)
     return {
         "auto_tools": sorted(shown_key(key).removeprefix("tool:") for key in set(keys)),
         "run_command_shell": shell,

@@ -8,12 +8,14 @@ import redis
 import structlog
 from flask.views import MethodView
 
-from api.auth import bump_token_generation, owner_only
+from api.auth import actor, bump_token_generation, owner_only
 from api.blueprint import Blueprint
 from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
 from api.schemas import NewTokenSchema, TokenCreateSchema, TokenSchema
 from api.services import services
+from store import audit
+from store.audit import AuditKind
 from store.db import transaction
 from store.models import ApiToken
 from store.tokens import issue_token, owner_tokens, revoke_token
@@ -43,6 +45,9 @@ class Tokens(MethodView):
         caller = owner_only()
         with transaction(services().sessions) as session:
             row, token = issue_token(session, caller, body["role"], body["label"])
+            session.flush()
+            facts = {"change": "created", "role": row.role}
+            audit.append(session, caller, AuditKind.TOKEN_CHANGED, actor(), str(row.id), facts)
         return {"id": row.id, "token": token, "role": row.role, "label": row.label}
 
 
@@ -53,6 +58,9 @@ def delete_token(token_id: int) -> None:
     caller = owner_only()
     with transaction(services().sessions) as session:
         revoke_token(session, caller, token_id)
+        session.flush()
+        facts = {"change": "deleted"}
+        audit.append(session, caller, AuditKind.TOKEN_CHANGED, actor(), str(token_id), facts)
         # Before the commit: when Redis can't be told, the request fails and nothing changes.
         bump_token_generation()
     try:

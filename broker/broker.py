@@ -35,6 +35,7 @@ from broker.runs import answer_of
 from broker.turns import admit, count_into, turn_key
 from relay import feed
 from relay.counters import POLICY_DECISIONS
+from store.auditevents import audit_answer, audit_decision
 from store.db import SessionFactory, core_transaction, detached, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
 from store.files import FileStore
@@ -206,6 +207,8 @@ class Broker:
             call.approval_id = approval.id
             if plan.edit is not None:
                 editplans.hold(session, call, approval, plan.edit)
+            session.flush()
+            audit_decision(session, call, decision.action)
         log.info("call waits for approval", call_id=call.id, tool=call.tool, rule=decision.rule)
         self._announce(call, approval)
         return CallOutcome.of(call)
@@ -317,12 +320,16 @@ class Broker:
         try:
             with core_transaction(self.sessions) as connection:
                 calls.record(connection, call, status, events)
+                if count is not None:
+                    audit_decision(connection, call, count.action)
         except IntegrityError:
             # The chat was deleted while the call was being answered: keep the call, not the link.
             call.chat_id = None
             events.clear()
             with core_transaction(self.sessions) as connection:
                 calls.record(connection, call, status, events)
+                if count is not None:
+                    audit_decision(connection, call, count.action)
         if self.redis is not None:
             feed.publish_all(self.redis, events, (count.add_to,) if count is not None else ())
         return CallOutcome.of(call)
@@ -393,8 +400,11 @@ class Broker:
 
     # -- answers and waiting -----------------------------------------------------
 
-    def answer(self, owner_id: int, approval_id: str, decision: str) -> Approval:
-        """Apply the owner's decision; an approved call then runs with its stored arguments."""
+    def answer(
+        self, owner_id: int, approval_id: str, decision: str, actor: str = "owner"
+    ) -> Approval:
+        """Apply the owner's decision (`actor`, as the audit trail names who gave it); an
+        approved call then runs with its stored arguments."""
         if decision not in approvals.DECISIONS:
             raise InvalidCall("'decision' must be approve, approve_for_chat or deny.")
         with transaction(self.sessions) as session:
@@ -402,6 +412,7 @@ class Broker:
             if decision == "deny":
                 approvals.deny(session, approval)
                 editplans.settle(session, approval.id, editplans.DENIED)
+                audit_answer(session, approval, decision, actor)
                 return approval
             if decision == "approve_for_chat" and approvals.grant_note(approval) is not None:
                 raise GrantNotOffered(approvals.GUESSED_CHAT)
@@ -418,6 +429,8 @@ class Broker:
                 approvals.approve(approval, decision)
                 if decision == "approve_for_chat":
                     self._grant_for_chat(session, approval)
+            session.flush()
+            audit_answer(session, approval, decision, actor, stale)
         if stale is not None:
             if approval.tool == "edit_skill":  # the edit was made against the old content
                 raise SkillChanged(f"{stale} Nothing was written.")

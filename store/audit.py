@@ -42,6 +42,7 @@ from store.models import AuditHead, AuditRecord, utcnow
 GENESIS = "0" * 64
 MAX_FACT_CHARS = 300
 MAX_FACTS = 16
+MAX_LIST_ITEMS = 64
 MAX_SUBJECT_CHARS = 300
 MAX_ACTOR_CHARS = 100
 
@@ -193,7 +194,7 @@ def _checked(facts: Mapping[str, Fact]) -> dict[str, Fact]:
         elif value is None or isinstance(value, bool | int):
             kept[key] = value
         elif isinstance(value, list) and all(isinstance(item, str) for item in value):
-            kept[key] = [item[:MAX_FACT_CHARS] for item in value[:MAX_FACTS]]
+            kept[key] = [item[:MAX_FACT_CHARS] for item in value[:MAX_LIST_ITEMS]]
         else:
             raise AuditError(f"The audit fact {key!r} is not a name, number or list of names.")
     return kept

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import BindParameter, ColumnElement, Select, bindparam, case, func, or_, select
 from sqlalchemy.orm import Session
 
+from store.auditevents import audit_skill_changed
 from store.db import SessionFactory, core_connection, detached, transaction
 from store.dependencies import Declared, declared_in
 from store.errors import (
@@ -234,6 +235,7 @@ class SkillStore:
             trash = self._move_aside(final)
             root.rename(final)
             try:
+                before = existing.hash if existing is not None else None
                 skill = existing or Skill(name=info.name, created_at=utcnow(), revision=0)
                 keep = bool(existing is not None and existing.enabled)
                 if execution is not None:
@@ -249,6 +251,12 @@ class SkillStore:
                     skill.rationale = None
                 session.add(skill)
                 _remember_version(session, skill)
+                session.flush()
+                change = "created" if before is None else "replaced"
+                audit_skill_changed(
+                    session, owner_id, origin.author, info.name, change, before, skill_hash,
+                    origin.source,
+                )  # fmt: skip
             except BaseException:
                 final.rename(root)
                 if trash is not None:
@@ -294,6 +302,8 @@ class SkillStore:
                 raise SkillBuiltin(f"'{name}' is a read-only {skill.source} skill.")
             trash = self._move_aside(self.folder(skill))
             session.delete(skill)
+            session.flush()
+            audit_skill_changed(session, owner_id, "owner", name, "deleted", skill.hash, None)
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
 
@@ -336,10 +346,16 @@ class SkillStore:
                 raise SkillChanged(
                     f"'{name}' changed since you reviewed it: its hash is now {skill.hash}."
                 )
+            change = None if skill.enabled == enabled else ("enabled" if enabled else "disabled")
             skill.enabled = enabled
             skill.updated_at = utcnow()
             if enabled and skill.author == "assistant":
                 skill.locked = True
+            if change is not None:
+                session.flush()
+                audit_skill_changed(
+                    session, owner_id, "owner", name, change, skill.hash, skill.hash
+                )
             return skill
 
     def set_execution(self, owner_id: int, name: str, execution: str | None) -> Skill:

@@ -1,0 +1,248 @@
+"""`GET /api/audit`: the owner's records by keyset pages and filters, the JSON Lines export of
+all of them, and the events that write them, each with its facts and never an argument."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from factories import skill_files, zip_bytes
+from flask.testing import FlaskClient
+from sqlalchemy import select
+
+from api.services import Services
+from store import audit
+from store.audit import AuditKind
+from store.db import transaction
+from store.models import Owner
+
+SECRET_ARGUMENT = "s3cr3t-argument-value"
+
+
+def records(client: FlaskClient, auth: dict[str, str], **params: Any) -> list[dict[str, Any]]:
+    """Every record the export gives, oldest first."""
+    response = client.get("/api/audit", headers=auth, query_string={"format": "jsonl", **params})
+    assert response.status_code == 200, response.data
+    assert response.mimetype == "application/jsonl"
+    return [json.loads(line) for line in response.data.decode().splitlines()]
+
+
+def of_kind(found: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [record for record in found if record["kind"] == kind]
+
+
+def alice_id(services: Services) -> int:
+    with services.sessions() as session:
+        found = session.scalar(select(Owner.id).where(Owner.name == "alice"))
+    assert found is not None
+    return found
+
+
+def fill(services: Services, owner_id: int, count: int, kind: AuditKind = AuditKind.RUN_ENDED):
+    with transaction(services.sessions) as session:
+        for number in range(count):
+            audit.append(session, owner_id, kind, "worker", f"run-{number}", {"n": number})
+
+
+def import_skill(client: FlaskClient, auth: dict[str, str], name: str, body: str = "") -> dict:
+    files = skill_files(name, metadata={"skillfleet.tier": "read"})
+    files["scripts/go.py"] = f"print('go{body}')\n".encode()
+    response = client.post(
+        "/api/skills?replace=true",
+        headers=auth,
+        data={"file": (io.BytesIO(zip_bytes(files, top=name)), "s.zip")},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 201, response.json
+    return dict(response.json)
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def test_pages_are_newest_first_and_follow_the_link(client, auth, services):
+    fill(services, alice_id(services), 5)
+    first = client.get("/api/audit", headers=auth, query_string={"page_size": 2})
+    assert first.status_code == 200
+    assert [r["seq"] for r in first.json] == [5, 4]
+    assert first.headers["X-Total-Count"] == "5"
+    following = first.headers["Link"].split(";")[0].strip("<>")
+    second = client.get(following, headers=auth)
+    assert [r["seq"] for r in second.json] == [3, 2]
+
+
+def test_filters_by_kind_subject_and_time(client, auth, services):
+    owner_id = alice_id(services)
+    fill(services, owner_id, 3)
+    fill(services, owner_id, 2, AuditKind.TOKEN_CHANGED)
+    kinds = client.get("/api/audit", headers=auth, query_string={"kind": "token.changed"})
+    assert {r["kind"] for r in kinds.json} == {"token.changed"} and len(kinds.json) == 2
+    subject = client.get("/api/audit", headers=auth, query_string={"subject": "run-1"})
+    assert [(r["seq"], r["kind"]) for r in subject.json] == [(5, "token.changed"), (2, "run.ended")]
+    later = client.get("/api/audit", headers=auth, query_string={"since": "2999-01-01T00:00:00Z"})
+    assert later.json == []
+    earlier = client.get("/api/audit", headers=auth, query_string={"until": "2000-01-01"})
+    assert earlier.json == []
+
+
+def test_the_export_gives_every_record_over_many_batches_and_verifies(client, auth, services):
+    owner_id = alice_id(services)
+    with transaction(services.sessions) as session:
+        for number in range(2600):  # more than two export batches
+            audit.append(session, owner_id, AuditKind.RUN_ENDED, "worker", f"r{number}")
+    found = records(client, auth)
+    assert [r["seq"] for r in found] == list(range(1, 2601))
+    assert audit.verify(found).broken is None
+
+
+def test_a_cursor_of_other_filters_is_refused(client, auth, services):
+    fill(services, alice_id(services), 3)
+    first = client.get("/api/audit", headers=auth, query_string={"page_size": 1})
+    cursor = first.headers["Link"].split("cursor=")[1].split(">")[0]
+    other = client.get(
+        "/api/audit", headers=auth, query_string={"page_size": 1, "kind": "run.ended"}
+    )
+    assert other.status_code == 200
+    refused = client.get(f"/api/audit?kind=run.ended&page_size=1&cursor={cursor}", headers=auth)
+    assert refused.status_code == 400 and refused.json["code"] == "invalid_cursor"
+
+
+def test_without_a_token_it_is_refused(client):
+    assert client.get("/api/audit").status_code == 401
+
+
+def test_an_agent_token_is_refused(client, agent_auth):
+    response = client.get("/api/audit", headers=agent_auth, query_string={"format": "jsonl"})
+    assert response.status_code == 403 and response.json["code"] == "owner_only"
+
+
+def test_another_owner_sees_only_their_own_records(client, auth, other_auth, services):
+    fill(services, alice_id(services), 3)
+    assert client.get("/api/audit", headers=other_auth).json == []
+    assert records(client, other_auth) == []
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"kind": "policy.nonsense"},
+        {"kind": "../etc"},
+        {"subject": "x" * 301},
+        {"subject": ""},
+        {"since": "yesterday"},
+        {"format": "csv"},
+        {"page_size": 0},
+        {"cursor": "not-a-cursor"},
+    ],
+)
+def test_bad_filters_are_refused_with_their_code(client, auth, params):
+    response = client.get("/api/audit", headers=auth, query_string=params)
+    assert response.status_code in (400, 422), response.json
+    assert response.json["code"] in ("invalid_cursor", "validation_failed", "invalid_request")
+
+
+def test_odd_subjects_are_filters_that_match_nothing(client, auth):
+    for subject in ("../x", "a/b", "nul\x00here", "é" * 300):
+        response = client.get("/api/audit", headers=auth, query_string={"subject": subject})
+        assert response.status_code in (200, 422), response.json
+        if response.status_code == 200:
+            assert response.json == []
+
+
+# -- what writes records -----------------------------------------------------------------
+
+
+def test_a_tool_call_records_the_policy_decision_without_its_arguments(client, auth):
+    body = {"arguments": {"query": SECRET_ARGUMENT}, "chat_id": "c1"}
+    called = client.post("/api/tools/list_skills", headers=auth, json=body)
+    assert called.json["status"] == "done"
+    [decision] = of_kind(records(client, auth), "policy.decision")
+    assert decision["subject"] == called.json["call_id"]
+    assert decision["actor"] == "policy"
+    facts = decision["facts"]
+    assert (facts["tool"], facts["tier"], facts["outcome"]) == ("list_skills", "read", "allow")
+    assert facts["rule"]
+    assert SECRET_ARGUMENT not in json.dumps(records(client, auth))
+
+
+def test_a_refused_call_records_a_deny(client, auth):
+    body = {"arguments": {}, "chat_id": "c1", "mode": "plan"}
+    called = client.post("/api/tools/run_command", headers=auth, json=body)
+    found = of_kind(records(client, auth), "policy.decision")
+    if called.json["status"] == "failed":  # refused before the policy: nothing was decided
+        assert found == []
+        return
+    assert [d["facts"]["outcome"] for d in found] == ["deny"]
+
+
+def test_a_call_that_can_only_fail_decides_nothing(client, auth):
+    body = {"arguments": {"skill_name": "no-such-skill"}, "chat_id": "c1"}
+    called = client.post("/api/tools/load_skill", headers=auth, json=body)
+    assert called.json["status"] == "failed"
+    assert of_kind(records(client, auth), "policy.decision") == []
+
+
+def test_an_approval_records_the_ask_and_the_answer_with_who(client, auth, token, wiper, services):
+    body = {
+        "arguments": {"skill_name": "wiper", "script": "scripts/wipe.sh",
+                      "arguments": {"node": "web01", "target": SECRET_ARGUMENT}},
+        "chat_id": "c1",
+    }  # fmt: skip
+    called = client.post("/api/tools/run_skill_script", headers=auth, json=body)
+    assert called.json["status"] == "pending_approval", called.json
+    approval_id = called.json["approval_id"]
+    answered = client.post(f"/api/approvals/{approval_id}", headers=auth, json={"decision": "deny"})
+    assert answered.status_code == 200, answered.json
+    found = records(client, auth)
+    [decision] = of_kind(found, "policy.decision")
+    assert decision["facts"]["outcome"] == "require_approval"
+    assert decision["facts"]["skill_hash"] == wiper["hash"]
+    [answer] = of_kind(found, "approval.decided")
+    assert answer["subject"] == approval_id
+    assert answer["actor"].startswith("owner:")
+    assert (answer["facts"]["decision"], answer["facts"]["status"]) == ("deny", "denied")
+    assert SECRET_ARGUMENT not in json.dumps(found)
+
+
+def test_skill_changes_record_the_hash_before_and_after(client, auth):
+    first = import_skill(client, auth, "notes")
+    second = import_skill(client, auth, "notes", body="2")
+    switched = client.put(
+        "/api/skills/notes/enabled", headers=auth, json={"enabled": False, "hash": second["hash"]}
+    )
+    assert switched.status_code == 200, switched.json
+    assert client.delete("/api/skills/notes", headers=auth).status_code == 204
+    changes = [r["facts"] for r in of_kind(records(client, auth), "skill.changed")]
+    assert [(c["change"], c["before"], c["after"]) for c in changes] == [
+        ("created", None, first["hash"]),
+        ("replaced", first["hash"], second["hash"]),
+        ("disabled", second["hash"], second["hash"]),
+        ("deleted", second["hash"], None),
+    ]
+
+
+def test_token_changes_are_recorded_by_id_never_the_token(client, auth):
+    created = client.post("/api/tokens", headers=auth, json={"role": "agent", "label": "ci"})
+    assert created.status_code == 201
+    assert client.delete(f"/api/tokens/{created.json['id']}", headers=auth).status_code == 204
+    found = of_kind(records(client, auth), "token.changed")
+    assert [(r["subject"], r["facts"]["change"]) for r in found] == [
+        (str(created.json["id"]), "created"),
+        (str(created.json["id"]), "deleted"),
+    ]
+    assert created.json["token"] not in json.dumps(found)
+
+
+def test_settings_changes_are_recorded_with_what_was_added_and_removed(client, auth):
+    body: dict[str, Any] = {"auto_tools": ["host:example.com"]}
+    assert client.put("/api/settings", headers=auth, json=body).status_code == 200
+    body["auto_tools"] = []
+    assert client.put("/api/settings", headers=auth, json=body).status_code == 200
+    assert client.put("/api/settings", headers=auth, json=body).status_code == 200  # no change
+    found = [r["facts"] for r in of_kind(records(client, auth), "settings.changed")]
+    assert [(f["added"], f["removed"]) for f in found] == [
+        (["host:example.com"], []),
+        ([], ["host:example.com"]),
+    ]
