@@ -16,6 +16,7 @@ from skillfleet.cli_settings import load_settings
 # broker, jsonschema), which keeps each `skillfleet …` quick to start.
 LAZY_COMMANDS = {
     "approvals": "skillfleet.cli_approvals:approvals",
+    "audit": "skillfleet.cli_audit:audit",
     "beat": "skillfleet.cli_workers:beat_command",
     "env": "skillfleet.cli_env:env",
     "jobs": "skillfleet.cli_jobs:jobs",

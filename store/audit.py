@@ -2,10 +2,10 @@
 and changed, each record holding the hash of the one before it.
 
 One chain per owner. Record `seq` n of an owner holds `prev_hash`, the hash of record n - 1
-(`GENESIS` for the first), and `hash`, the SHA-256 of its canonical text (`canonical`): the
-owner, seq, time, kind, actor, subject, facts and prev_hash as compact JSON with sorted keys.
-A record changed, removed or inserted afterwards no longer fits its neighbours, and `verify`
-names the first one that doesn't.
+(`GENESIS` for the first), and `hash`, the SHA-256 of its canonical text
+(store/auditchain.py): the owner, seq, time, kind, actor, subject, facts and prev_hash as
+compact JSON with sorted keys. A record changed, removed or inserted afterwards no longer fits
+its neighbours, and `auditchain.verify` names the first one that doesn't.
 
 Appends never fork a chain: `append` first moves the owner's head row (`audit_heads`: the
 last seq and hash) by one UPDATE, which takes that row's lock on PostgreSQL (a concurrent
@@ -15,7 +15,8 @@ an append belongs in the transaction of the change it records, as its last state
 head's lock is then held for the commit only), and is undone with it.
 
 Retention trims the oldest records (`trim`); the head keeps the last hash, so the chain goes
-on, and `verify` takes the first record it is given as it is (its prev_hash is not checked).
+on, and `auditchain.verify` takes the first record it is given as it is (its prev_hash is
+not checked against anything).
 
 Facts are small: names, hashes, ids, counts, outcomes. Never a call's arguments, a run's
 output or a secret's value: a value is a string (cut at MAX_FACT_CHARS), a whole number, a
@@ -25,21 +26,21 @@ boolean, None or a list of strings, so no argument object fits in one.
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from store.auditchain import GENESIS, canonical, timestamp
+from store.auditchain import KINDS as KINDS
+from store.auditchain import AuditKind as AuditKind
 from store.db import CoreConnection
 from store.models import AuditHead, AuditRecord, utcnow
 
-GENESIS = "0" * 64
 MAX_FACT_CHARS = 300
 MAX_FACTS = 16
 MAX_LIST_ITEMS = 64
@@ -49,25 +50,6 @@ MAX_ACTOR_CHARS = 100
 Fact = str | int | bool | None | list[str]
 Connection = Session | CoreConnection
 
-
-class AuditKind(StrEnum):
-    """What a record is about."""
-
-    POLICY_DECISION = "policy.decision"  # subject: call id
-    APPROVAL_DECIDED = "approval.decided"  # subject: approval id
-    QUESTION_ANSWERED = "question.answered"  # subject: question id
-    RUN_STARTED = "run.started"  # subject: run id
-    RUN_ENDED = "run.ended"  # subject: run id
-    SECRET_RELEASED = "secret.released"  # subject: run id; facts: names only
-    SKILL_CHANGED = "skill.changed"  # subject: skill name; facts: hash before and after
-    SKILL_ROLLED_BACK = "skill.rolled_back"  # subject: skill name
-    SKILL_ENABLED_OVERRIDE = "skill.enabled_override"  # subject: skill name
-    TRUST_CHANGED = "trust.changed"  # subject: trusted key name
-    TOKEN_CHANGED = "token.changed"  # subject: token id
-    SETTINGS_CHANGED = "settings.changed"  # subject: the setting's name
-
-
-KINDS = tuple(str(kind) for kind in AuditKind)
 
 _HEADS = cast(Table, AuditHead.__table__)
 _RECORDS = cast(Table, AuditRecord.__table__)
@@ -124,18 +106,6 @@ class Entry:
 
     def digest(self) -> str:
         return hashlib.sha256(self.canonical()).hexdigest()
-
-
-def canonical(fields: Mapping[str, Any]) -> bytes:
-    """The bytes a record's hash is taken over: compact JSON, keys sorted, UTF-8."""
-    return json.dumps(
-        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode()
-
-
-def timestamp(when: datetime) -> str:
-    """A record's time as the chain hashes it: UTC, microseconds, `Z`."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def append(
@@ -212,7 +182,7 @@ def switch(on: bool) -> None:
     _enabled = on
 
 
-# -- reading, trimming, verifying ---------------------------------------------------------
+# -- reading and trimming ----------------------------------------------------------------
 
 
 def entry_of(record: AuditRecord) -> Entry:
@@ -240,60 +210,3 @@ def trim(connection: Connection, older_than: timedelta, limit: int) -> int:
     if ids:
         connection.execute(delete(_RECORDS).where(_RECORDS.c.id.in_(ids)))
     return len(ids)
-
-
-@dataclass(frozen=True)
-class Break:
-    """Where a chain stops holding: the record's seq and why."""
-
-    seq: int | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class Checked:
-    """What `verify` found: how many records, the first and last seq, the last hash, and
-    the first break (None: the chain holds)."""
-
-    records: int
-    first_seq: int | None
-    last_seq: int | None
-    last_hash: str | None
-    broken: Break | None
-
-
-def verify(records: Iterable[Mapping[str, Any]]) -> Checked:
-    """Check exported records (`exported`, in seq order) of one owner: each one's hash is
-    that of its content, its seq follows the one before, and its prev_hash is that one's
-    hash. The first record's prev_hash is taken as given (earlier ones may have been trimmed)."""
-    count, first, before, last_hash = 0, None, None, None
-    for record in records:
-        count += 1
-        seq, problem = _problem(record, before, last_hash)
-        if problem is not None:
-            return Checked(count, first, before, last_hash, Break(seq, problem))
-        first = seq if first is None else first
-        before, last_hash = seq, str(record["hash"])
-    return Checked(count, first, before, last_hash, None)
-
-
-_HASHED = ("owner_id", "seq", "created_at", "kind", "actor", "subject", "facts", "prev_hash")
-
-
-def _problem(
-    record: Mapping[str, Any], before: int | None, last_hash: str | None
-) -> tuple[int | None, str | None]:
-    """The record's seq and what is wrong with it (None: nothing)."""
-    seq = record.get("seq")
-    if not isinstance(seq, int) or any(name not in record for name in (*_HASHED, "hash")):
-        return (seq if isinstance(seq, int) else None), "the record lacks fields the chain needs"
-    if before is not None and seq != before + 1:
-        return seq, f"seq {seq} follows seq {before}: records between them are missing"
-    if last_hash is not None and record["prev_hash"] != last_hash:
-        return seq, f"its prev_hash is not the hash of seq {before}"
-    if seq == 1 and record["prev_hash"] != GENESIS:
-        return seq, "the first record's prev_hash is not the chain's start"
-    digest = hashlib.sha256(canonical({name: record[name] for name in _HASHED})).hexdigest()
-    if digest != record["hash"]:
-        return seq, "its content does not match its hash: it was changed after it was written"
-    return seq, None

@@ -9,8 +9,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from store import audit
-from store.audit import GENESIS, AuditError, AuditKind
+from store import audit, auditchain
+from store.audit import AuditError, AuditKind
+from store.auditchain import GENESIS
 from store.db import make_engine, make_sessions, transaction
 from store.models import AuditRecord, utcnow
 from store.tokens import ensure_owner
@@ -50,7 +51,7 @@ def test_records_follow_each_other_and_verify(sessions):
     assert [r["seq"] for r in records] == [1, 2, 3]
     assert records[0]["prev_hash"] == GENESIS
     assert records[1]["prev_hash"] == records[0]["hash"]
-    checked = audit.verify(records)
+    checked = auditchain.verify(records)
     assert checked.broken is None and checked.records == 3
     assert checked.last_hash == records[-1]["hash"]
 
@@ -64,7 +65,7 @@ def test_a_record_rolled_back_with_its_transaction_leaves_no_gap(sessions):
         audit.append(session, alice, AuditKind.TOKEN_CHANGED, "owner:1", "8", {"change": "y"})
     records = chain(sessions, alice)
     assert [r["seq"] for r in records] == [1]
-    assert audit.verify(records).broken is None
+    assert auditchain.verify(records).broken is None
 
 
 def test_owners_have_chains_of_their_own(sessions):
@@ -101,7 +102,7 @@ def test_fifty_concurrent_appends_make_one_unbroken_chain(database_url):
         records = chain(sessions, alice)
         assert [r["seq"] for r in records] == list(range(1, 51))
         assert len({r["subject"] for r in records}) == 50
-        assert audit.verify(records).broken is None
+        assert auditchain.verify(records).broken is None
     finally:
         engine.dispose()
 
@@ -118,7 +119,7 @@ def test_a_record_changed_in_the_database_is_found_and_named(sessions):
             .where(AuditRecord.owner_id == alice, AuditRecord.seq == 3)
             .values(facts={"status": "failed"})
         )
-    checked = audit.verify(chain(sessions, alice))
+    checked = auditchain.verify(chain(sessions, alice))
     assert checked.broken is not None
     assert checked.broken.seq == 3
     assert "changed after it was written" in checked.broken.reason
@@ -135,8 +136,8 @@ def test_a_record_rewritten_with_a_fresh_hash_breaks_the_next_link(sessions):
         forged["owner_id"], forged["seq"], _when(forged), forged["kind"], forged["actor"],
         forged["subject"], forged["facts"], forged["prev_hash"],
     ).digest()  # fmt: skip
-    checked = audit.verify([records[0], forged, *records[2:]])
-    assert checked.broken == audit.Break(3, "its prev_hash is not the hash of seq 2")
+    checked = auditchain.verify([records[0], forged, *records[2:]])
+    assert checked.broken == auditchain.Break(3, "its prev_hash is not the hash of seq 2")
 
 
 def test_a_removed_record_is_found_as_a_gap(sessions):
@@ -146,7 +147,7 @@ def test_a_removed_record_is_found_as_a_gap(sessions):
             audit.append(session, alice, AuditKind.RUN_ENDED, "worker", f"run-{number}")
     records = chain(sessions, alice)
     del records[2]
-    broken = audit.verify(records).broken
+    broken = auditchain.verify(records).broken
     assert broken is not None and broken.seq == 4 and "missing" in broken.reason
 
 
@@ -168,7 +169,7 @@ def test_trimming_the_oldest_keeps_the_rest_verifiable_and_the_chain_going(sessi
         audit.append(session, alice, AuditKind.RUN_ENDED, "worker", "run-4")
     records = chain(sessions, alice)
     assert [r["seq"] for r in records] == [3, 4, 5]
-    assert audit.verify(records).broken is None
+    assert auditchain.verify(records).broken is None
 
 
 def test_facts_hold_names_and_numbers_never_objects(sessions):

@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from api.services import Services
-from store import audit
+from store import audit, auditchain
 from store.audit import AuditKind
 from store.db import transaction
 from store.models import Owner
@@ -94,7 +94,7 @@ def test_the_export_gives_every_record_over_many_batches_and_verifies(client, au
             audit.append(session, owner_id, AuditKind.RUN_ENDED, "worker", f"r{number}")
     found = records(client, auth)
     assert [r["seq"] for r in found] == list(range(1, 2601))
-    assert audit.verify(found).broken is None
+    assert auditchain.verify(found).broken is None
 
 
 def test_a_cursor_of_other_filters_is_refused(client, auth, services):
