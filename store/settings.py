@@ -88,6 +88,8 @@ DEFAULT_RUN_UIDS = (2_100_000_000, 2_100_000_999)
 # An owner's file (an upload, or one a run made): at most this large, kept this long.
 DEFAULT_FILE_MAX_BYTES = 64 * limits.MIB
 DEFAULT_FILE_TTL = 86_400
+# The audit trail keeps each record this long (days), apart from runs and calls.
+DEFAULT_AUDIT_RETENTION_DAYS = 365
 
 
 class SettingsError(Exception):
@@ -244,6 +246,9 @@ class Settings:
     run_stream_ttl: int = limits.RUN_STREAM_TTL_SECONDS
     run_streams_kept: int = limits.RUN_STREAMS_KEPT
     flower_max_tasks: int = limits.FLOWER_MAX_TASKS
+    audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
+    # The audit trail is always on; only bench/audit.py turns it off, to measure its cost.
+    bench_audit_off: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -424,6 +429,10 @@ class Settings:
             flower_max_tasks=_at_least(
                 env, "SKILLFLEET_FLOWER_MAX_TASKS", limits.FLOWER_MAX_TASKS, 1
             ),
+            audit_retention_days=_at_least(
+                env, "SKILLFLEET_AUDIT_RETENTION_DAYS", DEFAULT_AUDIT_RETENTION_DAYS, 1
+            ),
+            bench_audit_off=_bool(env, "SKILLFLEET_BENCH_AUDIT_OFF"),
             extra=config,
         )
 
