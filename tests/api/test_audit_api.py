@@ -8,11 +8,12 @@ import json
 from typing import Any
 
 import pytest
-from factories import skill_files, zip_bytes
+from factories import finished_run, skill_files, zip_bytes
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from api.services import Services
+from broker.runs import Outcome, claim, finish
 from store import audit, auditchain
 from store.audit import AuditKind
 from store.db import transaction
@@ -246,3 +247,48 @@ def test_settings_changes_are_recorded_with_what_was_added_and_removed(client, a
         (["host:example.com"], []),
         ([], ["host:example.com"]),
     ]
+
+
+def test_question_answers_record_who_and_which_never_the_text(client, auth, agent_auth):
+    body = {"arguments": {"question": "Deploy now?"}, "chat_id": "c1"}
+    asked = client.post("/api/tools/ask_owner", headers=agent_auth, json=body).json
+    answered = client.post(
+        f"/api/questions/{asked['question_id']}", headers=auth, json={"answer": SECRET_ARGUMENT}
+    )
+    assert answered.status_code == 200, answered.json
+    body = {"arguments": {"name": "TRACKER_TOKEN", "reason": "To call it."}, "chat_id": "c1"}
+    wanted = client.post("/api/tools/request_secret", headers=agent_auth, json=body).json
+    given = client.post(
+        f"/api/questions/{wanted['question_id']}", headers=auth, json={"secret": SECRET_ARGUMENT}
+    )
+    assert given.status_code == 200, given.json
+    found = records(client, auth)
+    answers = of_kind(found, "question.answered")
+    assert [r["subject"] for r in answers] == [asked["question_id"], wanted["question_id"]]
+    assert all(r["actor"].startswith("owner:") for r in answers)
+    assert answers[0]["facts"]["kind"] == "question" and answers[0]["facts"]["choice"] is None
+    assert answers[1]["facts"]["secret_name"] == "TRACKER_TOKEN"
+    decisions = of_kind(found, "policy.decision")
+    assert [d["facts"]["tool"] for d in decisions] == ["ask_owner", "request_secret"]
+    assert SECRET_ARGUMENT not in json.dumps(found)
+
+
+def test_a_runs_start_and_end_are_recorded_by_its_worker(client, auth, services, wiper):
+    owner_id = alice_id(services)
+    run = finished_run(owner_id, wiper["hash"], "7d1c4e0a-0000-4000-8000-0000000000a1", "queued")
+    run.arguments = {"target": SECRET_ARGUMENT}
+    with transaction(services.sessions) as session:
+        session.add(run)
+    assert claim(services.sessions, run.id, "web01@host", []) is not None
+    outcome = Outcome("succeeded", 0, SECRET_ARGUMENT, "")
+    assert finish(services.sessions, run.id, outcome, "uid", []) is not None
+    found = [r for r in records(client, auth) if r["subject"] == run.id]
+    assert [r["kind"] for r in found] == ["run.started", "run.ended"]
+    assert found[0]["actor"] == "worker:web01@host"
+    ended = found[1]["facts"]
+    assert (ended["status"], ended["exit_code"], ended["skill_hash"]) == (
+        "succeeded",
+        0,
+        wiper["hash"],
+    )
+    assert SECRET_ARGUMENT not in json.dumps(found)
