@@ -14,8 +14,7 @@ from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
 from api.schemas import NewTokenSchema, TokenCreateSchema, TokenSchema
 from api.services import services
-from store import audit
-from store.audit import AuditKind
+from store.auditevents import audit_token
 from store.db import transaction
 from store.models import ApiToken
 from store.tokens import issue_token, owner_tokens, revoke_token
@@ -46,8 +45,7 @@ class Tokens(MethodView):
         with transaction(services().sessions) as session:
             row, token = issue_token(session, caller, body["role"], body["label"])
             session.flush()
-            facts = {"change": "created", "role": row.role}
-            audit.append(session, caller, AuditKind.TOKEN_CHANGED, actor(), str(row.id), facts)
+            audit_token(session, caller, actor(), row.id, "created", row.role)
         return {"id": row.id, "token": token, "role": row.role, "label": row.label}
 
 
@@ -59,8 +57,7 @@ def delete_token(token_id: int) -> None:
     with transaction(services().sessions) as session:
         revoke_token(session, caller, token_id)
         session.flush()
-        facts = {"change": "deleted"}
-        audit.append(session, caller, AuditKind.TOKEN_CHANGED, actor(), str(token_id), facts)
+        audit_token(session, caller, actor(), token_id, "deleted")
         # Before the commit: when Redis can't be told, the request fails and nothing changes.
         bump_token_generation()
     try:

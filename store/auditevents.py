@@ -139,6 +139,19 @@ def audit_skill_changed(
     audit.append(connection, owner_id, AuditKind.SKILL_CHANGED, actor, name, facts)
 
 
+def audit_token(
+    connection: Connection,
+    owner_id: int,
+    actor: str,
+    token_id: int,
+    change: str,
+    role: str | None = None,
+) -> None:
+    """A token of the owner's `created` (with its role) or `deleted`: by its id, never itself."""
+    facts: dict[str, Fact] = {"change": change, "role": role}
+    audit.append(connection, owner_id, AuditKind.TOKEN_CHANGED, actor, str(token_id), facts)
+
+
 def _run_facts(run: RunFacts) -> dict[str, Any]:
     return {
         "call_id": run.call_id,
