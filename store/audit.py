@@ -8,19 +8,21 @@ compact JSON with sorted keys. A record changed, removed or inserted afterwards 
 its neighbours, and `auditchain.verify` names the first one that doesn't.
 
 Appends never fork a chain: `append` first moves the owner's head row (`audit_heads`: the
-last seq and hash) by one UPDATE, which takes that row's lock on PostgreSQL (a concurrent
-append of the owner waits for this transaction to end, then reads the head it left) and
-SQLite's one write lock; the record and the head's new hash follow in the same transaction. So
-an append belongs in the transaction of the change it records, as its last statement (the
-head's lock is then held for the commit only), and is undone with it.
+last seq) by one UPDATE that also reads the hash of the record before, which takes that row's
+lock on PostgreSQL (a concurrent append of the owner waits for this transaction to end, then
+reads the head it left) and SQLite's one write lock; the record follows in the same
+transaction. Two statements an append: it is written for every call and run. So an append
+belongs in the transaction of the change it records, as its last statement (the head's lock is
+then held for the commit only), and is undone with it.
 
-Retention trims the oldest records (`trim`); the head keeps the last hash, so the chain goes
-on, and `auditchain.verify` takes the first record it is given as it is (its prev_hash is
-not checked against anything).
+Retention trims the oldest records (`trim`) but each owner's last, so the chain goes on, and
+`auditchain.verify` takes the first record it is given as it is (its prev_hash is not checked
+against anything).
 
 Facts are small: names, hashes, ids, counts, outcomes. Never a call's arguments, a run's
 output or a secret's value: a value is a string (cut at MAX_FACT_CHARS), a whole number, a
-boolean, None or a list of strings, so no argument object fits in one.
+boolean or a list of strings, so no argument object fits in one; a fact given as None (it does
+not apply) is left out.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, insert, select, update
+from sqlalchemy import BigInteger, Table, bindparam, delete, insert, literal_column, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -53,15 +55,28 @@ Connection = Session | CoreConnection
 
 _HEADS = cast(Table, AuditHead.__table__)
 _RECORDS = cast(Table, AuditRecord.__table__)
+# The hash of the owner's record before the head's new seq: read in the statement that moves
+# the head, so an append is two statements (this one and its INSERT).
+# RETURNING names the head's columns bare, so the subquery's own are an alias's, and the
+# head's seq is spelled out.
+_EARLIER = _RECORDS.alias("earlier")
+_PREVIOUS = (
+    select(_EARLIER.c.hash)
+    .where(
+        _EARLIER.c.owner_id == bindparam("owner"),
+        _EARLIER.c.seq == literal_column("audit_heads.seq", BigInteger) - 1,
+    )
+    .scalar_subquery()
+)
 # Moves the owner's head on by one and reads it: the lock that keeps the chain one line.
 _ADVANCE = (
     update(_HEADS)
     .where(_HEADS.c.owner_id == bindparam("owner"))
     .values(seq=_HEADS.c.seq + 1)
-    .returning(_HEADS.c.seq, _HEADS.c.hash)
+    .returning(_HEADS.c.seq, _PREVIOUS.label("prev_hash"))
 )
-_SET_HASH = (
-    update(_HEADS).where(_HEADS.c.owner_id == bindparam("owner")).values(hash=bindparam("new_hash"))
+_PREVIOUS_AGAIN = select(_RECORDS.c.hash).where(
+    _RECORDS.c.owner_id == bindparam("owner"), _RECORDS.c.seq == bindparam("seq")
 )
 _NEW_HEAD = {
     name: dialect.insert(_HEADS).on_conflict_do_nothing(index_elements=["owner_id"])
@@ -134,7 +149,6 @@ def append(
         "prev_hash": prev_hash, "hash": digest,
     }  # fmt: skip
     connection.execute(_INSERT, values)
-    connection.execute(_SET_HASH, {"owner": owner_id, "new_hash": digest})
     return entry
 
 
@@ -143,10 +157,19 @@ def _advance(connection: Connection, owner_id: int) -> tuple[int, str]:
     row = connection.execute(_ADVANCE, {"owner": owner_id}).first()
     if row is None:  # the owner's first record: its head is made once, whoever races
         dialect = _dialect(connection)
-        connection.execute(_NEW_HEAD[dialect], {"owner_id": owner_id, "seq": 0, "hash": GENESIS})
+        connection.execute(_NEW_HEAD[dialect], {"owner_id": owner_id, "seq": 0})
         row = connection.execute(_ADVANCE, {"owner": owner_id}).first()
         assert row is not None
-    return int(row.seq), str(row.hash)
+    seq, previous = int(row.seq), row.prev_hash
+    if seq == 1:
+        return seq, GENESIS
+    if previous is None:
+        # PostgreSQL: the UPDATE waited for another append's lock; its subquery read the
+        # snapshot from before that append committed. A new statement sees it.
+        previous = connection.execute(_PREVIOUS_AGAIN, {"owner": owner_id, "seq": seq - 1}).scalar()
+    if previous is None:
+        raise AuditError(f"The audit chain of owner {owner_id} lost its last record.")
+    return seq, str(previous)
 
 
 def _dialect(connection: Connection) -> str:
@@ -161,7 +184,9 @@ def _checked(facts: Mapping[str, Fact]) -> dict[str, Fact]:
     for key, value in facts.items():
         if isinstance(value, str):
             kept[key] = value[:MAX_FACT_CHARS]
-        elif value is None or isinstance(value, bool | int):
+        elif value is None:
+            continue  # a fact that does not apply is left out (and the row's JSON stays fast)
+        elif isinstance(value, bool | int):
             kept[key] = value
         elif isinstance(value, list) and all(isinstance(item, str) for item in value):
             kept[key] = [item[:MAX_FACT_CHARS] for item in value[:MAX_LIST_ITEMS]]
@@ -198,12 +223,16 @@ def exported(record: AuditRecord) -> dict[str, Any]:
 
 
 def trim(connection: Connection, older_than: timedelta, limit: int) -> int:
-    """Remove at most `limit` records older than `older_than`, oldest first; how many went."""
+    """Remove at most `limit` records older than `older_than`, oldest first; how many went.
+
+    Each owner's last record stays, however old: the next append reads its hash.
+    """
     cutoff = utcnow() - older_than
+    last = select(_HEADS.c.seq).where(_HEADS.c.owner_id == _RECORDS.c.owner_id).scalar_subquery()
     oldest = (
         select(_RECORDS.c.id)
-        .where(_RECORDS.c.created_at < cutoff)
-        .order_by(_RECORDS.c.id)
+        .where(_RECORDS.c.created_at < cutoff, _RECORDS.c.seq < last)
+        .order_by(_RECORDS.c.created_at)
         .limit(limit)
     )
     ids = [row.id for row in connection.execute(oldest)]

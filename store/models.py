@@ -717,8 +717,8 @@ class Webhook(Base):
 
 
 class AuditHead(Base):
-    """The end of an owner's audit chain: its last seq and hash (store/audit.py). Appending
-    moves it first, so its row lock keeps the owner's appends in one line."""
+    """The end of an owner's audit chain: its last seq (store/audit.py). Appending moves it
+    first, so its row lock keeps the owner's appends in one line."""
 
     __tablename__ = "audit_heads"
 
@@ -726,7 +726,6 @@ class AuditHead(Base):
         ForeignKey("owners.id", ondelete="CASCADE"), primary_key=True
     )
     seq: Mapped[int] = mapped_column(BigInteger)
-    hash: Mapped[str] = mapped_column(String(64))
 
 
 class AuditRecord(Base):
@@ -735,9 +734,9 @@ class AuditRecord(Base):
 
     __tablename__ = "audit_records"
     __table_args__ = (
+        # The chain's order, and the lists' (api/audit.py); a kind is filtered along it.
         UniqueConstraint("owner_id", "seq"),
-        # The filtered lists' order within the owner's records (api/audit.py).
-        Index("ix_audit_records_owner_kind_seq", "owner_id", "kind", "seq"),
+        # What happened to one call, run, approval or skill, in order.
         Index("ix_audit_records_owner_subject_seq", "owner_id", "subject", "seq"),
     )
 

@@ -1,8 +1,8 @@
 """audit trail: each owner's hash-chained record of decisions, answers, runs and changes
 
 `audit_records` holds an owner's records in seq order, each with the hash of the one before;
-`audit_heads` the last seq and hash of each owner's chain, whose row an append moves (and
-locks) first (store/audit.py). Owners of today start their chain with their next record.
+`audit_heads` the last seq of each owner's chain, whose row an append moves (and locks) first
+(store/audit.py). Owners of today start their chain with their next record.
 
 Revision ID: 0025
 Revises: 0022
@@ -25,13 +25,12 @@ def upgrade() -> None:
         "audit_heads",
         sa.Column("owner_id", sa.Integer(), nullable=False),
         sa.Column("seq", sa.BigInteger(), nullable=False),
-        sa.Column("hash", sa.String(length=64), nullable=False),
         sa.ForeignKeyConstraint(
             ["owner_id"],
             ["owners.id"],
             name=op.f("fk_audit_heads_owner_id_owners"),
             ondelete="CASCADE",
-        ),  # fmt: skip
+        ),
         sa.PrimaryKeyConstraint("owner_id", name=op.f("pk_audit_heads")),
     )
     op.create_table(
@@ -41,7 +40,7 @@ def upgrade() -> None:
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
             autoincrement=True,
             nullable=False,
-        ),  # fmt: skip
+        ),
         sa.Column("owner_id", sa.Integer(), nullable=False),
         sa.Column("seq", sa.BigInteger(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
@@ -56,14 +55,13 @@ def upgrade() -> None:
             ["owners.id"],
             name=op.f("fk_audit_records_owner_id_owners"),
             ondelete="CASCADE",
-        ),  # fmt: skip
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_records")),
         sa.UniqueConstraint("owner_id", "seq", name=op.f("uq_audit_records_owner_id")),
     )
     op.create_index(
         op.f("ix_audit_records_created_at"), "audit_records", ["created_at"], unique=False
     )
-    op.create_index("ix_audit_records_owner_kind_seq", "audit_records", ["owner_id", "kind", "seq"])
     op.create_index(
         "ix_audit_records_owner_subject_seq", "audit_records", ["owner_id", "subject", "seq"]
     )
@@ -71,7 +69,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_audit_records_owner_subject_seq", table_name="audit_records")
-    op.drop_index("ix_audit_records_owner_kind_seq", table_name="audit_records")
     op.drop_index(op.f("ix_audit_records_created_at"), table_name="audit_records")
     op.drop_table("audit_records")
     op.drop_table("audit_heads")

@@ -216,7 +216,7 @@ def test_skill_changes_record_the_hash_before_and_after(client, auth):
     assert switched.status_code == 200, switched.json
     assert client.delete("/api/skills/notes", headers=auth).status_code == 204
     changes = [r["facts"] for r in of_kind(records(client, auth), "skill.changed")]
-    assert [(c["change"], c["before"], c["after"]) for c in changes] == [
+    assert [(c["change"], c.get("before"), c.get("after")) for c in changes] == [
         ("created", None, first["hash"]),
         ("replaced", first["hash"], second["hash"]),
         ("disabled", second["hash"], second["hash"]),
@@ -266,7 +266,7 @@ def test_question_answers_record_who_and_which_never_the_text(client, auth, agen
     answers = of_kind(found, "question.answered")
     assert [r["subject"] for r in answers] == [asked["question_id"], wanted["question_id"]]
     assert all(r["actor"].startswith("owner:") for r in answers)
-    assert answers[0]["facts"]["kind"] == "question" and answers[0]["facts"]["choice"] is None
+    assert answers[0]["facts"]["kind"] == "question" and "choice" not in answers[0]["facts"]
     assert answers[1]["facts"]["secret_name"] == "TRACKER_TOKEN"
     decisions = of_kind(found, "policy.decision")
     assert [d["facts"]["tool"] for d in decisions] == ["ask_owner", "request_secret"]

@@ -3,6 +3,7 @@ many processes append at once, and every change made to it afterwards found."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 
@@ -184,3 +185,24 @@ def _when(record: dict):
     from datetime import datetime
 
     return datetime.strptime(record["created_at"], "%Y-%m-%dT%H:%M:%S.%f%z")
+
+
+def test_the_canonical_text_is_sorted_compact_json(sessions):
+    fields = {"b": "é\n\u0001", "a": [1, True, None], "c": {"z": "x", "y": 2}}
+    expected = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert auditchain.canonical(fields) == expected.encode()
+
+
+def test_an_owners_last_record_stays_however_old(sessions):
+    alice = owner(sessions)
+    for number in range(2):
+        with transaction(sessions) as session:
+            audit.append(session, alice, AuditKind.RUN_ENDED, "worker", f"run-{number}")
+    with transaction(sessions) as session:
+        session.execute(update(AuditRecord).values(created_at=utcnow() - timedelta(days=400)))
+        assert audit.trim(session, timedelta(days=365), limit=100) == 1
+    with transaction(sessions) as session:
+        audit.append(session, alice, AuditKind.RUN_ENDED, "worker", "run-2")
+    records = chain(sessions, alice)
+    assert [r["seq"] for r in records] == [2, 3]
+    assert records[1]["prev_hash"] == records[0]["hash"]
