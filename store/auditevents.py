@@ -152,6 +152,47 @@ def audit_token(
     audit.append(connection, owner_id, AuditKind.TOKEN_CHANGED, actor, str(token_id), facts)
 
 
+def audit_rollback(
+    connection: Connection,
+    owner_id: int,
+    actor: str,
+    name: str,
+    before: str,
+    after: str,
+) -> None:
+    """A skill of the owner's made its earlier version `after` current again (from `before`)."""
+    facts: dict[str, Fact] = {"before": before, "after": after}
+    audit.append(connection, owner_id, AuditKind.SKILL_ROLLED_BACK, actor, name, facts)
+
+
+def audit_trust(
+    connection: Connection,
+    owner_id: int,
+    actor: str,
+    key_name: str,
+    change: str,
+    fingerprint: str | None = None,
+) -> None:
+    """A key the owner trusts to sign skills `added` or `removed`: its name and fingerprint
+    (`SHA256:…`, as ssh-keygen -l shows it), never more of the key."""
+    facts: dict[str, Fact] = {"change": change, "fingerprint": fingerprint}
+    audit.append(connection, owner_id, AuditKind.TRUST_CHANGED, actor, key_name, facts)
+
+
+def audit_enabled_override(
+    connection: Connection,
+    owner_id: int,
+    actor: str,
+    name: str,
+    skill_hash: str,
+    reason: str,
+) -> None:
+    """The owner enabled a skill its signature did not clear (`reason`: `unsigned`,
+    `untrusted`), by an explicit override."""
+    facts: dict[str, Fact] = {"skill_hash": skill_hash, "reason": reason}
+    audit.append(connection, owner_id, AuditKind.SKILL_ENABLED_OVERRIDE, actor, name, facts)
+
+
 def _run_facts(run: RunFacts) -> dict[str, Any]:
     return {
         "call_id": run.call_id,

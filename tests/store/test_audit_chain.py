@@ -206,3 +206,19 @@ def test_an_owners_last_record_stays_however_old(sessions):
     records = chain(sessions, alice)
     assert [r["seq"] for r in records] == [2, 3]
     assert records[1]["prev_hash"] == records[0]["hash"]
+
+
+def test_the_records_other_changes_will_write_join_the_chain(sessions):
+    from store.auditevents import audit_enabled_override, audit_rollback, audit_trust
+
+    alice = owner(sessions)
+    with transaction(sessions) as session:
+        audit_rollback(session, alice, "owner:1", "notes", "b" * 64, "a" * 64)
+        audit_trust(session, alice, "owner:1", "laptop", "added", "SHA256:abc")
+        audit_enabled_override(session, alice, "owner:1", "notes", "a" * 64, "unsigned")
+    records = chain(sessions, alice)
+    assert [r["kind"] for r in records] == [
+        "skill.rolled_back", "trust.changed", "skill.enabled_override",
+    ]  # fmt: skip
+    assert records[0]["facts"] == {"before": "b" * 64, "after": "a" * 64}
+    assert auditchain.verify(records).broken is None
