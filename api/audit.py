@@ -71,11 +71,19 @@ class AuditRecordSchema(ma.Schema):
     hash = ma.fields.String(metadata={"description": "SHA-256 of the record's canonical JSON"})
 
 
+ANSWER = "A page of records, newest first; with format=jsonl, every record, oldest first"
+# A page as JSON, or (format=jsonl) every record, a line each: the 200 answer's two bodies.
+JSON_OR_LINES = {
+    "application/json": {"schema": AuditRecordSchema(many=True)},
+    JSONL: {"schema": {"type": "string"}, "example": JSONL_EXAMPLE},
+}
+
+
 @blp.route("")
 @owner_route
 @blp.arguments(AuditQuerySchema(), location="query")
 @blp.response(200, AuditRecordSchema(many=True))
-@blp.doc(responses={"200": {"content": {JSONL: {"example": JSONL_EXAMPLE}}}})
+@blp.doc(responses={"200": {"description": ANSWER, "content": JSON_OR_LINES}})
 @keyset(blp)
 def list_audit(query: dict[str, Any], page: Page) -> Any:
     """Your audit trail, newest first; `format=jsonl` exports every record oldest first"""
