@@ -15,6 +15,7 @@ from api.auth import owner_only
 from api.blueprint import Blueprint
 from api.paging import Page, keyset, sql_page
 from api.roles import owner_route
+from api.schemas import NO_CONTROL_CHARACTERS
 from api.services import services
 from store import audit
 from store.limits import AUDIT_EXPORT_BATCH
@@ -36,7 +37,11 @@ class AuditQuerySchema(ma.Schema):
 
     kind = ma.fields.String(validate=ma.validate.OneOf(audit.KINDS))
     subject = ma.fields.String(
-        validate=ma.validate.Length(min=1, max=audit.MAX_SUBJECT_CHARS),
+        validate=[
+            ma.validate.Length(min=1, max=audit.MAX_SUBJECT_CHARS),
+            # No subject holds one, and PostgreSQL refuses a NUL in a text parameter.
+            ma.validate.Regexp(NO_CONTROL_CHARACTERS),
+        ],
         metadata={"description": "Only records about this: a call, run or approval id, a "
                   "skill's name, a token's id, a setting's name"},
     )  # fmt: skip
