@@ -7,8 +7,10 @@ SKILLFLEET_BENCH_AUDIT_OFF=true (the switch exists for this benchmark only; ever
 that system appends nothing). Then it times node runs (REST call -> policy decision -> Celery ->
 node worker -> script -> `?wait=` result, as bench/runs.py's node run) on both, interleaved
 A B B A so a machine whose speed drifts weighs on both, and prints each side's p50 and p95 and
-the ratio of the p50s. Each run with the audit appends three records: the policy's decision,
-the run's start and its end.
+the ratio of the p50s, and the CPU per run its API and node worker spent (the ratio a busy
+machine moves least). Each run with the audit appends three records: the policy's decision,
+the run's start and its end. (The token `skillfleet tokens create` makes for either side is
+audited on both: it is made before the clock starts, by the CLI on the database.)
 
 The goal (docs/benchmarks.md): the ratio at most AUDIT_GOAL.
 """
@@ -89,10 +91,13 @@ def bench(on: NodeSystem, off: NodeSystem, rounds: int) -> dict[str, Any]:
         one("on")
         one("off")
     samples: dict[str, list[float]] = {"on": [], "off": []}
+    before = {side: system.cpu_seconds() for side, system in systems.items()}
     for number in range(rounds):
         order = ("on", "off") if number % 2 == 0 else ("off", "on")
         for side in order:
             samples[side].append(one(side))
+    after = {side: system.cpu_seconds() for side, system in systems.items()}
+    cpu = {side: _cpu_ms_per_run(before[side], after[side], rounds) for side in systems}
     on_p50, off_p50 = median_ms(samples["on"]), median_ms(samples["off"])
     return {
         "rounds": rounds,
@@ -102,11 +107,26 @@ def bench(on: NodeSystem, off: NodeSystem, rounds: int) -> dict[str, Any]:
         "audit_off_p95_ms": round(p95_ms(samples["off"]), 2),
         "ratio_p50": round(on_p50 / off_p50, 3),
         "ratio_mean": round(statistics.fmean(samples["on"]) / statistics.fmean(samples["off"]), 3),
+        "cpu_ms_per_run_on": cpu["on"],
+        "cpu_ms_per_run_off": cpu["off"],
+        "cpu_ratio": round(cpu["on"]["total"] / cpu["off"]["total"], 3),
         "goal": AUDIT_GOAL,
         "records_on": on.audit_records(),
         "records_off": off.audit_records(),
         "load_average": [round(load, 2) for load in os.getloadavg()],
     }
+
+
+def _cpu_ms_per_run(
+    before: dict[str, float], after: dict[str, float], runs: int
+) -> dict[str, float]:
+    """The API's and the node worker's CPU per run (the scripts' own left out: the same on
+    both sides), in ms."""
+    parts = {
+        part: round((after[label] - before[label]) * 1000 / runs, 2)
+        for part, label in (("api", "api"), ("worker", "node worker"))
+    }
+    return {**parts, "total": round(sum(parts.values()), 2)}
 
 
 def main() -> None:
