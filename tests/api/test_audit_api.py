@@ -297,3 +297,15 @@ def test_a_runs_start_and_end_are_recorded_by_its_worker(client, auth, services,
         wiper["hash"],
     )
     assert SECRET_ARGUMENT not in json.dumps(found)
+
+
+def test_secrets_set_and_removed_are_settings_changes_by_name_only(client, auth):
+    stored = client.put("/api/secrets/API_TOKEN", headers=auth, json={"value": SECRET_ARGUMENT})
+    assert stored.status_code == 200, stored.json
+    assert client.delete("/api/secrets/API_TOKEN", headers=auth).status_code == 204
+    found = of_kind(records(client, auth), "settings.changed")
+    assert [(r["subject"], r["facts"]["change"]) for r in found] == [
+        ("secret:API_TOKEN", "set"),
+        ("secret:API_TOKEN", "deleted"),
+    ]
+    assert SECRET_ARGUMENT not in json.dumps(found)
