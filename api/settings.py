@@ -58,6 +58,7 @@ def put_settings(body: dict[str, Any]) -> dict[str, Any]:
         if body["run_command_shell"] is not None:
             _owner(session, caller).run_command_shell = body["run_command_shell"]
         shell = _shell(session, caller)
+        session.flush()  # the changes before the audit's head lock, the commit's last
         if before != set(keys) or shell != shell_before:
             facts: dict[str, audit.Fact] = {
                 "added": sorted(shown_key(key) for key in set(keys) - before),

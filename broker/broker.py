@@ -412,6 +412,7 @@ class Broker:
             if decision == "deny":
                 approvals.deny(session, approval)
                 editplans.settle(session, approval.id, editplans.DENIED)
+                session.flush()
                 audit_answer(session, approval, decision, actor)
                 return approval
             if decision == "approve_for_chat" and approvals.grant_note(approval) is not None:
