@@ -222,3 +222,37 @@ def test_the_records_other_changes_will_write_join_the_chain(sessions):
     ]  # fmt: skip
     assert records[0]["facts"] == {"before": "b" * 64, "after": "a" * 64}
     assert auditchain.verify(records).broken is None
+
+
+def test_an_append_that_waited_for_anothers_lock_links_to_the_record_it_left(database_url):
+    engine = make_engine(database_url)
+    sessions = make_sessions(engine)
+    alice = owner(sessions)
+    with transaction(sessions) as session:
+        audit.append(session, alice, AuditKind.RUN_STARTED, "worker", "first")
+    waiting = threading.Event()
+    second: list[BaseException] = []
+
+    def append_second() -> None:
+        try:
+            waiting.set()
+            with transaction(sessions) as session:
+                audit.append(session, alice, AuditKind.RUN_ENDED, "worker", "third")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            second.append(e)
+
+    try:
+        with transaction(sessions) as session:
+            audit.append(session, alice, AuditKind.RUN_ENDED, "worker", "second")
+            thread = threading.Thread(target=append_second)
+            thread.start()
+            waiting.wait()
+            thread.join(0.5)  # it waits on the head's lock until this transaction commits
+            assert thread.is_alive()
+        thread.join(30)
+        assert second == []
+        records = chain(sessions, alice)
+        assert [r["subject"] for r in records] == ["first", "second", "third"]
+        assert auditchain.verify(records).broken is None
+    finally:
+        engine.dispose()
