@@ -86,6 +86,7 @@ def _spec_kwargs() -> dict[str, Any]:
 def _register_blueprints(api: SkillfleetApi) -> None:
     from api import (
         approvals,
+        audit,
         calls,
         chats,
         events,
@@ -139,6 +140,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         webhooks,
         secrets,
         trustedkeys,
+        audit,
         metrics,
     )
     for module in modules:

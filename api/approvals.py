@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from api.auth import owner_only, owner_or_agent
+from api.auth import actor, owner_only, owner_or_agent
 from api.blueprint import Blueprint
 from api.nodes import broadcast_sync
 from api.paging import Page, keyset, sql_page
@@ -151,7 +151,7 @@ def answer_approval(body: dict[str, Any], approval_id: str) -> ApprovalCard:
     caller = owner_only()
     with services().sessions() as session:
         decision = decision_for(_owned(session, caller, approval_id), body["decision"])
-    approval = services().broker.answer(caller, approval_id, decision, body["reason"])
+    approval = services().broker.answer(caller, approval_id, decision, actor(), body["reason"])
     if approval.tool == "edit_skill" and approval.status == ApprovalStatus.APPROVED:
         broadcast_sync()  # the edited skill has a new package for the nodes
     if approval.job_run_id is not None:

@@ -275,6 +275,14 @@ def owner_only() -> int:
     return found.owner_id
 
 
+def actor() -> str:
+    """Who the request acts as, as the audit trail names it: `owner:<token id>` or
+    `agent:<token id>` (a token is shown by its id, never by itself)."""
+    found = principal()
+    role = found.role or found.kind
+    return f"{role}:{found.token_id}" if found.token_id is not None else str(role)
+
+
 def owner_or_agent() -> int:
     """The id of the owner a request acts for: by the owner's token or one of its agent tokens."""
     owner_id = _owner_principal().owner_id

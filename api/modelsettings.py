@@ -8,12 +8,13 @@ from typing import Any
 
 import marshmallow as ma
 
-from api.auth import owner_only
+from api.auth import actor, owner_only
 from api.blueprint import Blueprint
 from api.roles import owner_route
 from api.schemas import HTTP_URL_PATTERN, NOT_BLANK_PATTERN, context_field, effort_field
 from api.services import services
-from store import modelsettings
+from store import audit, modelsettings
+from store.audit import AuditKind
 from store.db import transaction
 from store.egress import Egress
 from store.limits import MAX_API_KEY_CHARS, MAX_BASE_URL_CHARS, MAX_MODEL_NAME_CHARS, MAX_NAME_CHARS
@@ -117,6 +118,11 @@ def put_model(body: dict[str, Any]) -> dict[str, Any]:
         )
         with transaction(services().sessions) as session:
             modelsettings.choose(session, caller, choice)
+            session.flush()  # the audit's append is the transaction's last statement
+            facts: dict[str, audit.Fact] = {
+                "change": "chosen", "source": choice.source, "name": choice.model,
+            }  # fmt: skip
+            audit.append(session, caller, AuditKind.SETTINGS_CHANGED, actor(), "model", facts)
     else:
         modelsettings.check(body["base_url"], body["name"], body.get("api_key"))
         modelsettings.check_address(body["base_url"], Egress(settings.egress_allow))
@@ -125,6 +131,10 @@ def put_model(body: dict[str, Any]) -> dict[str, Any]:
                 session, sealer, caller, body["base_url"], body["name"], body.get("api_key"),
                 keep_key="api_key" not in body,
             )  # fmt: skip
+            session.flush()
+            key = "kept" if "api_key" not in body else ("set" if body["api_key"] else "none")
+            facts = {"change": "set", "name": body["name"], "api_key": key}
+            audit.append(session, caller, AuditKind.SETTINGS_CHANGED, actor(), "model", facts)
     with services().sessions() as session:
         return modelsettings.shown(session, caller)
 
@@ -136,3 +146,6 @@ def delete_model() -> None:
     caller = owner_only()
     with transaction(services().sessions) as session:
         modelsettings.remove(session, caller)
+        session.flush()
+        facts = {"change": "removed"}
+        audit.append(session, caller, AuditKind.SETTINGS_CHANGED, actor(), "model", facts)

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from api.auth import owner_only, owner_or_agent
+from api.auth import actor, owner_only, owner_or_agent
 from api.blueprint import Blueprint
 from api.paging import Page, keyset, sql_page
 from api.roles import owner_route
@@ -15,6 +15,7 @@ from api.schemas import QuestionAnswerSchema, QuestionQuerySchema, QuestionSchem
 from api.services import services
 from broker import questions
 from relay.dispatch import carry_on_job_run
+from store.auditevents import audit_question
 from store.db import transaction
 from store.models import Question
 from store.secrets import Sealer
@@ -88,6 +89,8 @@ def answer_question(body: dict[str, Any], question_id: str) -> QuestionCard:
             body["secret"],
             body["skill_hash"],
         )
+        session.flush()
+        audit_question(session, question, actor())
         card = cards(session, caller, [question])[0]
     if question.job_run_id is not None:
         carry_on_job_run(found.celery, question.job_run_id)

@@ -3,18 +3,22 @@ that gives values out, to the node agent running a script that declares them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import marshmallow as ma
 from flask import Response, jsonify
+from sqlalchemy.orm import Session
 
-from api.auth import owner_only, principal
+from api.auth import actor, owner_only, principal
 from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.roles import owner_route
 from api.services import services
 from relay import naming
-from store import ownersecrets
+from store import audit, ownersecrets
+from store.audit import AuditKind
+from store.auditevents import audit_secrets_released
 from store.db import transaction
 from store.errors import SkillNotFound
 from store.limits import KIB, MAX_SECRET_BYTES
@@ -146,6 +150,10 @@ def put_secret(body: dict[str, Any], name: str) -> dict[str, Any]:
             skill.name if skill else None, skill.hash if skill else None,
         )  # fmt: skip
         shown = _secret_view(row, {skill.name: skill.hash} if skill else {}, None)
+        session.flush()
+        facts = {"change": "set", "skill": skill.name if skill else None,
+                 "allowed_hash": skill.hash if skill else None}  # fmt: skip
+        _audit(session, caller, f"secret:{name}", facts)
     if skill is not None:
         shown["allowed"] = True
     return shown
@@ -162,6 +170,8 @@ def delete_secret(query: dict[str, Any], name: str) -> None:
     with transaction(services().sessions) as session:
         if not ownersecrets.remove(session, caller, name, query["skill"]):
             raise ApiError(404, "secret_not_found", f"You have no secret named '{name}' there.")
+        session.flush()
+        _audit(session, caller, f"secret:{name}", {"change": "deleted", "skill": query["skill"]})
 
 
 @blp.route("/skills/<skill>", methods=["PUT"])
@@ -175,6 +185,10 @@ def allow_skill(body: dict[str, Any], skill: str) -> dict[str, Any]:
     _check_version(found, body["hash"])
     with transaction(services().sessions) as session:
         ownersecrets.allow(session, caller, found.name, found.hash)
+        session.flush()
+        _audit(
+            session, caller, f"secrets-of:{found.name}", {"change": "allowed", "hash": found.hash}
+        )
     return {"skill": found.name, "hash": found.hash, "allowed": True}
 
 
@@ -187,6 +201,14 @@ def disallow_skill(skill: str) -> None:
     found = _skill(caller, skill)
     with transaction(services().sessions) as session:
         ownersecrets.disallow(session, caller, found.name)
+        session.flush()
+        _audit(session, caller, f"secrets-of:{found.name}", {"change": "disallowed"})
+
+
+def _audit(session: Session, caller: int, subject: str, facts: Mapping[str, audit.Fact]) -> None:
+    """A secret set or removed, or a skill's leave to have its secrets: names and hashes,
+    never a value."""
+    audit.append(session, caller, AuditKind.SETTINGS_CHANGED, actor(), subject, facts)
 
 
 # -- the node agent's route (api/nodes.py) ------------------------------------------------
@@ -216,8 +238,10 @@ def run_secrets(node: str, run_id: str) -> Response:
         )
     names = services().store.info(skill).secrets
     sealer = Sealer(services().settings.keys_dir)
-    with services().sessions() as session:
+    with transaction(services().sessions) as session:
         values = ownersecrets.for_run(session, sealer, run.owner_id, skill.name, skill.hash, names)
+        if values:
+            audit_secrets_released(session, run.owner_id, run.id, node, values)
     response = jsonify(RunSecretsSchema().dump({"secrets": values}))
     response.headers["Cache-Control"] = "no-store"
     return response

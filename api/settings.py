@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from api.auth import owner_only
+from api.auth import actor, owner_only
 from api.blueprint import Blueprint
 from api.errors import ApiError
 from api.roles import owner_route
@@ -19,6 +19,8 @@ from broker.errors import UnknownTool
 from broker.grantable import owner_may_allow
 from broker.grants import HOST, host_key, is_host_key, owner_keys, set_owner_keys, tool_key
 from broker.webtools import bare_host
+from store import audit
+from store.audit import AuditKind
 from store.db import transaction
 from store.errors import SkillNotFound
 from store.hashing import grant_key, shown_key
@@ -56,6 +58,8 @@ def put_settings(body: dict[str, Any]) -> dict[str, Any]:
     caller = owner_only()
     keys = [_key(caller, entry) for entry in body["auto_tools"]]
     with transaction(services().sessions) as session:
+        before, shell_before = set(owner_keys(session, caller)), _shell(session, caller)
+        required_before = _owner(session, caller).require_signature
         set_owner_keys(session, caller, keys)
         if body["run_command_shell"] is not None:
             _owner(session, caller).run_command_shell = body["run_command_shell"]
@@ -63,6 +67,15 @@ def put_settings(body: dict[str, Any]) -> dict[str, Any]:
             set_required(session, caller, body["require_signature"])
         shell = _shell(session, caller)
         required = _owner(session, caller).require_signature
+        session.flush()  # the changes before the audit's head lock, the commit's last
+        if before != set(keys) or shell != shell_before or required != required_before:
+            facts: dict[str, audit.Fact] = {
+                "added": sorted(shown_key(key) for key in set(keys) - before),
+                "removed": sorted(shown_key(key) for key in before - set(keys)),
+                "run_command_shell": shell,
+                "require_signature": required,
+            }
+            audit.append(session, caller, AuditKind.SETTINGS_CHANGED, actor(), "settings", facts)
     return {
         "auto_tools": sorted(shown_key(key).removeprefix("tool:") for key in set(keys)),
         "run_command_shell": shell,

@@ -8,12 +8,13 @@ import redis
 import structlog
 from flask.views import MethodView
 
-from api.auth import bump_token_generation, owner_only, principal
+from api.auth import actor, bump_token_generation, owner_only, principal
 from api.blueprint import Blueprint
 from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
 from api.schemas import NewTokenSchema, TokenCreateSchema, TokenSchema
 from api.services import services
+from store.auditevents import audit_token
 from store.db import transaction
 from store.models import ApiToken
 from store.tokens import issue_token, owner_tokens, revoke_token
@@ -44,6 +45,8 @@ class Tokens(MethodView):
         caller = owner_only()
         with transaction(services().sessions) as session:
             row, token = issue_token(session, caller, body["role"], body["label"])
+            session.flush()
+            audit_token(session, caller, actor(), row.id, "created", row.role)
         return {"id": row.id, "token": token, "role": row.role, "label": row.label}
 
 
@@ -60,6 +63,8 @@ def delete_token(token_id: int) -> None:
     caller = owner_only()
     with transaction(services().sessions) as session:
         revoke_token(session, caller, token_id)
+        session.flush()
+        audit_token(session, caller, actor(), token_id, "deleted")
         # Before the commit: when Redis can't be told, the request fails and nothing changes.
         bump_token_generation()
     try:

@@ -7,12 +7,13 @@ from typing import Any
 import marshmallow as ma
 from flask.views import MethodView
 
-from api.auth import owner_only
+from api.auth import actor, owner_only
 from api.blueprint import Blueprint
 from api.nodes import broadcast_sync
 from api.paging import Page, keyset, memory_page
 from api.roles import owner_route
 from api.services import services
+from store.auditevents import audit_trust
 from store.db import transaction
 from store.limits import MAX_PUBLIC_KEY_CHARS
 from store.models import TrustedKey
@@ -79,7 +80,10 @@ class TrustedKeys(MethodView):
         """Trust an SSH key to sign skills; your skills it signed become trusted"""
         caller = owner_only()
         with transaction(services().sessions) as session:
-            return trust_key(session, caller, body["name"], body["public_key"])
+            key = trust_key(session, caller, body["name"], body["public_key"])
+            session.flush()  # the audit's append is the transaction's last statement
+            audit_trust(session, caller, actor(), key.name, "added", key.fingerprint)
+            return key
 
 
 @blp.route("/<name>", methods=["DELETE"])
@@ -88,6 +92,9 @@ class TrustedKeys(MethodView):
 def delete_trusted_key(name: str) -> None:
     """Trust a key no longer: skills it signed become untrusted (and held, when you require
     signatures)"""
+    caller = owner_only()
     with transaction(services().sessions) as session:
-        distrust_key(session, owner_only(), name)
+        fingerprint = distrust_key(session, caller, name)
+        session.flush()
+        audit_trust(session, caller, actor(), name, "removed", fingerprint)
     broadcast_sync()  # skills it signed may have been switched off

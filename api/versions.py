@@ -7,7 +7,7 @@ from typing import Any
 import marshmallow as ma
 from flask.views import MethodView
 
-from api.auth import owner_only, owner_or_agent, principal
+from api.auth import actor, owner_only, owner_or_agent, principal
 from api.blueprint import Blueprint
 from api.nodes import broadcast_sync
 from api.paging import Page, keyset, memory_page
@@ -92,7 +92,7 @@ class SkillVersions(MethodView):
 @blp.response(200, SkillSchema)
 def rollback_skill(body: dict[str, Any], name: str) -> Skill:
     """Make a kept version of your skill current again; its grants hold again"""
-    skill = rollback(services().store, owner_only(), name, body["hash"])
+    skill = rollback(services().store, owner_only(), name, body["hash"], actor())
     broadcast_sync()
     return skill
 

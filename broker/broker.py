@@ -36,6 +36,7 @@ from broker.turns import admit, count_into, turn_key
 from relay import feed
 from relay.counters import POLICY_DECISIONS
 from store import tracing
+from store.auditevents import audit_answer, audit_decision
 from store.db import SessionFactory, core_transaction, detached, transaction
 from store.errors import ServiceUnavailable, SkillChanged, SkillfleetError, SkillNotFound
 from store.files import FileStore
@@ -216,6 +217,8 @@ class Broker:
             call.approval_id = approval.id
             if plan.edit is not None:
                 editplans.hold(session, call, approval, plan.edit)
+            session.flush()
+            audit_decision(session, call, decision.action)
         log.info("call waits for approval", call_id=call.id, tool=call.tool, rule=decision.rule)
         traces.keep(self.redis, approval.id)
         self._announce(call, approval)
@@ -328,12 +331,16 @@ class Broker:
         try:
             with core_transaction(self.sessions) as connection:
                 calls.record(connection, call, status, events)
+                if count is not None:
+                    audit_decision(connection, call, count.action)
         except IntegrityError:
             # The chat was deleted while the call was being answered: keep the call, not the link.
             call.chat_id = None
             events.clear()
             with core_transaction(self.sessions) as connection:
                 calls.record(connection, call, status, events)
+                if count is not None:
+                    audit_decision(connection, call, count.action)
         if self.redis is not None:
             feed.publish_all(self.redis, events, (count.add_to,) if count is not None else ())
         return CallOutcome.of(call)
@@ -405,15 +412,21 @@ class Broker:
     # -- answers and waiting -----------------------------------------------------
 
     def answer(
-        self, owner_id: int, approval_id: str, decision: str, reason: str | None = None
+        self,
+        owner_id: int,
+        approval_id: str,
+        decision: str,
+        actor: str = "owner",
+        reason: str | None = None,
     ) -> Approval:
-        """Apply the owner's decision; an approved call then runs with its stored arguments.
-        A denial's `reason` is told to the call's agent."""
+        """Apply the owner's decision (`actor`, as the audit trail names who gave it); an
+        approved call then runs with its stored arguments. A denial's `reason` is told to the
+        call's agent."""
         with traces.answering(self.redis, approval_id, decision):
-            return self._answer(owner_id, approval_id, decision, reason)
+            return self._answer(owner_id, approval_id, decision, actor, reason)
 
     def _answer(
-        self, owner_id: int, approval_id: str, decision: str, reason: str | None = None
+        self, owner_id: int, approval_id: str, decision: str, actor: str, reason: str | None
     ) -> Approval:
         if decision not in approvals.DECISIONS:
             raise InvalidCall("'decision' must be approve, approve_for_chat or deny.")
@@ -424,6 +437,8 @@ class Broker:
             if decision == "deny":
                 approvals.deny(session, approval, reason)
                 editplans.settle(session, approval.id, editplans.DENIED)
+                session.flush()
+                audit_answer(session, approval, decision, actor)
                 return approval
             if decision == "approve_for_chat" and approvals.grant_note(approval) is not None:
                 raise GrantNotOffered(approvals.GUESSED_CHAT)
@@ -440,6 +455,8 @@ class Broker:
                 approvals.approve(approval, decision)
                 if decision == "approve_for_chat":
                     self._grant_for_chat(session, approval)
+            session.flush()
+            audit_answer(session, approval, decision, actor, stale)
         if stale is not None:
             if approval.tool == "edit_skill":  # the edit was made against the old content
                 raise SkillChanged(f"{stale} Nothing was written.")

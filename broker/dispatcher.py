@@ -18,6 +18,7 @@ from broker.runs import abandon
 from relay import dispatch, feed, heartbeat, naming
 from relay.errors import BackendUnavailable, NoRunner
 from store import ownerevents
+from store.auditevents import ALLOW, audit_decision
 from store.db import SessionFactory, core_transaction, insert_row
 from store.lifecycle import calls
 from store.lifecycle import runs as runstates
@@ -89,9 +90,10 @@ class CeleryDispatcher:
         # answers it.
         events: list[OwnerEvent] = []
         with core_transaction(self.sessions) as connection:
-            if context.call.status == CallStatus.DECIDING:
+            decided = context.call.status == CallStatus.DECIDING
+            if decided:
                 calls.record(connection, context.call, CallStatus.RUNNING, events)
-            else:  # it waited for the owner, who approved it
+            else:  # it waited for the owner, who approved it (the approval is audited)
                 calls.answer(
                     connection,
                     context.call.id,
@@ -101,6 +103,8 @@ class CeleryDispatcher:
                     call=context.call,
                 )
             insert_row(connection, run)
+            if decided:
+                audit_decision(connection, context.call, ALLOW)
         refused = self._send(run.id, queue)
         if refused is not None:
             # Claimed already (the reply was lost, not the message)? Then abandon changes nothing.

@@ -28,6 +28,7 @@ from broker.registry import Tool
 from broker.tiers import Tier
 from broker.turns import turn_key
 from relay import feed, notices
+from store.auditevents import ALLOW, audit_decision
 from store.db import transaction
 from store.errors import ServiceUnavailable, SkillNotFound
 from store.lifecycle import calls
@@ -151,13 +152,17 @@ class OwnerDesk:
         with transaction(context.sessions) as session:
             for rider in context.riders:  # the decision's count rides on the events' round trip
                 feed.also(session, rider)
-            if call.status == CallStatus.DECIDING:
+            decided = call.status == CallStatus.DECIDING
+            if decided:
                 calls.record(session, call, CallStatus.PENDING_QUESTION)
             else:  # the policy had the owner approve the call first
                 calls.answer(session, call.id, CallStatus.PENDING_QUESTION, call=call)
             session.flush()
             session.add(question)
             note(session, question)
+            if decided:  # the owner's approval before is audited on its own
+                session.flush()
+                audit_decision(session, call, ALLOW)
         return question
 
     def _tell(self, owner_id: int, event: str, **data: Any) -> None:

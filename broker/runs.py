@@ -23,6 +23,7 @@ from relay.errors import RunFinished, RunNotFound
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import RunStream, collected_output
 from store import ownerevents
+from store.auditevents import audit_run_ended, audit_run_started
 from store.db import (
     CoreConnection,
     SessionFactory,
@@ -72,6 +73,7 @@ def abandon(sessions: SessionFactory, run_id: str, message: str) -> None:
         if run.call_id is not None:
             error = ("service_unavailable", message)
             calls.answer(session, run.call_id, CallStatus.FAILED, error=error)
+        audit_run_ended(session, run)
 
 
 def _facts(row: dict[str, Any]) -> RunFacts:
@@ -94,6 +96,8 @@ def claim(
     """
     with core_transaction(sessions) as connection:
         rows = lifecycle.claim(connection, run_id, worker)
+        if rows:
+            audit_run_started(connection, _facts(rows[0]))
     if not rows:
         return None
     claimed = _facts(rows[0])
@@ -162,6 +166,7 @@ def finish(
         run = _facts(rows[0])
         ownerevents.add_run_state(ended, run)
         end = _answer_call(connection, run, outcome.code, ended)
+        audit_run_ended(connection, run)
     events.extend(ended)  # only once committed
     return Finished(run, end)
 
@@ -288,6 +293,7 @@ def request_cancel(
             assert found is not None
             ownerevents.note_run(session, found)
             _answer_call(session, found)
+            audit_run_ended(session, found)
     if stopped:
         RunStream(client, run_id, caps).exit(RunStatus.CANCELLED, None)
     else:

@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 from relay import feed, notifier
 from relay.app import create_celery
 from relay.connections import redis_client
-from store import tracing
+from store import audit, tracing
 from store.db import SessionFactory, make_engine, make_sessions
 from store.settings import Settings
 
@@ -42,6 +42,7 @@ class Clients:
         its app before anything else)."""
         engine = engine or make_engine(settings.database)
         tracing.instrument_engine(engine)
+        audit.switch(not settings.bench_audit_off)
         sessions = make_sessions(engine)
         client = redis_client(settings)
         # Calls, approvals and runs change in every process: the owner's feed hears them all.

@@ -16,6 +16,7 @@ from skillfleet.cli_settings import load_settings
 # broker, jsonschema), which keeps each `skillfleet …` quick to start.
 LAZY_COMMANDS = {
     "approvals": "skillfleet.cli_approvals:approvals",
+    "audit": "skillfleet.cli_audit:audit",
     "beat": "skillfleet.cli_workers:beat_command",
     "env": "skillfleet.cli_env:env",
     "jobs": "skillfleet.cli_jobs:jobs",
@@ -191,17 +192,24 @@ def tokens() -> None:
 @click.option("--label", default=None, help="What the token is for")
 def tokens_create(owner_name: str, role: str, label: str | None) -> None:
     """Create an agent or owner token; it is printed once, alone on the last line."""
+    from sqlalchemy import select
     from sqlalchemy.exc import DBAPIError
 
+    from store.auditevents import audit_token
     from store.db import make_engine, make_sessions, transaction
     from store.errors import StoreError
-    from store.tokens import create_token
+    from store.models import ApiToken
+    from store.tokens import create_token, token_digest
 
     settings = load_settings()
     sessions = make_sessions(make_engine(settings.database))
     try:
         with transaction(sessions) as session:
             token = create_token(session, owner_name, role, label=label)
+            session.flush()
+            row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_digest(token)))
+            assert row is not None and row.owner_id is not None
+            audit_token(session, row.owner_id, "operator", row.id, "created", role)
     except StoreError as e:
         raise click.ClickException(e.message) from e
     except DBAPIError as e:

@@ -72,6 +72,10 @@ class Client:
                 return items[:limit], address is not None or len(items) > limit
         return items, False
 
+    def error_of(self, response: httpx.Response) -> ClientError:
+        """The error a read response of 4xx or 5xx stands for, in the CLI's words."""
+        return self._error(response)
+
     def _error(self, response: httpx.Response) -> ClientError:
         """The API's error in the CLI's words: its options, and how to give it a token."""
         error = _error(response)

@@ -86,6 +86,8 @@ SWEEP_BATCH = 1000
 SWEEP_BATCHES = 100
 # List routes: the page size when none is asked for, and the largest one served.
 DEFAULT_PAGE_SIZE = 250
+# Audit records an export reads at a time (api/audit.py), each batch in a session of its own.
+AUDIT_EXPORT_BATCH = 1000
 MAX_PAGE_SIZE = 1000
 # YAML people write (SKILL.md headers, policies, the config file): the nesting it may have
 # (PyYAML recurses per level and would overflow) and the values it may hold, counting each

@@ -814,3 +814,39 @@ class Webhook(Base):
     events: Mapped[list[str]] = mapped_column(JSON)
     secret: Mapped[str] = mapped_column(Text)  # Fernet token of the signing secret
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AuditHead(Base):
+    """The end of an owner's audit chain: its last seq (store/audit.py). Appending moves it
+    first, so its row lock keeps the owner's appends in one line."""
+
+    __tablename__ = "audit_heads"
+
+    owner_id: Mapped[int] = mapped_column(
+        ForeignKey("owners.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class AuditRecord(Base):
+    """One record of an owner's audit chain: what happened (kind, actor, subject, facts),
+    when, and the hash of the record before it (store/audit.py)."""
+
+    __tablename__ = "audit_records"
+    __table_args__ = (
+        # The chain's order, and the lists' (api/audit.py); a kind is filtered along it.
+        UniqueConstraint("owner_id", "seq"),
+        # What happened to one call, run, approval or skill, in order.
+        Index("ix_audit_records_owner_subject_seq", "owner_id", "subject", "seq"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str] = mapped_column(String(100))
+    subject: Mapped[str] = mapped_column(String(300))
+    facts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))

@@ -26,8 +26,11 @@ class _AlreadyCurrent(Exception):
     """The version became current while its files were put back (a concurrent rollback)."""
 
 
-def rollback(store: SkillStore, owner_id: int, name: str, skill_hash: str) -> Skill:
-    """Make the owner's skill `name` have the kept version `skill_hash` again."""
+def rollback(
+    store: SkillStore, owner_id: int, name: str, skill_hash: str, actor: str = "owner"
+) -> Skill:
+    """Make the owner's skill `name` have the kept version `skill_hash` again; the audit trail
+    names `actor` as who asked."""
     skill = store.get(owner_id, name)
     if skill.read_only:
         raise SkillBuiltin(f"'{name}' is a read-only {skill.source} skill; it has no rollback.")
@@ -61,6 +64,7 @@ def rollback(store: SkillStore, owner_id: int, name: str, skill_hash: str) -> Sk
                 guard=guard,
                 annotate=annotate,
                 made=made,
+                rollback_by=actor,
             )
         except _AlreadyCurrent:
             return store.get(owner_id, name)

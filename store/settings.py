@@ -100,6 +100,8 @@ TRACE_SAMPLERS = (
     "traceidratio",
 )
 OTLP_PROTOCOL = "http/protobuf"
+# The audit trail keeps each record this long (days), apart from runs and calls.
+DEFAULT_AUDIT_RETENTION_DAYS = 365
 
 
 class SettingsError(Exception):
@@ -271,6 +273,9 @@ class Settings:
     trace_sampler_ratio: float = 1.0
     # The instrumentations left out (flask, celery, sqlalchemy, redis): fewer spans, less cost.
     trace_skipped: tuple[str, ...] = ()
+    audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
+    # The audit trail is always on; only bench/audit.py turns it off, to measure its cost.
+    bench_audit_off: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -459,6 +464,10 @@ class Settings:
             trace_sampler=sampler,
             trace_sampler_ratio=ratio,
             trace_skipped=_names(env.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS")),
+            audit_retention_days=_at_least(
+                env, "SKILLFLEET_AUDIT_RETENTION_DAYS", DEFAULT_AUDIT_RETENTION_DAYS, 1
+            ),
+            bench_audit_off=_bool(env, "SKILLFLEET_BENCH_AUDIT_OFF"),
             extra=config,
         )
 

@@ -24,6 +24,7 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from store.auditevents import audit_enabled_override
 from store.errors import SignatureInvalid, SignatureRequired
 from store.hashing import SIGNATURE_FILE
 from store.limits import KIB, MAX_SIGNATURE_BYTES
@@ -145,6 +146,10 @@ def record_signature_override(session: Session, skill: Skill) -> None:
         signature=skill.signature_status,
         signer_fingerprint=skill.signer_fingerprint,
     )
+    assert skill.owner_id is not None  # only an owned skill is held
+    session.flush()
+    reason = skill.signature_status
+    audit_enabled_override(session, skill.owner_id, "owner", skill.name, skill.hash, reason)
 
 
 def set_required(session: Session, owner_id: int, required: bool) -> None:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import BindParameter, ColumnElement, Select, bindparam, case, func, or_, select
 from sqlalchemy.orm import Session
 
+from store.auditevents import audit_rollback, audit_skill_changed
 from store.db import SessionFactory, core_connection, detached, transaction
 from store.dependencies import Declared, declared_in
 from store.errors import (
@@ -214,6 +215,7 @@ class SkillStore:
         annotate: Callable[[Skill, SkillInfo], None] | None = None,
         execution: str | None = None,
         made: Made | None = None,
+        rollback_by: str | None = None,
     ) -> Skill:
         """Validate the staged folder `root` and move it into the owner's store by one rename.
 
@@ -227,7 +229,8 @@ class SkillStore:
         fills review notes in the same transaction as the index entry. `execution` is the
         owner's choice of where it runs; without one, a replaced skill keeps its owner's.
         `made` says what made this version and who, for its versions (default: `origin`'s);
-        the version replaced is kept too (store/versions.py).
+        the version replaced is kept too (store/versions.py). The audit trail records the
+        change, or with `rollback_by` (who asked) a rollback to a kept version.
         """
         owner_id = origin.owner_id
         if owner_id is None:
@@ -257,6 +260,7 @@ class SkillStore:
                 trash = self._move_aside(final)
                 root.rename(final)
                 try:
+                    before = existing.hash if existing is not None else None
                     skill = existing or Skill(name=info.name, created_at=utcnow(), revision=0)
                     keep = bool(existing is not None and existing.enabled)
                     if execution is not None:
@@ -274,6 +278,10 @@ class SkillStore:
                     session.add(skill)
                     pending |= record(session, skill, made, contents)
                     freed = trim(session, skill, self.versions_kept)
+                    session.flush()  # the audit's append is the transaction's last statement
+                    _audit_install(
+                        session, owner_id, info.name, before, skill_hash, made, rollback_by
+                    )
                 except BaseException:
                     final.rename(root)
                     if trash is not None:
@@ -338,6 +346,8 @@ class SkillStore:
             trash = self._move_aside(self.folder(skill))
             freed = digests_of(session, skill.id)
             session.delete(skill)
+            session.flush()
+            audit_skill_changed(session, owner_id, "owner", name, "deleted", skill.hash, None)
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
         self._collect(freed)
@@ -388,12 +398,18 @@ class SkillStore:
                 raise SkillChanged(
                     f"'{name}' changed since you reviewed it: its hash is now {skill.hash}."
                 )
+            change = None if skill.enabled == enabled else ("enabled" if enabled else "disabled")
             if enabled and not skill.enabled:
                 check_switch_on(session, skill, override_signature)
             skill.enabled = enabled
             skill.updated_at = utcnow()
             if enabled and skill.author == "assistant":
                 skill.locked = True
+            if change is not None:
+                session.flush()
+                audit_skill_changed(
+                    session, owner_id, "owner", name, change, skill.hash, skill.hash
+                )
             return skill
 
     def set_execution(self, owner_id: int, name: str, execution: str | None) -> Skill:
@@ -639,3 +655,15 @@ def _rename_header(skill_md: Path, old: str, new: str) -> None:
             lines[index] = f"name: {new}"
             break
     skill_md.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _audit_install(
+    session: Session, owner_id: int, name: str, before: str | None, after: str, made: Made,
+    rollback_by: str | None,
+) -> None:  # fmt: skip
+    """The audit trail's record of an install: a rollback, or a skill made or replaced."""
+    if rollback_by is not None and before is not None:
+        audit_rollback(session, owner_id, rollback_by, name, before, after)
+        return
+    change = "created" if before is None else "replaced"
+    audit_skill_changed(session, owner_id, made.author, name, change, before, after, made.source)

@@ -126,9 +126,9 @@ def trusted_keys(session: Session, owner_id: int) -> list[TrustedKey]:
     return owner_keys(session, owner_id)
 
 
-def distrust_key(session: Session, owner_id: int, name: str) -> None:
+def distrust_key(session: Session, owner_id: int, name: str) -> str:
     """Trust the key `name` no longer: skills it signed become untrusted, and held (switched
-    off) when the owner requires signatures."""
+    off) when the owner requires signatures. Its fingerprint."""
     key = None
     if is_key_name(name):
         key = session.scalar(
@@ -146,6 +146,7 @@ def distrust_key(session: Session, owner_id: int, name: str) -> None:
             skill.enabled = False
             skill.updated_at = utcnow()
     session.delete(key)
+    return key.fingerprint
 
 
 def _trust_signed(session: Session, owner_id: int, key: TrustedKey) -> None:

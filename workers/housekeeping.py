@@ -4,10 +4,11 @@
 `interrupted` for runs, job runs and turns whose worker stopped beating, removes the oldest
 ended streams past the kept count (relay/retention.py) and wakes the notifier when a webhook
 retry is due. `sweep` (every `SKILLFLEET_SWEEP_SECONDS`, 60) expires approvals and questions
-nobody answered, drops old turn counts and lets job runs whose approval or question was settled
-carry on; its task then delivers what notices a lost wake left behind. Neither task sends task
-events, and beat does not log sending them: Flower and beat's log show the work that was asked
-for, not the clock.
+nobody answered, drops old turn counts, lets job runs whose approval or question was settled
+carry on and removes audit records past their own retention (SKILLFLEET_AUDIT_RETENTION_DAYS,
+never with the runs); its task then delivers what notices a lost wake left behind. Neither
+task sends task events, and beat does not log sending them: Flower and beat's log show the
+work that was asked for, not the clock.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import redis
@@ -25,8 +27,10 @@ from broker.approvals import expire_due
 from broker.turns import forget_old
 from relay import naming, notifier, retention
 from relay.retention import StreamCaps
+from store import audit
 from store.db import SessionFactory, transaction
 from store.limits import SWEEP_BATCH, SWEEP_BATCHES
+from store.settings import DEFAULT_AUDIT_RETENTION_DAYS
 from workers import jobruns, turns
 
 log = structlog.get_logger(__name__)
@@ -63,6 +67,7 @@ def sweep(
     send_job_run: Callable[[str], object],
     batch: int = SWEEP_BATCH,
     batches: int = SWEEP_BATCHES,
+    audit_retention: timedelta = timedelta(days=DEFAULT_AUDIT_RETENTION_DAYS),
 ) -> int:
     """The minute's round; returns how many approvals and questions expired.
 
@@ -85,4 +90,20 @@ def sweep(
     # A job run waiting on an approval or question that just expired ends `unanswered`.
     for job_run_id in jobruns.settled_waiting(sessions):
         send_job_run(job_run_id)
+    trimmed = trim_audit(sessions, audit_retention, batch, batches)
+    if trimmed:
+        log.info("audit records past their retention removed", records=trimmed)
     return expired
+
+
+def trim_audit(sessions: SessionFactory, retention: timedelta, batch: int, batches: int) -> int:
+    """Remove audit records older than `retention`, oldest first, a batch per transaction:
+    the audit trail's own retention, apart from the runs and calls it describes."""
+    trimmed = 0
+    for _ in range(batches):
+        with transaction(sessions) as session:
+            removed = audit.trim(session, retention, batch)
+        trimmed += removed
+        if removed < batch:
+            break
+    return trimmed

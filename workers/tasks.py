@@ -6,6 +6,8 @@ Flower shows it failed; its message is acknowledged all the same (workers/outcom
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import structlog
 from celery import Task, shared_task
 
@@ -55,7 +57,12 @@ def sweep_minute(self: Task) -> int:
     """Expire approvals nobody answered and files past their time; deliver notices a lost wake
     left behind; send once more the runs queued long enough to have lost their message."""
     context = control_context(self.app)
-    expired = sweep(context.sessions, lambda job_run_id: send_job_run(self.app, job_run_id))
+    retention = timedelta(days=self.app.skillfleet_settings.audit_retention_days)
+    expired = sweep(
+        context.sessions,
+        lambda job_run_id: send_job_run(self.app, job_run_id),
+        audit_retention=retention,
+    )
     expired += context.files.expire()
     notify.pump(notify_context(self.app))
     # Last: Redis being away fails the task here, after the rest of the round.

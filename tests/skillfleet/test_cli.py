@@ -91,6 +91,15 @@ def test_tokens_create_prints_the_token_alone_on_the_last_line_and_it_works(
     )
     assert answer.status_code == 200
     assert cli("skills", "list", url=up.url, token=last_line).returncode == 0
+    # The operator's token is the first record of bob's audit trail.
+    trail = httpx.get(
+        f"{up.url}/api/audit", headers={"Authorization": f"Bearer {last_line}"}, timeout=10
+    ).json()
+    assert [(r["kind"], r["actor"], r["facts"]["change"]) for r in trail] == [
+        ("token.changed", "operator", "created")
+    ]
+    verified = cli("audit", "verify", url=up.url, token=last_line)
+    assert verified.returncode == 0 and "holds: 1 records" in verified.stdout, verified.stderr
 
 
 def test_an_agent_token_from_the_cli_lists_skills_but_cannot_delete_one(up: Running) -> None:

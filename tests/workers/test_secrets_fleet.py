@@ -119,6 +119,7 @@ def test_a_script_gets_its_secret_and_the_value_appears_nowhere_else(shared: Fle
         run_id = envelope["run_id"]
         run_view = client.get(f"/api/runs/{run_id}").text
         call_view = client.get(f"/api/calls/{envelope['call_id']}").text
+        trail = client.get("/api/audit", params={"format": "jsonl"}).text
 
     assert envelope["status"] == "done", envelope
     stdout = envelope["result"]["stdout"]
@@ -139,12 +140,19 @@ def test_a_script_gets_its_secret_and_the_value_appears_nowhere_else(shared: Fle
         "run stream": repr(shared.redis.xrange(naming.run_stream(run_id))),
         "run end": repr(shared.redis.xrange(naming.run_end(run_id))),
         "rows": repr(rows_of(shared, run_id, envelope["call_id"])),
+        "audit trail": trail,
     }
     for path in shared.settings.data_dir.rglob("*.log"):
         places[str(path.name)] = path.read_bytes()
     assert f"{NODE}.log" in places and b"[secret:API_TOKEN]" in places["run stream"].encode()
     leaks = [where for where, seen_there in places.items() if _holds(seen_there, VALUE)]
     assert leaks == []
+    # The audit trail has the run's start, the secret's release (its name only) and the end,
+    # written by the worker and the API it asked.
+    about_run = [json.loads(line) for line in trail.splitlines() if run_id in line]
+    assert [r["kind"] for r in about_run] == ["run.started", "secret.released", "run.ended"]
+    assert about_run[1]["facts"]["names"] == ["API_TOKEN"]
+    assert about_run[1]["actor"] == f"node:{NODE}"
 
 
 def test_a_changed_skill_is_refused_until_the_owner_allows_the_new_hash(shared: Fleet):
