@@ -84,6 +84,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
     from api import (
         approvals,
         calls,
+        chat,
         chats,
         events,
         files,
@@ -125,6 +126,7 @@ def _register_blueprints(api: SkillfleetApi) -> None:
         events,
         modelsettings,
         turns,
+        chat,
         push,
         webhooks,
         secrets,

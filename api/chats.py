@@ -1,14 +1,17 @@
-"""Chats: their issue counts, their grants, and forgetting them."""
+"""Chats: their issue counts, their history, their grants, and forgetting them."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import delete, select
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
+from api.chatmessages import as_messages, kept_turns
 from api.paging import Page, keyset, memory_page, sql_page
 from api.roles import owner_route
-from api.schemas import ChatSchema, GrantSchema
+from api.schemas import ChatHistorySchema, ChatSchema, GrantSchema
 from api.services import services
 from broker.errors import ChatNotFound
 from broker.grants import CHAT
@@ -16,6 +19,8 @@ from store.db import transaction
 from store.models import Chat, Grant
 
 blp = Blueprint("chats", __name__, url_prefix="/api/chats", description="Chats")
+SHOWN = ("external_id", "declined_calls", "expired_calls", "failed_calls", "timed_out_calls",
+         "created_at")  # fmt: skip
 
 
 def _chat(owner_id: int, chat_id: str) -> Chat:
@@ -42,10 +47,15 @@ def list_chats(page: Page) -> list[Chat]:
 
 
 @blp.route("/<chat_id>")
-@blp.response(200, ChatSchema)
-def get_chat(chat_id: str) -> Chat:
-    """Show one chat's call counts"""
-    return _chat(owner_only(), chat_id)
+@blp.response(200, ChatHistorySchema)
+def get_chat(chat_id: str) -> dict[str, Any]:
+    """Show one chat: its call counts and its history as the AI SDK's UI messages"""
+    caller = owner_only()
+    chat = _chat(caller, chat_id)
+    with services().sessions() as session:
+        messages = as_messages(kept_turns(session, caller, chat_id))
+    shown = {column: getattr(chat, column) for column in SHOWN}
+    return {**shown, "messages": messages}
 
 
 @blp.route("/<chat_id>", methods=["DELETE"])

@@ -29,6 +29,7 @@ from store.limits import (
 
 END_KINDS = ("exit",)
 TURN_END_KINDS = ("end",)
+TEXT_KINDS = ("text", "reasoning")  # a turn's entries that share its stream's text cap
 ENTRY_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 MAX_ENTRY_PART = 2**64 - 1
 log = structlog.get_logger(__name__)
@@ -174,7 +175,7 @@ class TurnStream:
         self.capped = False
 
     def add(self, kind: str, data: dict[str, Any]) -> None:
-        entries = self._capped(data) if kind == "text" else [(kind, data)]
+        entries = self._capped(kind, data) if kind in TEXT_KINDS else [(kind, data)]
         if not entries:
             return
         pipe = self.client.pipeline(transaction=False)
@@ -193,14 +194,15 @@ class TurnStream:
         retention.ended(pipe, naming.ended_turns(), self.turn_id)
         self._send(pipe, "end")
 
-    def _capped(self, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        """The text entry while the stream has room for it; past the cap one note, then none."""
+    def _capped(self, kind: str, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The text (or reasoning) entry while the stream has room for it; past the cap one
+        note, then none."""
         if self.capped:
             return []
         size = len(str(data.get("text", "")).encode())
         if self.text_bytes + size <= self.caps.output_bytes:
             self.text_bytes += size
-            return [("text", data)]
+            return [(kind, data)]
         self.capped = True
         note = (
             f"[skillfleet: text truncated: the stream keeps its first "
