@@ -114,9 +114,9 @@ def chat(body: dict[str, Any]) -> Response:
     found = services()
     if modelsettings.load(found.sessions, Sealer(found.settings.keys_dir), caller) is None:
         raise NoModel(NO_MODEL)
-    found.broker.chat(caller, body["id"])
     start = _regenerate if body["trigger"] == REGENERATE else _submit
     turn_id, differed = start(found, caller, body)
+    found.broker.chat(caller, body["id"])  # GET /api/chats/<id> shows it from now on
     if differed:
         notice = {"status": "server", "message": DIFFERS.format(chat=body["id"])}
         TurnStream(found.redis, turn_id, StreamCaps.of(found.settings)).add("history", notice)

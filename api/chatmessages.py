@@ -116,7 +116,7 @@ def regenerated(
             named.append(Turn.id == message_id.removeprefix(PROMPT_PREFIX))
         target = session.scalars(kept.where(or_(*named))).first()
     if target is None:
-        shown = "its last answer" if message_id is None else f"a message '{message_id}'"
+        shown = "answer" if message_id is None else f"message '{message_id}'"
         raise MessageNotFound(f"The chat '{chat_id}' has no {shown} to regenerate.")
     later = kept.where(Turn.created_at >= target.created_at).order_by(Turn.created_at)
     return target, list(session.scalars(later))
