@@ -2,8 +2,8 @@
 
 Each request takes the next reply from the script: text, tool calls (streamed in fragments the
 way real servers send them), or slow text for stop and time-limit tests; a reply may start with
-reasoning (`reasoning_content`, as vLLM and DeepSeek send it) and end with a usage chunk. Requests are kept so a
-test can read what the model was sent.
+reasoning (`reasoning_content`, as vLLM and DeepSeek send it) and end with a usage chunk.
+Requests are kept so a test can read what the model was sent.
 """
 
 from __future__ import annotations
