@@ -35,8 +35,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
-from bench.runs import free_port  # noqa: E402
 from model_standin import model_standin, slow  # noqa: E402
+
+from bench.runs import free_port  # noqa: E402
 
 SKILLFLEET = [sys.executable, "-m", "skillfleet"]
 GOAL_RATIO, GOAL_MS = 1.2, 5.0
