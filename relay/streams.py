@@ -22,6 +22,7 @@ from store.limits import (
     KEPT_OUTPUT_CHARS,
     KIB,
     MAX_BLOCK_MS,
+    MAX_STREAMED_TOOL_BYTES,
     MIB,
     REDIS_RETRY_SECONDS,
     REDIS_SOCKET_TIMEOUT_SECONDS,
@@ -161,8 +162,9 @@ class RunStream:
 class TurnStream:
     """The writer side of a turn's stream (the same format as a run's).
 
-    Its text is capped as a run's output is (tool and approval events always go out, at most a
-    few per call), and it expires and is kept as a run's stream is (relay/retention.py).
+    Its text, reasoning and tool payloads are capped as a run's output is (tool and approval
+    events always go out, at most a few per call, a payload past the cap as a note), and it
+    expires and is kept as a run's stream is (relay/retention.py).
     """
 
     def __init__(self, client: redis.Redis, turn_id: str, caps: StreamCaps = DEFAULT_CAPS) -> None:
@@ -183,6 +185,16 @@ class TurnStream:
             pipe.xadd(self.key, {"kind": entry_kind, "data": json.dumps(entry_data, default=str)})
         self.expiry.refresh(pipe, self.key)
         self._send(pipe, kind)
+
+    def shown(self, value: Any) -> Any:
+        """`value` as the stream shows a tool call's arguments or result: whole while it is at
+        most MAX_STREAMED_TOOL_BYTES of JSON and fits in what the stream's cap leaves (it counts
+        against the cap, as text does), else a note; the call keeps the whole."""
+        size = len(json.dumps(value, default=str).encode())
+        if size <= MAX_STREAMED_TOOL_BYTES and self.text_bytes + size <= self.caps.output_bytes:
+            self.text_bytes += size
+            return value
+        return {"truncated": True, "bytes": size, "note": "Too large to stream; see the call."}
 
     def end(self, status: str, error: tuple[str, str] | None) -> None:
         data: dict[str, Any] = {"status": status}

@@ -6,7 +6,8 @@ that waits for the owner (an approval, or ask_owner's question) keeps the turn w
 is answered, the turn is stopped or its time runs out; a question nobody waits for any more is
 cancelled. Text, reasoning and tool events stream to the turn's Redis Stream as they happen:
 a `step` starts each model request, a `usage` after it sums the tokens reported so far, and a
-tool call shows its arguments and its result (each up to MAX_STREAMED_TOOL_BYTES).
+tool call shows its arguments and its result (each up to MAX_STREAMED_TOOL_BYTES, within the
+stream's cap: TurnStream.shown).
 
 The model sees the prompts and answers of the chat's last turns, not their tool results; the
 skill content the chat loaded is kept apart from that history and starts every turn
@@ -37,7 +38,7 @@ from store.egress import Egress
 from store.errors import SkillfleetError
 from store.lifecycle import turns as turnstates
 from store.lifecycle.calls import OPEN_STATES
-from store.limits import MAX_MODEL_ROUNDS, MAX_STREAMED_TOOL_BYTES
+from store.limits import MAX_MODEL_ROUNDS
 from store.models import Turn
 from store.secrets import Sealer
 from store.states import CallStatus, TurnStatus
@@ -144,15 +145,6 @@ def lost(sessions: SessionFactory, client: redis.Redis) -> list[Turn]:
 
 
 Ending = tuple[TurnStatus, tuple[str, str] | None]
-
-
-def bounded(value: Any) -> Any:
-    """`value` as a turn's stream shows it: whole up to MAX_STREAMED_TOOL_BYTES of JSON, else
-    a note saying where the whole is (the call, GET /api/calls/<id>)."""
-    size = len(json.dumps(value, default=str).encode())
-    if size <= MAX_STREAMED_TOOL_BYTES:
-        return value
-    return {"truncated": True, "bytes": size, "note": "Too large to stream; see the call."}
 
 
 @dataclass
@@ -270,7 +262,7 @@ class _Loop:
             error = {"code": "arguments_not_json", "message": message}
             self.stream.add("tool_result", {**shown, "status": "failed", "error": error})
             return {"status": "failed", "error": error}
-        self.stream.add("tool_call", {**shown, "arguments": bounded(arguments)})
+        self.stream.add("tool_call", {**shown, "arguments": self.stream.shown(arguments)})
         outcome = self._broker_call(request.name, arguments)
         if outcome.status == CallStatus.PENDING_APPROVAL:
             waiting = {**shown, "call_id": outcome.call_id, "approval_id": outcome.approval_id}
@@ -292,7 +284,7 @@ class _Loop:
         if outcome.error:
             result["error"] = outcome.error
         if outcome.result is not None:
-            result["result"] = bounded(outcome.result)
+            result["result"] = self.stream.shown(outcome.result)
         self.stream.add("tool_result", result)
         return outcome.envelope()
 

@@ -364,3 +364,19 @@ def test_ids_with_slashes_dots_and_the_longest_length_are_opaque_chat_ids(client
             )
             assert response.status_code == 200 and chunks[-1] == "[DONE]", chat_id
     assert client.get("/api/chat/..%2Fetc/stream", headers=auth).status_code in (204, 404)
+
+
+def test_tool_payloads_count_against_the_streams_cap_and_past_it_show_as_a_note(
+    client, auth, context, services
+):
+    from relay.streams import TurnStream
+    from store.limits import MAX_STREAMED_TOOL_BYTES
+
+    stream = TurnStream(services.redis, "capped-turn", context.caps)
+    small = {"text": "x" * 100}
+    assert stream.shown(small) == small
+    large = {"text": "x" * MAX_STREAMED_TOOL_BYTES}
+    assert stream.shown(large)["truncated"] is True
+    stream.text_bytes = context.caps.output_bytes - 10  # the cap nearly reached by text
+    assert stream.shown(small) == {"truncated": True, "bytes": len(json.dumps(small)),
+                                   "note": "Too large to stream; see the call."}  # fmt: skip
