@@ -12,8 +12,8 @@ Each chunk is one server-sent event, `data: <json>`, and the stream ends with `d
 
 A stream follows its turn from the first entry, so a client that reconnects gets the whole
 answer again, as the SDK's resume expects. It does not end on the idle limit (a call may wait
-for its approval as long as the turn may run), only with the turn or the stream's time limit; a turn that ended
-without its end entry in Redis (the stream lost) ends from its row.
+for its approval as long as the turn may run), only with the turn or the stream's time limit;
+a turn that ended without its end entry in Redis (the stream lost) ends from its row.
 """
 
 from __future__ import annotations
