@@ -159,9 +159,13 @@ def _submit(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[str, 
     with transaction(found.sessions) as session:
         _no_open_turn(session, owner_id, chat_id)
         held = kept_turns(session, owner_id, chat_id)
-        differed = differs(messages[:-1], as_messages(held), len(held) < MAX_CHAT_SHOWN_TURNS)
+        shown = as_messages(held)
+        differed = differs(messages[:-1], shown, len(held) < MAX_CHAT_SHOWN_TURNS)
+        # An id the history holds already (an edited message) is not given twice.
+        new_id = messages[-1]["id"]
+        prompt_id = None if any(m["id"] == new_id for m in shown) else new_id
         turn = turnstates.create(
-            session, owner_id, prompt, chat_id, mode=body["mode"], prompt_id=messages[-1]["id"]
+            session, owner_id, prompt, chat_id, mode=body["mode"], prompt_id=prompt_id
         )
     return turn.id, differed
 

@@ -16,7 +16,7 @@ from api.services import services
 from broker.errors import ChatNotFound
 from broker.grants import CHAT
 from store.db import transaction
-from store.models import Chat, Grant
+from store.models import Chat, Grant, Turn
 
 blp = Blueprint("chats", __name__, url_prefix="/api/chats", description="Chats")
 SHOWN = ("external_id", "declined_calls", "expired_calls", "failed_calls", "timed_out_calls",
@@ -61,10 +61,12 @@ def get_chat(chat_id: str) -> dict[str, Any]:
 @blp.route("/<chat_id>", methods=["DELETE"])
 @blp.response(204)
 def delete_chat(chat_id: str) -> None:
-    """Delete a chat; its grants, activations, calls and approvals go with it"""
-    chat = _chat(owner_only(), chat_id)
+    """Delete a chat; its history, grants, activations, calls and approvals go with it"""
+    caller = owner_only()
+    chat = _chat(caller, chat_id)
     with transaction(services().sessions) as session:
         session.execute(delete(Grant).where(Grant.chat_id == chat.id))
+        session.execute(delete(Turn).where(Turn.owner_id == caller, Turn.chat_id == chat_id))
         session.execute(delete(Chat).where(Chat.id == chat.id))
 
 

@@ -380,3 +380,30 @@ def test_tool_payloads_count_against_the_streams_cap_and_past_it_show_as_a_note(
     stream.text_bytes = context.caps.output_bytes - 10  # the cap nearly reached by text
     assert stream.shown(small) == {"truncated": True, "bytes": len(json.dumps(small)),
                                    "note": "Too large to stream; see the call."}  # fmt: skip
+
+
+def test_an_edited_message_is_a_new_prompt_on_the_servers_history_and_a_deleted_chat_forgets(
+    client, auth, context
+):
+    with model_standin([text("Blue."), text("Green.")]) as model:
+        use_model(client, auth, model.url)
+        chat(client, auth, context, {"id": "e", "messages": [user("u1", "A colour?")]})
+        # useChat's sendMessage({text, messageId}) edits a message: the same id, new text.
+        edited, chunks = chat(
+            client, auth, context, {"id": "e", "messages": [user("u1", "A fruit?")]}
+        )
+    assert edited.headers["X-Skillfleet-History"] == "server"
+    messages = client.get("/api/chats/e", headers=auth).json["messages"]
+    turn_id = edited.headers["X-Skillfleet-Turn"]
+    assert [(m["id"], m["role"]) for m in messages] == [
+        ("u1", "user"), (messages[1]["id"], "assistant"),
+        (f"prompt-{turn_id}", "user"), (turn_id, "assistant"),
+    ]  # fmt: skip
+    assert messages[2]["parts"] == [{"type": "text", "text": "A fruit?"}]
+    assert client.delete("/api/chats/e", headers=auth).status_code == 204
+    assert client.get("/api/chats/e", headers=auth).status_code == 404
+    with model_standin([text("Fresh.")]) as model:
+        use_model(client, auth, model.url)
+        chat(client, auth, context, {"id": "e", "messages": [user("u9", "Again")]})
+    assert model.requests[0]["messages"][1:] == [{"role": "user", "content": "Again"}]
+    assert len(client.get("/api/chats/e", headers=auth).json["messages"]) == 2
