@@ -34,7 +34,7 @@ from store.lifecycle import turns as turnstates
 from store.models import Turn
 from store.states import TurnStatus
 
-HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "Connection": "keep-alive"}
+HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
 DONE = "data: [DONE]\n\n"
 # A quiet chat stream asks the database whether its turn ended every this many keepalives.
 ROW_CHECK_EVERY = 4
