@@ -176,6 +176,7 @@ def test_a_model_that_cannot_be_reached_ends_the_stream_with_an_error_part(clien
     assert chunks[4]["messageMetadata"]["status"] == "failed"
 
 
+@pytest.mark.both_databases
 def test_regenerate_replaces_the_answer_and_the_chat_keeps_one(client, auth, context):
     script = [text("First answer."), text("Second answer."), text("Third answer.")]
     with model_standin(script) as model:
