@@ -168,7 +168,8 @@ class Translation:
             self.step = False
         status = str(data.get("status"))
         error = data.get("error")
-        if status != TurnStatus.SUCCEEDED and isinstance(error, dict):
+        # A stop is the owner's, not a failure: the SDK would show an error part as one.
+        if status not in (TurnStatus.SUCCEEDED, TurnStatus.STOPPED) and isinstance(error, dict):
             chunks.append({"type": "error", "errorText": str(error.get("message"))})
         reason = {"succeeded": "stop", "stopped": "other"}.get(status, "error")
         meta = self._meta(status=status)

@@ -74,7 +74,7 @@ def test_a_question_to_the_owner_is_a_data_part_and_a_stopped_turn_finishes_othe
         "id": "q1",
         "data": {"questionId": "q1", "callId": "q1", "toolCallId": "call_0"},
     }
-    assert [c["type"] for c in chunks[4:]] == ["finish-step", "error", "finish"]
+    assert [c["type"] for c in chunks[4:]] == ["finish-step", "finish"]  # a stop is no error
     assert chunks[-1] == {"type": "finish", "finishReason": "other",
                           "messageMetadata": {"turnId": "t1", "status": "stopped"}}  # fmt: skip
 
