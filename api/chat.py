@@ -18,7 +18,15 @@ from sqlalchemy import select
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
-from api.chatmessages import DIFFERS, as_messages, differs, kept_turns, prompt_of, regenerated
+from api.chatmessages import (
+    DIFFERS,
+    as_messages,
+    differs,
+    outline,
+    prompt_of,
+    regenerated,
+    replace_from,
+)
 from api.chatstream import HEADERS
 from api.live import hand_off
 from api.livejobs import FollowChat
@@ -158,9 +166,8 @@ def _submit(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[str, 
     prompt = prompt_of(messages[-1])
     with transaction(found.sessions) as session:
         _no_open_turn(session, owner_id, chat_id)
-        held = kept_turns(session, owner_id, chat_id)
-        shown = as_messages(held)
-        differed = differs(messages[:-1], shown, len(held) < MAX_CHAT_SHOWN_TURNS)
+        shown = outline(session, owner_id, chat_id)
+        differed = differs(messages[:-1], shown, len(shown) < 2 * MAX_CHAT_SHOWN_TURNS)
         # An id the history holds already (an edited message) is not given twice.
         new_id = messages[-1]["id"]
         prompt_id = None if any(m["id"] == new_id for m in shown) else new_id
@@ -175,17 +182,16 @@ def _regenerate(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[s
     chat_id = body["id"]
     with transaction(found.sessions) as session:
         _no_open_turn(session, owner_id, chat_id)
-        target, replaced = regenerated(session, owner_id, chat_id, body["messageId"])
-        kept = kept_turns(session, owner_id, chat_id)
-        held = [t for t in kept if t.created_at < target.created_at]
-        expected = [*as_messages(held), as_messages([target])[0]]
-        differed = differs(body["messages"], expected, len(held) < MAX_CHAT_SHOWN_TURNS - 1)
+        target = regenerated(session, owner_id, chat_id, body["messageId"])
+        held = outline(session, owner_id, chat_id, before=target.created_at)
+        expected = [*held, as_messages([target])[0]]
+        differed = differs(body["messages"], expected, len(held) < 2 * MAX_CHAT_SHOWN_TURNS)
         turn = turnstates.create(
             session, owner_id, target.prompt, chat_id, mode=body["mode"],
             prompt_id=target.prompt_id,
         )  # fmt: skip
-        for old in replaced:
-            old.replaced_by = turn.id
+        session.flush()  # the new turn is written before the others name it
+        replace_from(session, target, turn.id)
     return turn.id, differed
 
 

@@ -8,9 +8,10 @@ a client whose messages differ from it is told so (`data-history`), never believ
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from relay.errors import MessageNotFound, NoPrompt
@@ -100,11 +101,47 @@ def _text(message: dict[str, Any]) -> str:
     )
 
 
-def regenerated(
-    session: Session, owner_id: int, chat_id: str, message_id: str | None
-) -> tuple[Turn, list[Turn]]:
+def outline(
+    session: Session, owner_id: int, chat_id: str, before: datetime | None = None
+) -> list[dict[str, Any]]:
+    """The chat's latest kept turns (those created `before`, when given) as the messages a
+    client's are compared with: ids, roles and the user's text, without reading the answers."""
+    query = select(Turn.id, Turn.prompt_id, Turn.prompt).where(
+        Turn.owner_id == owner_id, Turn.chat_id == chat_id, Turn.replaced_by.is_(None)
+    )
+    if before is not None:
+        query = query.where(Turn.created_at < before)
+    rows = session.execute(
+        query.order_by(Turn.created_at.desc(), Turn.id.desc()).limit(MAX_CHAT_SHOWN_TURNS)
+    ).all()
+    messages: list[dict[str, Any]] = []
+    for turn_id, prompt_id, prompt in reversed(rows):
+        prompt_part = {"type": "text", "text": prompt}
+        shown_id = prompt_id or f"{PROMPT_PREFIX}{turn_id}"
+        messages.append({"id": shown_id, "role": "user", "parts": [prompt_part]})
+        messages.append({"id": turn_id, "role": "assistant", "parts": []})
+    return messages
+
+
+def replace_from(session: Session, target: Turn, by: str) -> None:
+    """Mark `target` and the chat's later kept turns replaced by the turn `by`."""
+    session.execute(
+        update(Turn)
+        .where(
+            Turn.owner_id == target.owner_id,
+            Turn.chat_id == target.chat_id,
+            Turn.replaced_by.is_(None),
+            Turn.created_at >= target.created_at,
+            Turn.id != by,
+        )
+        .values(replaced_by=by)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def regenerated(session: Session, owner_id: int, chat_id: str, message_id: str | None) -> Turn:
     """The turn answering `message_id` (a user's message or the answer itself; the last turn
-    when None) and it with the chat's later turns: the ones a regenerate replaces."""
+    when None): it and the chat's later turns are the ones a regenerate replaces."""
     kept = select(Turn).where(
         Turn.owner_id == owner_id, Turn.chat_id == chat_id, Turn.replaced_by.is_(None)
     )
@@ -118,5 +155,4 @@ def regenerated(
     if target is None:
         shown = "answer" if message_id is None else f"message '{message_id}'"
         raise MessageNotFound(f"The chat '{chat_id}' has no {shown} to regenerate.")
-    later = kept.where(Turn.created_at >= target.created_at).order_by(Turn.created_at)
-    return target, list(session.scalars(later))
+    return target
