@@ -162,6 +162,10 @@ def test_tool_calls_show_as_tool_parts_and_an_approval_wait_as_an_approval_reque
     outputs = [c for c in chunks if c != "[DONE]" and c["type"] == "tool-output-available"]
     assert "wiper" in json.dumps(outputs[0]["output"])
     assert outputs[1]["output"]["would_dispatch"]["script"] == "scripts/wipe.sh"
+    # The chat is the broker's: its calls are listed under it, with the turn that made them.
+    calls = client.get("/api/calls?chat=ops", headers=auth).json
+    assert sorted(c["tool"] for c in calls) == ["list_skills", "run_skill_script"]
+    assert {c["turn_id"] for c in calls} == {response.headers["X-Skillfleet-Turn"]}
 
 
 def test_a_model_that_cannot_be_reached_ends_the_stream_with_an_error_part(client, auth, context):
