@@ -1,21 +1,26 @@
-"""Chats: their issue counts, their grants, and forgetting them."""
+"""Chats: their issue counts, their history, their grants, and forgetting them."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import delete, select
 
 from api.auth import owner_only
 from api.blueprint import Blueprint
+from api.chatmessages import as_messages, kept_turns
 from api.paging import Page, keyset, memory_page, sql_page
 from api.roles import owner_route
-from api.schemas import ChatSchema, GrantSchema
+from api.schemas import ChatHistorySchema, ChatSchema, GrantSchema
 from api.services import services
 from broker.errors import ChatNotFound
 from broker.grants import CHAT
 from store.db import transaction
-from store.models import Chat, Grant
+from store.models import Chat, Grant, Turn
 
 blp = Blueprint("chats", __name__, url_prefix="/api/chats", description="Chats")
+SHOWN = ("external_id", "declined_calls", "expired_calls", "failed_calls", "timed_out_calls",
+         "created_at")  # fmt: skip
 
 
 def _chat(owner_id: int, chat_id: str) -> Chat:
@@ -42,19 +47,26 @@ def list_chats(page: Page) -> list[Chat]:
 
 
 @blp.route("/<chat_id>")
-@blp.response(200, ChatSchema)
-def get_chat(chat_id: str) -> Chat:
-    """Show one chat's call counts"""
-    return _chat(owner_only(), chat_id)
+@blp.response(200, ChatHistorySchema)
+def get_chat(chat_id: str) -> dict[str, Any]:
+    """Show one chat: its call counts and its history as the AI SDK's UI messages"""
+    caller = owner_only()
+    chat = _chat(caller, chat_id)
+    with services().sessions() as session:
+        messages = as_messages(kept_turns(session, caller, chat_id))
+    shown = {column: getattr(chat, column) for column in SHOWN}
+    return {**shown, "messages": messages}
 
 
 @blp.route("/<chat_id>", methods=["DELETE"])
 @blp.response(204)
 def delete_chat(chat_id: str) -> None:
-    """Delete a chat; its grants, activations, calls and approvals go with it"""
-    chat = _chat(owner_only(), chat_id)
+    """Delete a chat; its history, grants, activations, calls and approvals go with it"""
+    caller = owner_only()
+    chat = _chat(caller, chat_id)
     with transaction(services().sessions) as session:
         session.execute(delete(Grant).where(Grant.chat_id == chat.id))
+        session.execute(delete(Turn).where(Turn.owner_id == caller, Turn.chat_id == chat_id))
         session.execute(delete(Chat).where(Chat.id == chat.id))
 
 

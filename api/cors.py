@@ -9,7 +9,11 @@ from flask import Flask
 from flask_cors import CORS
 
 ALLOWED_HEADERS = ["Authorization", "Content-Type", "Last-Event-ID"]
-EXPOSED_HEADERS = ["Link", "X-Total-Count", "Content-Disposition"]
+# The chat's headers too (api/chat.py): the answer's turn, and whether the server's history won.
+EXPOSED_HEADERS = [
+    "Link", "X-Total-Count", "Content-Disposition", "X-Skillfleet-Turn", "X-Skillfleet-History",
+    "x-vercel-ai-ui-message-stream",
+]  # fmt: skip
 PREFLIGHT_MAX_AGE = 600
 
 

@@ -19,6 +19,13 @@ class FollowTurn:
 
 
 @dataclass(frozen=True)
+class FollowChat:
+    """A chat turn's stream in the AI SDK's UI message stream protocol (api/chatstream.py)."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True)
 class FollowFeed:
     owner_id: int
     after: str  # an entry id, or "$" for only what comes next
@@ -35,10 +42,16 @@ class WaitCall:
     withdraw: bool = True
 
 
-Job = FollowRun | FollowTurn | FollowFeed | WaitCall
+Job = FollowRun | FollowTurn | FollowChat | FollowFeed | WaitCall
 
 
 def kind_of(job: Job) -> str:
     """The job's label in skillfleet_sse_streams_open."""
-    kinds = {FollowRun: "run", FollowTurn: "turn", FollowFeed: "feed", WaitCall: "wait"}
+    kinds = {
+        FollowRun: "run",
+        FollowTurn: "turn",
+        FollowChat: "chat",
+        FollowFeed: "feed",
+        WaitCall: "wait",
+    }
     return kinds[type(job)]

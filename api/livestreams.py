@@ -1,5 +1,6 @@
-"""The bodies of what stays open, produced asynchronously: a run's, a turn's and the owner's
-SSE streams, and the answer of a call waited for (`?wait=`).
+"""The bodies of what stays open, produced asynchronously: a run's, a turn's, a chat's (the AI
+SDK's protocol, api/chatstream.py) and the owner's SSE streams, and the answer of a call waited
+for (`?wait=`).
 
 Each reads Redis through the process's stream hub (relay/hub.py) and the database, briefly,
 on a thread (`asyncio.to_thread`). A stream sends a comment every `SKILLFLEET_STREAM_KEEPALIVE`
@@ -16,7 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.livejobs import FollowFeed, FollowRun, FollowTurn, Job, WaitCall
+from api.chatstream import chat_frames
+from api.livejobs import FollowChat, FollowFeed, FollowRun, FollowTurn, Job, WaitCall
 from api.schemas import CallSchema, ToolResultSchema
 from api.services import Services
 from api.sse import KEEPALIVE, frame
@@ -128,6 +130,8 @@ def body_of(job: Job, context: LiveContext) -> AsyncIterator[bytes]:
         return _encoded(turn_frames(context, job))
     if isinstance(job, FollowFeed):
         return _encoded(feed_frames(context, job))
+    if isinstance(job, FollowChat):
+        return _encoded(chat_frames(context.hub, context.services, job))
     return _answer(context, job)
 
 

@@ -32,12 +32,13 @@ blp = Blueprint("metrics", __name__, description="Prometheus metrics")
 
 SSE_STREAMS_OPEN = Gauge(
     "skillfleet_sse_streams_open",
-    "Streams open now, by stream (run, turn, feed: the owner's /api/events), and `?wait=` "
+    "Streams open now, by stream (run, turn, chat: /api/chat, feed: the owner's /api/events), "
+    "and `?wait=` "
     "long-polls waiting (wait).",
     ["stream"],
     multiprocess_mode="livesum",
 )
-SSE_STREAM_KINDS = ("run", "turn", "feed", "wait")
+SSE_STREAM_KINDS = ("run", "turn", "chat", "feed", "wait")
 for _kind in SSE_STREAM_KINDS:  # shown at 0 before the first stream opens, in every process
     SSE_STREAMS_OPEN.labels(_kind)
 

@@ -704,6 +704,17 @@ class ChatSchema(ma.Schema):
     created_at = ma.fields.DateTime()
 
 
+class ChatHistorySchema(ChatSchema):
+    messages = ma.fields.List(
+        ma.fields.Dict(),
+        metadata={
+            "description": "The chat's latest turns as the AI SDK's UI messages, oldest first: "
+            "each prompt, then its answer (id: the turn's; metadata: turnId, status, usage, "
+            "error). An answer a regenerate replaced is not among them."
+        },
+    )
+
+
 class GrantSchema(ma.Schema):
     scope = ma.fields.String()
     subject = ma.fields.String()

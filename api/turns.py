@@ -14,7 +14,7 @@ from api.blueprint import Blueprint
 from api.live import hand_off
 from api.livejobs import FollowTurn
 from api.schemas import TURN_STATES, sse_response, status_field
-from api.services import services
+from api.services import Services, services
 from api.sse import FROM_START, event_stream, frame, resume_after
 from broker.calls import MODES
 from relay import naming
@@ -76,13 +76,18 @@ def start_turn(body: dict[str, Any]) -> Turn:
         turn = turnstates.create(
             session, caller, body["prompt"], body["chat_id"], mode=body["mode"]
         )
+    send(found, turn.id)
+    return _turn(found.sessions, turn.id)
+
+
+def send(found: Services, turn_id: str) -> None:
+    """Queue a created turn for the control worker; one that can't be queued fails (503)."""
     try:
-        send_turn(found.celery, turn.id)
+        send_turn(found.celery, turn_id)
     except (redis.RedisError, kombu.exceptions.OperationalError) as e:
         with transaction(found.sessions) as session:
-            turnstates.abandon(session, turn.id, BackendUnavailable.code, UNREACHABLE)
+            turnstates.abandon(session, turn_id, BackendUnavailable.code, UNREACHABLE)
         raise BackendUnavailable(UNREACHABLE) from e
-    return _turn(found.sessions, turn.id)
 
 
 @blp.route("/<turn_id>")

@@ -392,6 +392,10 @@ class Broker:
         chat = self._chat(owner_id, external_id) if external_id is not None else None
         return chat, admit(self.sessions, owner_id, turn_key(turn_id, chat.id if chat else None))
 
+    def chat(self, owner_id: int, external_id: str) -> Chat:
+        """The owner's chat `external_id`, made on its first use."""
+        return self._chat(owner_id, external_id)
+
     def _chat(self, owner_id: int, external_id: str) -> Chat:
         query = select(Chat).where(Chat.owner_id == owner_id, Chat.external_id == external_id)
         with self.sessions() as session:

@@ -74,5 +74,10 @@ def start_job_run(sessions: SessionFactory, celery: Celery, job_run_id: str) -> 
 
 
 def send_turn(celery: Celery, turn_id: str) -> None:
-    """Send a turn's task to the control worker; the message carries the id only."""
-    celery.send_task(RUN_TURN_TASK, args=[turn_id], queue=naming.CONTROL)
+    """Send a turn's task to the control worker; the message carries the id only.
+
+    Nobody reads a turn's task result (the turn's row and stream are its outcome): without
+    `ignore_result` Celery subscribes to the result's channel at every send, a round trip that
+    was half of `POST /api/chat`'s time before the answer's first text.
+    """
+    celery.send_task(RUN_TURN_TASK, args=[turn_id], queue=naming.CONTROL, ignore_result=True)

@@ -121,3 +121,17 @@ class ModelRefused(ModelFailed):
 
     code = "model_url_refused"
     status = 422
+
+
+class MessageNotFound(TurnError):
+    """Raised when a chat holds no message with the id a regenerate names."""
+
+    code = "message_not_found"
+    status = 404
+
+
+class NoPrompt(TurnError):
+    """Raised when a chat request's last message is not a user's text to answer."""
+
+    code = "chat_no_prompt"
+    status = 422

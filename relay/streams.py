@@ -22,6 +22,7 @@ from store.limits import (
     KEPT_OUTPUT_CHARS,
     KIB,
     MAX_BLOCK_MS,
+    MAX_STREAMED_TOOL_BYTES,
     MIB,
     REDIS_RETRY_SECONDS,
     REDIS_SOCKET_TIMEOUT_SECONDS,
@@ -29,6 +30,7 @@ from store.limits import (
 
 END_KINDS = ("exit",)
 TURN_END_KINDS = ("end",)
+TEXT_KINDS = ("text", "reasoning")  # a turn's entries that share its stream's text cap
 ENTRY_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 MAX_ENTRY_PART = 2**64 - 1
 log = structlog.get_logger(__name__)
@@ -160,8 +162,9 @@ class RunStream:
 class TurnStream:
     """The writer side of a turn's stream (the same format as a run's).
 
-    Its text is capped as a run's output is (tool and approval events always go out, at most a
-    few per call), and it expires and is kept as a run's stream is (relay/retention.py).
+    Its text, reasoning and tool payloads are capped as a run's output is (tool and approval
+    events always go out, at most a few per call, a payload past the cap as a note), and it
+    expires and is kept as a run's stream is (relay/retention.py).
     """
 
     def __init__(self, client: redis.Redis, turn_id: str, caps: StreamCaps = DEFAULT_CAPS) -> None:
@@ -174,7 +177,7 @@ class TurnStream:
         self.capped = False
 
     def add(self, kind: str, data: dict[str, Any]) -> None:
-        entries = self._capped(data) if kind == "text" else [(kind, data)]
+        entries = self._capped(kind, data) if kind in TEXT_KINDS else [(kind, data)]
         if not entries:
             return
         pipe = self.client.pipeline(transaction=False)
@@ -182,6 +185,16 @@ class TurnStream:
             pipe.xadd(self.key, {"kind": entry_kind, "data": json.dumps(entry_data, default=str)})
         self.expiry.refresh(pipe, self.key)
         self._send(pipe, kind)
+
+    def shown(self, value: Any) -> Any:
+        """`value` as the stream shows a tool call's arguments or result: whole while it is at
+        most MAX_STREAMED_TOOL_BYTES of JSON and fits in what the stream's cap leaves (it counts
+        against the cap, as text does), else a note; the call keeps the whole."""
+        size = len(json.dumps(value, default=str).encode())
+        if size <= MAX_STREAMED_TOOL_BYTES and self.text_bytes + size <= self.caps.output_bytes:
+            self.text_bytes += size
+            return value
+        return {"truncated": True, "bytes": size, "note": "Too large to stream; see the call."}
 
     def end(self, status: str, error: tuple[str, str] | None) -> None:
         data: dict[str, Any] = {"status": status}
@@ -193,14 +206,15 @@ class TurnStream:
         retention.ended(pipe, naming.ended_turns(), self.turn_id)
         self._send(pipe, "end")
 
-    def _capped(self, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        """The text entry while the stream has room for it; past the cap one note, then none."""
+    def _capped(self, kind: str, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The text (or reasoning) entry while the stream has room for it; past the cap one
+        note, then none."""
         if self.capped:
             return []
         size = len(str(data.get("text", "")).encode())
         if self.text_bytes + size <= self.caps.output_bytes:
             self.text_bytes += size
-            return [("text", data)]
+            return [(kind, data)]
         self.capped = True
         note = (
             f"[skillfleet: text truncated: the stream keeps its first "

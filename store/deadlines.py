@@ -21,6 +21,7 @@ It stands on httpcore's public network-backend interface (a `NetworkBackend` wra
 
 from __future__ import annotations
 
+import functools
 import socket
 import ssl
 import threading
@@ -212,6 +213,18 @@ class DeadlineBackend(httpcore.NetworkBackend):
         self.watchdog.close()
 
 
+@functools.cache
+def _checking() -> ssl.SSLContext:
+    """The certificate-checking context every pool shares: loading the CA bundle takes tens of
+    milliseconds (a model's first token waited for it), and one context serves any number of
+    connections and threads."""
+    return _context(True)
+
+
+def _context(verify: ssl.SSLContext | bool) -> ssl.SSLContext:
+    return httpx.create_ssl_context(verify=verify, trust_env=False)
+
+
 class DeadlineTransport(httpx.BaseTransport):
     """An httpx transport over an httpcore pool whose connections `backend` holds to its
     deadline; environment settings (proxies, certificate paths) are not used."""
@@ -219,7 +232,7 @@ class DeadlineTransport(httpx.BaseTransport):
     def __init__(self, backend: DeadlineBackend, verify: ssl.SSLContext | bool = True) -> None:
         self.backend = backend
         self.pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            ssl_context=_checking() if verify is True else _context(verify),
             max_connections=MAX_CONNECTIONS,
             max_keepalive_connections=MAX_CONNECTIONS,
             keepalive_expiry=KEEPALIVE_SECONDS,

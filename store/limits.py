@@ -125,6 +125,11 @@ MAX_PUSH_SUBSCRIPTIONS = 20  # per owner
 MAX_WEBHOOKS = 20  # per owner
 MAX_URL_CHARS = 1000
 MAX_CHAT_HISTORY_TURNS = 10  # earlier turns of the chat the model sees
+MAX_CHAT_SHOWN_TURNS = 100  # the latest turns GET /api/chats/<id> shows as messages
+MAX_CHAT_MESSAGES = 1000  # messages a POST /api/chat body may carry
+# A tool call's arguments or result as a turn's stream shows it (the AI SDK's tool part);
+# a larger one is shown as a note (the call and its result stay whole in the database).
+MAX_STREAMED_TOOL_BYTES = 64 * KIB
 MAX_MODEL_NAME_CHARS = 200
 MAX_BASE_URL_CHARS = 500
 MAX_API_KEY_CHARS = 4096

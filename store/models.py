@@ -734,7 +734,11 @@ class Turn(Base):
     """One agent turn: a prompt answered by the owner's model calling the governed tools."""
 
     __tablename__ = "turns"
-    __table_args__ = (CheckConstraint(check(TurnStatus), name="status"),)
+    __table_args__ = (
+        CheckConstraint(check(TurnStatus), name="status"),
+        # A chat's turns in order (its history, api/chat.py).
+        Index("ix_turns_chat_newest", "owner_id", "chat_id", "created_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), index=True)
@@ -751,6 +755,12 @@ class Turn(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # The client's id of the user message this turn answers (POST /api/chat).
+    prompt_id: Mapped[str | None] = mapped_column(String(200))
+    # The turn that regenerated this one's answer; a replaced turn leaves the chat's history.
+    replaced_by: Mapped[str | None] = mapped_column(String(36))
+    # Tokens the model reported for the turn's requests, summed (workers/usage.py).
+    usage: Mapped[dict[str, int] | None] = mapped_column(JSON)
 
 
 class ModelSource(Base):

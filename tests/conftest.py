@@ -159,6 +159,7 @@ LONGEST_FILES = (
     "api/test_run_events.py",
     "workers/test_job_fleet.py",
     "api/test_metrics.py",
+    "api/test_chat_sdk.py",
 )
 
 

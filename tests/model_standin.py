@@ -1,8 +1,9 @@
 """A local OpenAI-compatible chat-completions server with scripted, streamed replies.
 
 Each request takes the next reply from the script: text, tool calls (streamed in fragments the
-way real servers send them), or slow text for stop and time-limit tests. Requests are kept so a
-test can read what the model was sent.
+way real servers send them), or slow text for stop and time-limit tests; a reply may start with
+reasoning (`reasoning_content`, as vLLM and DeepSeek send it) and end with a usage chunk.
+Requests are kept so a test can read what the model was sent.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ def text(content: str) -> dict[str, Any]:
 
 def tools(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return {"tool_calls": list(calls)}
+
+
+def thinking(reasoning: str, content: str, **usage: int) -> dict[str, Any]:
+    """Reasoning, then text, then (when the request asks for it) `usage`'s token counts."""
+    return {"reasoning": reasoning, "text": content, "usage": usage}
 
 
 def slow(pieces: int, every: float) -> dict[str, Any]:
@@ -48,8 +54,22 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
-def _frames(reply: dict[str, Any]) -> Iterator[tuple[bytes, float]]:
+def _usage(counts: dict[str, int]) -> bytes:
+    body = {"id": "chatcmpl-standin", "object": "chat.completion.chunk", "choices": [],
+            "usage": {**counts, "total_tokens": sum(counts.values())}}  # fmt: skip
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+def _frames(reply: dict[str, Any], usage: bool = False) -> Iterator[tuple[bytes, float]]:
     yield _chunk({"role": "assistant", "content": ""}), 0
+    for start in range(0, len(reply.get("reasoning", "")), 7):
+        yield _chunk({"reasoning_content": reply["reasoning"][start : start + 7]}), 0
+    yield from _texts(reply)
+    if usage and reply.get("usage"):
+        yield _usage(reply["usage"]), 0
+
+
+def _texts(reply: dict[str, Any]) -> Iterator[tuple[bytes, float]]:
     if "slow" in reply:
         for index in range(reply["slow"]):
             yield _chunk({"content": f"word{index} "}), reply["every"]
@@ -101,7 +121,8 @@ def model_standin(script: list[dict[str, Any]]) -> Iterator[ModelStandin]:
             self.send_header("Connection", "close")
             self.end_headers()
             try:
-                for frame, pause in _frames(reply):
+                usage = bool(body.get("stream_options", {}).get("include_usage"))
+                for frame, pause in _frames(reply, usage):
                     time.sleep(pause)
                     self.wfile.write(frame)
                     self.wfile.flush()

@@ -8,10 +8,13 @@ redirect is not followed (it fails the request with its status), and the whole r
 streamed answer included, is over by the turn's time limit (store/deadlines.py).
 
 The answer is read as the chat-completions stream defines it: server-sent events whose `data:`
-is a JSON chunk, up to `data: [DONE]`. A failure says what broker/modelanswers.py lets it say;
-a 401 or 403 is `model_key_refused`, which a turn on a minted LiteLLM key answers by minting
-a new one once. The request carries `reasoning_effort` only when the config holds one, which
-it does only where the source takes it (store/modelchoice.py).
+is a JSON chunk, up to `data: [DONE]`. Reasoning comes as servers send it beside the text
+(`reasoning_content`, or `reasoning`), and the token usage from the last chunk, which the
+request asks for (`stream_options.include_usage`). A failure says what
+broker/modelanswers.py lets it say; a 401 or 403 is `model_key_refused`, which a turn on a
+minted LiteLLM key answers by minting a new one once. The request carries `reasoning_effort`
+only when the config holds one, which it does only where the source takes it
+(store/modelchoice.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from relay.errors import ModelFailed, ModelKeyRefused, ModelRefused, ModelTimedO
 from store.deadlines import Deadline
 from store.egress import Egress, EgressRefused
 from store.modelsettings import ModelConfig
+from workers import usage
 
 # Stop requests are looked for at most this often while the model streams.
 STOP_CHECK_SECONDS = 0.25
@@ -54,6 +58,7 @@ class Reply:
     text: str = ""
     tool_calls: list[ToolRequest] = field(default_factory=list)
     stopped: bool = False
+    usage: dict[str, int] = field(default_factory=dict)  # workers/usage.py reads it
 
     def message(self) -> dict[str, Any]:
         """The assistant message to send back with the next request."""
@@ -78,10 +83,17 @@ def complete(
     should_stop: Callable[[], bool],
     timeout: float,
     egress: Egress,
+    on_reasoning: Callable[[str], None] | None = None,
 ) -> Reply:
-    """Stream one answer: text goes to `on_text` as it arrives; tool calls are assembled."""
+    """Stream one answer: text goes to `on_text` as it arrives, reasoning to `on_reasoning`;
+    tool calls are assembled."""
     deadline = Deadline.after(max(timeout, MIN_REQUEST_SECONDS))
-    body: dict[str, Any] = {"model": config.name, "messages": messages, "stream": True}
+    body: dict[str, Any] = {
+        "model": config.name,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if tools:
         body["tools"] = tools
     if config.reasoning_effort is not None:  # only set where the source takes it
@@ -101,7 +113,8 @@ def complete(
                     refused = response.status_code in KEY_REFUSED
                     error = ModelKeyRefused if refused else ModelFailed
                     raise error(f"{model} answered {failure}")
-                return _read(response, on_text, should_stop, model, config.api_key)
+                heard = _Heard(on_text, on_reasoning)
+                return _read(response, heard, should_stop, model, config.api_key)
     except EgressRefused as e:
         raise ModelRefused(f"{model} is refused: {e.message}") from e
     except httpx.TimeoutException as e:
@@ -110,9 +123,17 @@ def complete(
         raise ModelFailed(f"{model} can't be reached.") from e
 
 
+@dataclass
+class _Heard:
+    """Where the streamed text and reasoning go."""
+
+    on_text: Callable[[str], None]
+    on_reasoning: Callable[[str], None] | None = None
+
+
 def _read(
     response: httpx.Response,
-    on_text: Callable[[str], None],
+    heard: _Heard,
     should_stop: Callable[[], bool],
     model: str,
     key: str | None,
@@ -130,7 +151,7 @@ def _read(
             if should_stop():
                 reply.stopped = True
                 return reply
-        _take(_chunk(data, model, key), reply, calls, on_text)
+        _take(_chunk(data, model, key), reply, calls, heard)
     if not streamed:
         raise ModelFailed(f"{model} answered without a stream of chat-completion events.")
     reply.tool_calls = [calls[index] for index in sorted(calls)]
@@ -171,18 +192,23 @@ def _take(
     chunk: dict[str, Any],
     reply: Reply,
     calls: dict[int, ToolRequest],
-    on_text: Callable[[str], None],
+    heard: _Heard,
 ) -> None:
     """Add a chunk's text to the reply and its tool-call fragments to their calls."""
+    if isinstance(chunk.get("usage"), dict):
+        reply.usage = usage.of(chunk["usage"])
     choices = chunk.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     delta = first.get("delta") if isinstance(first, dict) else None
     if not isinstance(delta, dict):
         return
+    thought = delta.get("reasoning_content") or delta.get("reasoning")
+    if isinstance(thought, str) and heard.on_reasoning is not None:
+        heard.on_reasoning(thought)
     content = delta.get("content")
     if isinstance(content, str) and content:
         reply.text += content
-        on_text(content)
+        heard.on_text(content)
     fragments = delta.get("tool_calls")
     for part in fragments if isinstance(fragments, list) else []:
         if isinstance(part, dict):

@@ -4,7 +4,10 @@ Every tool call the model makes goes through the broker exactly like an agent's 
 `POST /api/tools/<tool>` (the turn's id is its `turn_id`, so 50 calls per turn hold); a call
 that waits for the owner (an approval, or ask_owner's question) keeps the turn waiting until it
 is answered, the turn is stopped or its time runs out; a question nobody waits for any more is
-cancelled. Text and tool events stream to the turn's Redis Stream as they happen.
+cancelled. Text, reasoning and tool events stream to the turn's Redis Stream as they happen:
+a `step` starts each model request, a `usage` after it sums the tokens reported so far, and a
+tool call shows its arguments and its result (each up to MAX_STREAMED_TOOL_BYTES, within the
+stream's cap: TurnStream.shown).
 
 The model sees the prompts and answers of the chat's last turns, not their tool results; the
 skill content the chat loaded is kept apart from that history and starts every turn
@@ -42,6 +45,7 @@ from store.models import Turn
 from store.modelsettings import ModelConfig
 from store.secrets import Sealer
 from store.states import CallStatus, TurnStatus
+from workers import usage
 from workers.model import Reply, ToolRequest, complete
 from workers.prompts import system_prompt
 
@@ -97,7 +101,9 @@ def run_claimed(context: TurnContext, turn: Turn) -> TurnStatus:
         log.exception("turn failed", turn_id=turn.id, error_type=type(e).__name__)
         status, error = TurnStatus.FAILED, ("turn_failed", "The turn failed unexpectedly.")
     with transaction(context.sessions) as session:
-        ended = turnstates.finish(session, turn.id, status, loop.text, loop.calls, error)
+        ended = turnstates.finish(
+            session, turn.id, status, loop.text, loop.calls, error, loop.usage
+        )
     stream.end(status, error)
     if ended and status in (TurnStatus.FAILED, TurnStatus.TIMED_OUT) and not turn.job_run_id:
         # A job's turn is reported by its job run; a chat's turn by itself.
@@ -160,6 +166,7 @@ class _Loop:
     deadline: float = field(default=0.0)
     config: ModelConfig | None = None
     reminted: bool = False
+    usage: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.context.time_limit
@@ -174,12 +181,16 @@ class _Loop:
         for _round in range(MAX_MODEL_ROUNDS):
             if self._should_stop():
                 return self._why_stopped()
+            self.stream.add("step", {})
             try:
                 reply = self._ask(access, messages, tools)
             except ModelTimedOut:
                 if self._should_stop():  # the request's deadline was the turn's own
                     return self._why_stopped()
                 raise
+            if reply.usage:
+                self.usage = usage.add(self.usage, reply.usage)
+                self.stream.add("usage", dict(self.usage))
             if reply.stopped:
                 return self._why_stopped()
             if not reply.tool_calls:
@@ -210,7 +221,7 @@ class _Loop:
         assert self.config is not None
         return complete(
             self.config, messages, tools, self._on_text, self._should_stop, self._left(),
-            self.context.egress,
+            self.context.egress, self._on_reasoning,
         )  # fmt: skip
 
     def _answer_calls(self, reply: Reply, messages: list[dict[str, Any]]) -> Ending | None:
@@ -254,6 +265,9 @@ class _Loop:
         self.text += text
         self.stream.add("text", {"text": text})
 
+    def _on_reasoning(self, text: str) -> None:
+        self.stream.add("reasoning", {"text": text})
+
     def _left(self) -> float:
         return self.deadline - time.monotonic()
 
@@ -284,7 +298,7 @@ class _Loop:
             error = {"code": "arguments_not_json", "message": message}
             self.stream.add("tool_result", {**shown, "status": "failed", "error": error})
             return {"status": "failed", "error": error}
-        self.stream.add("tool_call", shown)
+        self.stream.add("tool_call", {**shown, "arguments": self.stream.shown(arguments)})
         outcome = self._broker_call(request.name, arguments)
         if outcome.status == CallStatus.PENDING_APPROVAL:
             waiting = {**shown, "call_id": outcome.call_id, "approval_id": outcome.approval_id}
@@ -305,6 +319,8 @@ class _Loop:
         }
         if outcome.error:
             result["error"] = outcome.error
+        if outcome.result is not None:
+            result["result"] = self.stream.shown(outcome.result)
         self.stream.add("tool_result", result)
         return outcome.envelope()
 

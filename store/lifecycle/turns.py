@@ -38,10 +38,12 @@ def create(
     chat_id: str | None = None,
     job_run_id: str | None = None,
     mode: str = "execute",
+    prompt_id: str | None = None,
 ) -> Turn:
     """A queued turn (the caller checked the chat has no open one)."""
     turn = Turn(
         id=str(uuid.uuid4()),
+        prompt_id=prompt_id,
         owner_id=owner_id,
         chat_id=chat_id,
         job_run_id=job_run_id,
@@ -72,12 +74,14 @@ def finish(
     text: str,
     calls: int,
     error: tuple[str, str] | None = None,
+    usage: dict[str, int] | None = None,
 ) -> bool:
     """running -> an end state; False when the turn already ended."""
     values: dict[str, Any] = {
         "text": text[-MAX_TURN_TEXT_CHARS:],
         "calls": calls,
         "finished_at": utcnow(),
+        "usage": usage or None,
     }
     if error is not None:
         values["error_code"], values["error_message"] = error
@@ -110,6 +114,7 @@ def history(session: Session, turn: Turn) -> list[tuple[str, str]]:
             Turn.owner_id == turn.owner_id,
             Turn.chat_id == turn.chat_id,
             Turn.status == TurnStatus.SUCCEEDED,
+            Turn.replaced_by.is_(None),
             Turn.created_at < turn.created_at,
         )
         .order_by(Turn.created_at.desc())
