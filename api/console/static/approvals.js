@@ -46,7 +46,7 @@ const ALWAYS = {
 };
 
 // Deny asks for an optional reason in place of the buttons; the agent is told it.
-function denyForm(approval, answer, actions, buttons) {
+export function denyForm(approval, answer, actions, buttons) {
   const id = `deny-reason-${approval.id}`;
   const reason = h("input", { id, name: "reason", class: "reason", maxlength: MAX_REASON, autocomplete: "off",
     placeholder: "e.g. not on production; use the staging node" });
