@@ -9,13 +9,22 @@ source's models and says why another can't list them. Each test works as an owne
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import CHANGE_NODE, TICKER, browser, page, signed_in  # fixtures and helpers
+from browsing import (  # fixtures and helpers
+    CHANGE_NODE,
+    DESKTOP,
+    PHONE,
+    TICKER,
+    browser,
+    page,
+    signed_in,
+)
 from fleet import Fleet, fleet, sqlite_settings
 from litellm_standin import litellm_standin
 from model_standin import model_standin, slow, text, thinking, tools
@@ -27,6 +36,7 @@ __all__ = ["browser", "page"]
 pytestmark = pytest.mark.timeout(240)
 NODE = f"chat-{uuid.uuid4().hex[:6]}"
 UNREACHABLE = "http://127.0.0.1:9/v1"
+SCREENSHOTS = os.environ.get("SKILLFLEET_SCREENSHOTS")  # `make screenshots` sets it
 
 
 @pytest.fixture(scope="module")
@@ -263,3 +273,39 @@ def test_model_sources_are_added_and_removed_on_the_settings_page(
     page.wait_for_selector(".notice:has-text('Removed the model source local.')")
     with owner.http() as client:
         assert client.get("/api/model-sources/local").status_code == 404
+
+
+def fits(tab: Any, viewport: dict[str, int], name: str | None = None) -> None:
+    """Nothing overflows sideways; under `make screenshots`, the page is kept as `name`."""
+    width = tab.evaluate("document.documentElement.scrollWidth")
+    assert width <= viewport["width"], f"the chat is {width} px wide"
+    if SCREENSHOTS and name:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=True)
+
+
+def test_the_chat_page_fits_a_phones_width_with_a_call_waiting(
+    page: Any, browser: Any, chatting: Fleet
+) -> None:
+    script = [thinking("A greeting.", "Hello! I can run your skills.", prompt_tokens=1840,
+                       completion_tokens=12), tools(changer_call(2)), text("Done.")]  # fmt: skip
+    with model_standin(script) as model:
+        owner = owner_on(chatting, model.url)
+        owner.import_skill("changer", CHANGE_NODE, {"scripts/tick.py": TICKER})
+        open_chat(page, owner)
+        ask(page, "Hi")
+        page.locator(".message-assistant .usage").wait_for()
+        ask(page, "Run the changer on the node")
+        page.get_by_role("button", name="Approve", exact=True).wait_for()
+        fits(page, DESKTOP, "console-chat.png")
+
+        context = browser.new_context(viewport=PHONE, is_mobile=True)
+        phone = context.new_page()
+        try:
+            open_chat(phone, owner, chat_id_of(page))
+            phone.get_by_role("button", name="Approve", exact=True).wait_for()  # resumed
+            fits(phone, PHONE)
+            phone.get_by_role("button", name="Approve", exact=True).click()
+        finally:
+            context.close()
+        page.locator(".message-assistant .text", has_text="Done.").wait_for(timeout=60000)

@@ -47,6 +47,7 @@ export async function page({ main, onLeave }, chatId) {
   const drawn = new WeakMap(); // part -> element
   let streaming = null; // {controller, message}
   let hint = null; // what an empty chat says
+  let left = false; // the page is no longer on show
 
   const thread = h("div", { id: "chat-thread", class: "thread" });
   const prompt = h("textarea", { id: "chat-prompt", name: "prompt", rows: 3, required: true,
@@ -140,28 +141,52 @@ export async function page({ main, onLeave }, chatId) {
     });
   }
 
-  // One request answered by a stream: sending, retrying, or resuming.
+  const resumePath = () => `/api/chat/${encodeURIComponent(id)}/stream`;
+
+  // One request answered by a stream: sending, retrying, or resuming. A stream that breaks off
+  // before its answer finished is resumed (the turn goes on without it).
   async function stream(method, path, body, replacing = null) {
     const controller = new AbortController();
     streaming = { controller, message: null };
     drawFeet();
+    let response = null;
     try {
-      const response = await open(method, path, body, controller.signal);
-      if (response.status === 204) return true; // nothing streaming
+      response = await open(method, path, body, controller.signal);
+      if (response.status === 204) return "idle"; // nothing streaming
       if (!known) {
         known = true; // the chat exists now: its address is kept, without drawing the page again
         history.replaceState(null, "", chatHash(id));
+        recentChats(id).then((chats) => replace(aside, chats)).catch(() => {});
       }
       await follow(response, replacing);
       return true;
     } catch (error) {
       if (controller.signal.aborted) return true;
+      if (response) return true; // broken off while read: resumed below
       showError(error, method === "GET" ? "Resuming the answer" : "Sending");
       return false;
     } finally {
+      const broken = response && response.status === 200 && streaming.message && !streaming.message.finishReason
+        ? streaming.message : null;
       streaming = null;
-      if (!controller.signal.aborted) drawFeet();
+      if (!controller.signal.aborted) {
+        drawFeet();
+        if (broken) setTimeout(() => resumeBroken(broken), 1000);
+      }
     }
+  }
+
+  // An answer whose stream broke off: resumed, or, when it ended meanwhile, read from the history.
+  async function resumeBroken(message) {
+    if (left || streaming) return;
+    if ((await stream("GET", resumePath())) !== "idle") return;
+    const fresh = ((await loadHistory(id)) || []).find((m) => m.id === message.id);
+    if (!fresh || left || !messages.includes(message)) return;
+    fresh.metadata = fresh.metadata || {};
+    messages[messages.indexOf(message)] = fresh;
+    view(message).element.replaceWith(view(fresh).element);
+    drawParts(fresh);
+    drawFeet();
   }
 
   async function send(text) {
@@ -195,6 +220,7 @@ export async function page({ main, onLeave }, chatId) {
     }
   });
   onLeave(() => {
+    left = true;
     if (streaming) streaming.controller.abort(); // the answer goes on; reopening resumes it
   });
 
@@ -216,6 +242,6 @@ export async function page({ main, onLeave }, chatId) {
         thread, form),
       aside));
   drawFeet();
-  if (known) stream("GET", `/api/chat/${encodeURIComponent(id)}/stream`); // an answer still streaming
+  if (known) stream("GET", resumePath()); // an answer still streaming
   prompt.focus();
 }
