@@ -145,6 +145,27 @@ def test_stop_ends_the_answer_and_says_it_was_stopped(page: Any, chatting: Fleet
     page.get_by_role("button", name="Retry").wait_for()
 
 
+def test_an_unreachable_model_shows_an_error_part_and_no_model_gives_the_prompt_back(
+    page: Any, chatting: Fleet
+) -> None:
+    owner = chatting.with_new_owner()
+    open_chat(page, owner)
+    ask(page, "Anyone there?")
+    page.wait_for_selector("#error:has-text('no_model')")
+    assert page.input_value("#chat-prompt") == "Anyone there?"  # refused: nothing kept
+    assert page.locator(".message").count() == 0
+
+    with owner.http() as client:
+        body = {"base_url": UNREACHABLE, "name": "standin"}
+        assert client.put("/api/settings/model", json=body).status_code == 200
+    page.get_by_role("button", name="Send").click()
+    error = page.locator(".message-assistant .chat-error")
+    error.wait_for(timeout=30000)
+    assert error.inner_text() == f"The model at {UNREACHABLE} can't be reached."
+    assert page.locator(".message-user").inner_text() == "Anyone there?"
+    page.get_by_role("button", name="Retry").wait_for()
+
+
 def changer_call(count: int = 1) -> tuple[str, dict[str, Any]]:
     arguments = {"skill_name": "changer", "script": "scripts/tick.py",
                  "arguments": {"node": NODE, "count": count}}  # fmt: skip

@@ -33,7 +33,7 @@ export function askedBy(approval) {
       h("span", { class: "muted" }, `, run ${approval.job_run_id.slice(0, 8)}`)];
   }
   if (approval.chat_id) {
-    return ["chat ", h("code", { class: "chat" }, approval.chat_id),
+    return ["chat ", h("a", { href: `#/chat/${encodeURIComponent(approval.chat_id)}`, class: "chat" }, h("code", {}, approval.chat_id)),
       approval.turn_id ? [", turn ", h("code", { class: "turn" }, approval.turn_id)] : null];
   }
   return approval.asked_by || "—";

@@ -242,6 +242,6 @@ export async function page({ main, onLeave }, chatId) {
         thread, form),
       aside));
   drawFeet();
-  if (known) stream("GET", resumePath()); // an answer still streaming
+  if (held && held.length) stream("GET", resumePath()); // an answer still streaming (a chat of calls only has none)
   prompt.focus();
 }
