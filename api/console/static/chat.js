@@ -14,6 +14,8 @@ function randomId(prefix) {
 }
 
 const chatHash = (id) => `#/chat/${encodeURIComponent(id)}`;
+const atEnd = () => window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 80;
+const toEnd = () => window.scrollTo(0, document.documentElement.scrollHeight);
 
 // What the transport would send of a message: the server compares ids, roles and the user's
 // text, so an answer goes with its text only (not its tool outputs).
@@ -133,11 +135,13 @@ export async function page({ main, onLeave }, chatId) {
     streaming.message = message;
     drawFeet();
     await readChunks(response, (chunk) => {
+      const stick = atEnd(); // an owner reading further up is not pulled down
       const part = apply(message, chunk);
       if (part) part.dirty = true;
       view(message);
       drawParts(message);
       if (chunk.type === "finish" || chunk.type === "message-metadata" || chunk.type === "start") drawFeet();
+      if (stick) toEnd();
     });
   }
 
@@ -194,6 +198,7 @@ export async function page({ main, onLeave }, chatId) {
     const body = { id, messages: [...messages.map(sent), user], trigger: "submit-message" };
     messages.push(user);
     show(user);
+    toEnd();
     prompt.value = "";
     if (!(await stream("POST", "/api/chat", body))) {
       messages.splice(messages.indexOf(user), 1); // refused: nothing was kept, the text comes back
