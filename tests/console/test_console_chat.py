@@ -200,12 +200,14 @@ def test_a_call_that_needs_approval_is_approved_in_place_and_its_output_shown(
         second.locator(".status-denied").wait_for()
         page.locator(".message-assistant .text", has_text="Not run.").wait_for()
         assert "Not today." in second.inner_text()
+        assert page.locator(".history-notice").count() == 0  # the page sent the server's history
     told = model.requests[-1]["messages"][-1]
     assert told["role"] == "tool" and "Not today." in told["content"]
 
 
 def test_retry_replaces_the_last_answer(page: Any, chatting: Fleet) -> None:
-    with model_standin([text("First answer."), text("Second answer.")]) as model:
+    script = [text("First answer."), text("Second answer."), text("Third answer.")]
+    with model_standin(script) as model:
         owner = owner_on(chatting, model.url)
         open_chat(page, owner)
         ask(page, "Say something")
@@ -214,11 +216,22 @@ def test_retry_replaces_the_last_answer(page: Any, chatting: Fleet) -> None:
         page.get_by_role("button", name="Retry").click()
         page.locator(".message-assistant .text", has_text="Second answer.").wait_for()
         first.wait_for(state="detached")
+        assert page.locator(".message-assistant").count() == 1
+        assert page.locator(".message-user").count() == 1
+        chat = chat_id_of(page)
+        held = history_of(owner, chat)
+        assert [m["parts"] for m in held if m["role"] == "assistant"] == [
+            [{"type": "text", "text": "Second answer."}]
+        ]
+
+        page.reload()  # an answer from the history is retried as well
+        page.locator(".message-assistant .text", has_text="Second answer.").wait_for()
+        page.get_by_role("button", name="Retry").click()
+        page.locator(".message-assistant .text", has_text="Third answer.").wait_for()
     assert page.locator(".message-assistant").count() == 1
-    assert page.locator(".message-user").count() == 1
-    held = history_of(owner, chat_id_of(page))
-    assert [m["parts"] for m in held if m["role"] == "assistant"] == [
-        [{"type": "text", "text": "Second answer."}]
+    assert page.locator(".history-notice").count() == 0  # the page's messages were the server's
+    assert [m["parts"] for m in history_of(owner, chat) if m["role"] == "assistant"] == [
+        [{"type": "text", "text": "Third answer."}]
     ]
 
 
