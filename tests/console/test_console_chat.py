@@ -132,6 +132,31 @@ def test_text_arrives_as_it_streams_and_an_answer_still_streaming_is_resumed_on_
     assert history_of(owner, chat)[1]["metadata"]["status"] == "succeeded"
 
 
+def test_a_stream_cut_off_mid_answer_is_picked_up_again_and_read_from_the_history_once_ended(
+    page: Any, chatting: Fleet
+) -> None:
+    def cut(route: Any) -> None:
+        """The answer's stream broken off after its first words (no finish, no [DONE])."""
+        response = route.fetch()
+        frames = response.text().split("\n\n")[:4]  # start, start-step, text-start, a delta
+        route.fulfill(response=response, body="\n\n".join(frames) + "\n\n")
+
+    resumed: list[str] = []
+    page.on("request", lambda request: resumed.append(request.url) if request.url.endswith(
+        "/stream") else None)  # fmt: skip
+    with model_standin([text("Hello, picked up again.")]) as model:
+        owner = owner_on(chatting, model.url)
+        open_chat(page, owner)
+        resumed.clear()  # opening a chat of no turns asks nothing
+        page.route("**/api/chat", cut)
+        ask(page, "Hi")
+        answer = page.locator(".message-assistant .text", has_text="Hello, picked up again.")
+        answer.wait_for(timeout=30000)
+    assert resumed == [f"{owner.url}/api/chat/{chat_id_of(page)}/stream"]
+    assert page.locator(".message-assistant").count() == 1
+    page.get_by_role("button", name="Retry").wait_for()
+
+
 def test_stop_ends_the_answer_and_says_it_was_stopped(page: Any, chatting: Fleet) -> None:
     with model_standin([slow(100, 0.2)]) as model:
         owner = owner_on(chatting, model.url)

@@ -149,7 +149,7 @@ export async function page({ main, onLeave }, chatId) {
 
   // One request answered by a stream: sending, retrying, or resuming. A stream that breaks off
   // before its answer finished is resumed (the turn goes on without it).
-  async function stream(method, path, body, replacing = null) {
+  async function stream(method, path, body, replacing = null, quiet = false) {
     const controller = new AbortController();
     streaming = { controller, message: null };
     drawFeet();
@@ -167,6 +167,7 @@ export async function page({ main, onLeave }, chatId) {
     } catch (error) {
       if (controller.signal.aborted) return true;
       if (response) return true; // broken off while read: resumed below
+      if (quiet && (error.status === 0 || error.status >= 500)) return "again"; // the server is away for now
       showError(error, method === "GET" ? "Resuming the answer" : "Sending");
       return false;
     } finally {
@@ -182,8 +183,10 @@ export async function page({ main, onLeave }, chatId) {
 
   // An answer whose stream broke off: resumed, or, when it ended meanwhile, read from the history.
   async function resumeBroken(message) {
-    if (left || streaming) return;
-    if ((await stream("GET", resumePath())) !== "idle") return;
+    if (left || streaming || !messages.includes(message)) return;
+    const result = await stream("GET", resumePath(), undefined, null, true);
+    if (result === "again") setTimeout(() => resumeBroken(message), 2000);
+    if (result !== "idle") return;
     const fresh = ((await loadHistory(id)) || []).find((m) => m.id === message.id);
     if (!fresh || left || !messages.includes(message)) return;
     fresh.metadata = fresh.metadata || {};
