@@ -103,7 +103,8 @@ bench: $(STAMP) $(LAUNCHER) standard-env
 # A picture of every console page, taken in Chromium against a real fleet, into docs/img/.
 screenshots: $(STAMP)
 	SKILLFLEET_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q \
-		tests/console/test_console_pages.py::test_screenshots_of_every_page
+		tests/console/test_console_pages.py::test_screenshots_of_every_page \
+		tests/console/test_console_chat.py::test_the_chat_page_fits_a_phones_width_with_a_call_waiting
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -71,6 +71,29 @@ export async function call(method, path, body, options = {}) {
   return { data, response };
 }
 
+// A request whose answer is read as it comes (a chat's stream): the response once it is ok
+// (a 204 included), an ApiError otherwise. `signal` aborts it.
+export async function open(method, path, body, signal) {
+  const init = { method, headers: headers({ Accept: "text/event-stream" }), cache: "no-store", signal };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (error) {
+    if (signal && signal.aborted) throw error;
+    throw new ApiError(0, "unreachable", UNREACHABLE);
+  }
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    if (response.status === 401) window.dispatchEvent(new CustomEvent("skillfleet:unauthorized", { detail: error }));
+    throw error;
+  }
+  return response;
+}
+
 export const get = async (path, options) => (await call("GET", path, undefined, options)).data;
 export const post = async (path, body) => (await call("POST", path, body ?? {})).data;
 export const put = async (path, body) => (await call("PUT", path, body)).data;

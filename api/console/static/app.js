@@ -16,6 +16,8 @@ const short = (id) => id.slice(0, 8);
 // Each route: its pattern, page, tab, and what a link back to it says.
 const ROUTES = [
   [/^#\/approvals$/, approvals.page, "approvals", () => "Approvals"],
+  [/^#\/chat$/, lazy("./chat.js", "page"), "chat", () => "Chat"],
+  [/^#\/chat\/(.+)$/, lazy("./chat.js", "page"), "chat", (id) => `Chat ${id}`],
   [/^#\/questions$/, lazy("./questions.js", "page"), "questions", () => "Questions"],
   [/^#\/runs$/, lazy("./runs.js", "page"), "runs", () => "Runs"],
   [/^#\/runs\/([\w-]+)$/, lazy("./runs.js", "runPage"), "runs", (id) => `Run ${short(id)}`],

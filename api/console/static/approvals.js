@@ -33,7 +33,7 @@ export function askedBy(approval) {
       h("span", { class: "muted" }, `, run ${approval.job_run_id.slice(0, 8)}`)];
   }
   if (approval.chat_id) {
-    return ["chat ", h("code", { class: "chat" }, approval.chat_id),
+    return ["chat ", h("a", { href: `#/chat/${encodeURIComponent(approval.chat_id)}`, class: "chat" }, h("code", {}, approval.chat_id)),
       approval.turn_id ? [", turn ", h("code", { class: "turn" }, approval.turn_id)] : null];
   }
   return approval.asked_by || "—";
@@ -46,7 +46,7 @@ const ALWAYS = {
 };
 
 // Deny asks for an optional reason in place of the buttons; the agent is told it.
-function denyForm(approval, answer, actions, buttons) {
+export function denyForm(approval, answer, actions, buttons) {
   const id = `deny-reason-${approval.id}`;
   const reason = h("input", { id, name: "reason", class: "reason", maxlength: MAX_REASON, autocomplete: "off",
     placeholder: "e.g. not on production; use the staging node" });

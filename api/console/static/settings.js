@@ -1,8 +1,10 @@
 // Settings: every tool with its tier; what runs without asking (change tools, the change skills'
 // current versions, hosts read_web_page reads); and whether run_command runs through a shell.
-// Each change is saved at once with PUT /api/settings, which takes the whole list.
+// Each change is saved at once with PUT /api/settings, which takes the whole list. Below them,
+// the model sources (sources.js).
 
 import { get, listAll, put } from "./api.js";
+import { sourcesSection } from "./sources.js";
 import { busy, h, hash8, replace, showError, table } from "./ui.js";
 
 const HOST = "host:";
@@ -139,9 +141,10 @@ export async function page({ main }) {
     renderHosts();
   }
 
+  const sources = sourcesSection(note);
   [settings, { items: toolList }, { items: skillList }] = await Promise.all([
-    get("/api/settings"), listAll("/api/settings/tools"), listAll("/api/skills"),
+    get("/api/settings"), listAll("/api/settings/tools"), listAll("/api/skills"), sources.load(),
   ]);
-  replace(main, h("h1", {}, "Settings"), note, tools, skills, shell, hosts);
+  replace(main, h("h1", {}, "Settings"), note, tools, skills, shell, hosts, sources.section);
   render();
 }
