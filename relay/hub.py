@@ -21,9 +21,9 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
@@ -48,6 +48,9 @@ ASYNC_CONNECTIONS = 32  # per client
 WAKE_TTL_SECONDS = 3_600
 STOP_SECONDS = 0.2  # a stopping hub's read has this long to end before its connection is closed
 OUTAGES = (redis.ConnectionError, redis.TimeoutError, OSError)
+# Pauses before a stream's opening command is tried again when Redis did not answer in time.
+OPENING_PAUSES = (0.2, 0.5, 1.0)
+_T = TypeVar("_T")
 
 
 class Overflow(Exception):
@@ -70,6 +73,19 @@ def async_client(settings: Settings, blocking: bool = False) -> aioredis.Redis:
         socket_timeout=timeout,
         health_check_interval=30,
     )
+
+
+async def _patiently(attempt: Callable[[], Awaitable[_T]]) -> _T:
+    """`attempt`, tried again after a pause when Redis did not answer in time: hundreds of
+    streams opening at once on a loaded host can queue a command past its timeout, and a
+    stream that fails before its first event leaves its client nothing to resume from. An
+    outage that lasts fails as before, once the pauses are spent."""
+    for pause in OPENING_PAUSES:
+        try:
+            return await attempt()
+        except (redis.TimeoutError, redis.ConnectionError):
+            await asyncio.sleep(pause)
+    return await attempt()
 
 
 def entry_event(entry_id: Any, fields: dict[Any, Any]) -> Event:
@@ -194,7 +210,12 @@ class StreamHub:
 
     async def subscribe(self, key: str, after: str) -> tuple[Subscription, list[Event]]:
         """Follow `key` after entry id `after` (a concrete id): the subscription and the first
-        page of what the key already holds after `after` (the rest comes from `next`).
+        page of what the key already holds after `after` (the rest comes from `next`). A
+        command that times out is tried again a few times (`_patiently`)."""
+        return await _patiently(lambda: self._subscribe(key, after))
+
+    async def _subscribe(self, key: str, after: str) -> tuple[Subscription, list[Event]]:
+        """One try of `subscribe`.
 
         A key new to the hub wakes the reader in the catch-up's round trip, and the reader
         takes it from its newest entry on: what is older comes through the pages. A subscriber
@@ -267,7 +288,7 @@ class StreamHub:
 
     async def last_id(self, key: str) -> str:
         """The id of `key`'s newest entry ("0-0" for none): where "only what comes next" starts."""
-        newest: Any = await self.client.xrevrange(key, count=1)
+        newest: Any = await _patiently(lambda: self.client.xrevrange(key, count=1))
         return reply_text(newest[0][0]) if newest else "0-0"
 
     async def _read_forever(self) -> None:

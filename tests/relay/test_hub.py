@@ -105,3 +105,25 @@ def test_subscribers_joining_a_key_as_it_is_written_each_get_every_entry_once(
         f"{len(wrong)} of {len(heard)} subscribers did not hear every entry once, in order; "
         f"the first missed {missed}"
     )
+
+
+def test_an_opening_command_that_timed_out_is_tried_again_and_a_lasting_outage_still_fails():
+    from relay.hub import OPENING_PAUSES, _patiently
+
+    tries: list[int] = []
+
+    async def busy_twice() -> str:
+        tries.append(1)
+        if len(tries) <= 2:
+            raise redis.TimeoutError("Timeout reading from socket")
+        return "answered"
+
+    async def always_down() -> str:
+        tries.append(1)
+        raise redis.ConnectionError("Connection refused")
+
+    assert asyncio.run(_patiently(busy_twice)) == "answered" and len(tries) == 3
+    tries.clear()
+    with pytest.raises(redis.ConnectionError):
+        asyncio.run(_patiently(always_down))
+    assert len(tries) == len(OPENING_PAUSES) + 1
