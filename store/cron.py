@@ -7,6 +7,7 @@ falls in the autumn repeat runs in both hours (02:30 CEST and 02:30 CET).
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -70,8 +71,10 @@ def next_time(expression: str, zone: str, after: datetime) -> datetime:
 def latest_time(expression: str, zone: str, at_or_before: datetime) -> datetime:
     """The last cron time at or before `at_or_before`, in UTC."""
     local = at_or_before.astimezone(time_zone(zone))
-    # get_prev is strictly before; nudge by a second so a time exactly now counts.
-    nudged = local.timestamp() + 1
+    # get_prev is strictly before; a whole second past now's whole second, so a time exactly
+    # now counts and none still to come does (now's fraction would carry 59.5 s into the
+    # next minute, and a tick then ran a time that had not come, claiming it as its next).
+    nudged = math.floor(local.timestamp()) + 1
     found: datetime = croniter(expression, datetime.fromtimestamp(nudged, local.tzinfo)).get_prev(
         datetime
     )

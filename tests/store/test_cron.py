@@ -54,6 +54,17 @@ def test_the_latest_time_counts_a_time_that_is_exactly_now():
     assert latest_time("0 9 * * *", "Europe/Berlin", now.replace(minute=59)) == now
 
 
+def test_the_latest_time_half_a_second_before_a_minute_is_the_minute_that_came_not_the_next():
+    almost = datetime(2026, 12, 6, 17, 53, 59, 500_000, tzinfo=UTC)
+    assert latest_time("* * * * *", "Asia/Kolkata", almost) == almost.replace(
+        second=0, microsecond=0
+    )
+    # So a tick then claims this minute's time and names the next one as still to come.
+    assert next_time("* * * * *", "Asia/Kolkata", almost) == datetime(
+        2026, 12, 6, 17, 54, tzinfo=UTC
+    )
+
+
 @pytest.mark.parametrize(
     ("expression", "words"),
     [
