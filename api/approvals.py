@@ -22,6 +22,7 @@ from broker.approvals import (
     expire_due,
     grant_note,
     grant_scope,
+    pins,
     skill_change,
     withdrawn_note,
 )
@@ -29,8 +30,9 @@ from broker.errors import ApprovalNotFound
 from relay.dispatch import carry_on_job_run
 from store.db import transaction
 from store.dependencies import declared_for
-from store.errors import SkillNotFound
+from store.errors import SkillNotFound, StoreError
 from store.models import Approval, EditPlan
+from store.pinned import pinned_view
 from store.skills import current_hashes
 from store.states import ApprovalStatus
 
@@ -105,7 +107,12 @@ def _dependencies(approval: Approval) -> list[str] | None:
     except SkillNotFound:
         return None
     if skill.hash != approval.skill_hash:
-        return None
+        if approval.skill_hash is None or not pins(approval):
+            return None
+        try:  # the version the call pins, while its files are kept
+            skill = pinned_view(store, skill, approval.skill_hash)
+        except StoreError:
+            return None
     return list(declared_for(str(store.folder(skill)), skill.hash).requirements)
 
 

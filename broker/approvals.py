@@ -19,6 +19,7 @@ from store import ownerevents
 from store.lifecycle import approvals, calls
 from store.models import Approval, Chat, Job, JobRun, ToolCall, utcnow
 from store.states import ApprovalStatus, CallStatus
+from store.versions import parse_pin
 
 APPROVAL_LIFE = timedelta(minutes=30)
 PENDING = ApprovalStatus.PENDING
@@ -109,6 +110,8 @@ def skill_change(approval: Approval, now: str | None) -> str | None:
     name, asked = approval.skill_name, approval.skill_hash
     if approval.status != PENDING or name is None or now == asked:
         return None
+    if now is not None and pins(approval):  # the pinned version runs, whatever is current
+        return None
     what = (
         f"The skill '{name}' was removed after you were asked"
         if now is None
@@ -119,6 +122,13 @@ def skill_change(approval: Approval, now: str | None) -> str | None:
         f"{what}. Approving runs nothing (the call fails with skill_changed, so the agent can "
         "ask again about the version there is now); deny it to say no."
     )
+
+
+def pins(approval: Approval) -> bool:
+    """Whether the call pins its skill's version (`name@<hash>`, shown so on the card): that
+    version runs, whatever the skill is at now (store/pinned.py)."""
+    _, pinned = parse_pin(str((approval.arguments or {}).get("skill_name", "")))
+    return pinned is not None and pinned == approval.skill_hash
 
 
 def grant_note(approval: Approval) -> str | None:

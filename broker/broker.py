@@ -483,7 +483,7 @@ class Broker:
             skill = self.store.get(approval.owner_id, approval.skill_name)
         except SkillNotFound:
             return f"The skill '{approval.skill_name}' was removed after you were asked."
-        if skill.hash != approval.skill_hash:
+        if skill.hash != approval.skill_hash and not approvals.pins(approval):
             return (
                 f"The skill '{approval.skill_name}' changed after you were asked "
                 f"(hash {str(approval.skill_hash)[:8]} is now {skill.hash[:8]}); the call is void."

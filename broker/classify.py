@@ -29,11 +29,12 @@ from broker.tiers import Tier
 from broker.webtools import PageReader
 from store import ownersecrets
 from store.commandline import CommandLineError, command_line
-from store.errors import SkillNotFound, StoreError, VersionNotCurrent, VersionNotFound
+from store.errors import SkillNotFound, VersionNotFound, VersionNotKept
 from store.files import FileStore
 from store.hashing import grant_key
 from store.models import Skill
 from store.names import AUTO, is_valid_name
+from store.pinned import pinned_view
 from store.schemas import argv_of, schema_for
 from store.skills import SkillStore
 from store.validation import SkillInfo
@@ -115,7 +116,8 @@ def plan_call(
     skill = _named_skill(tool, arguments, store, owner_id)
     if tool.name == RUN:
         assert skill is not None
-        return _plan_run(tool, arguments, store, skill, owner_id, client, files)
+        _, pin = _pinned(_skill_argument(arguments))
+        return _plan_run(tool, arguments, store, skill, owner_id, client, files, pin is not None)
     edit = None
     if tool.name == EDIT:
         assert skill is not None
@@ -166,7 +168,7 @@ def _named_skill(
     """The skill a skill tool names, as the owner sees it; None for other tools."""
     if tool.name not in SKILL_TOOLS:
         return None
-    name = arguments.get("skill_name", arguments.get("skillName", arguments.get("name")))
+    name = _skill_argument(arguments)
     name, pinned = _pinned(name) if tool.name == RUN else (name, None)
     if tool.name not in NEEDS_SKILL and not (isinstance(name, str) and is_valid_name(name)):
         return None
@@ -182,8 +184,16 @@ def _named_skill(
     if tool.name in NEEDS_ENABLED and not skill.enabled:
         raise SkillDisabled(DISABLED)
     if pinned is not None and pinned != skill.hash:
-        raise _not_pinned(store, skill, pinned)
+        # The pinned version runs as it was, whatever the skill is at now (store/pinned.py).
+        try:
+            return pinned_view(store, skill, pinned)
+        except (VersionNotFound, VersionNotKept) as e:
+            raise type(e)(f"HOST: {e.message}") from None
     return skill
+
+
+def _skill_argument(arguments: dict[str, Any]) -> object:
+    return arguments.get("skill_name", arguments.get("skillName", arguments.get("name")))
 
 
 def _pinned(name: object) -> tuple[object, str | None]:
@@ -197,19 +207,6 @@ def _pinned(name: object) -> tuple[object, str | None]:
     return bare, skill_hash
 
 
-def _not_pinned(store: SkillStore, skill: Skill, pinned: str) -> StoreError:
-    """The call pins a version the skill does not have now: it never runs other content."""
-    if store.had(skill, pinned):
-        return VersionNotCurrent(
-            f"HOST: the call pins {skill.name}@{pinned[:8]}, but '{skill.name}' is at "
-            f"{skill.hash[:8]} now: roll the skill back to that version, or pin its current one."
-        )
-    return VersionNotFound(
-        f"HOST: the call pins {skill.name}@{pinned[:8]}, which is no version '{skill.name}' "
-        f"has (any more); it is at {skill.hash[:8]} now."
-    )
-
-
 def _plan_run(
     tool: Tool,
     arguments: dict[str, Any],
@@ -218,6 +215,7 @@ def _plan_run(
     owner_id: int,
     client: redis.Redis | None,
     file_store: FileStore | None,
+    pinned: bool,
 ) -> CallPlan:
     script = arguments.get("script")
     if not isinstance(script, str) or not script:
@@ -260,8 +258,9 @@ def _plan_run(
     check_secrets(store, owner_id, skill, info.secrets)
     files = read_files(arguments.get("files"), file_store, owner_id)
     # The arguments name where it runs: the owner approves that, and a resumed call runs there.
+    # A pinned call shows its version: the owner approves that content, and it is what runs.
     shown: dict[str, Any] = {
-        "skill_name": skill.name, "script": script,
+        "skill_name": f"{skill.name}@{skill.hash}" if pinned else skill.name, "script": script,
         "arguments": with_target(normalised.arguments, placed),
     }  # fmt: skip
     if args is not None:

@@ -236,13 +236,6 @@ class VersionNotKept(StoreError):
     status = 409
 
 
-class VersionNotCurrent(StoreError):
-    """Raised when a call names a skill at a version (`name@hash`) that is not its current one."""
-
-    code = "pinned_version_not_current"
-    status = 409
-
-
 class UnsafePath(StoreError):
     """Raised when a name or path would lead outside the folder it belongs in."""
 

@@ -278,6 +278,8 @@ class SkillVersion(Base):
     author: Mapped[str | None] = mapped_column(String(16))
     # The key that signed it, as the owner's trusted keys name it; None: unsigned or unchecked.
     signed_by: Mapped[str | None] = mapped_column(String(200))
+    # The author's `skillfleet.sig` it came with (not part of its hash): a rollback puts it back.
+    signature: Mapped[str | None] = mapped_column(Text)
     file_count: Mapped[int | None] = mapped_column(Integer)
     size_bytes: Mapped[int | None] = mapped_column(Integer)
     # Whether its files are in the store (skill_version_files), so it can be made current again.

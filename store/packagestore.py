@@ -17,13 +17,14 @@ import structlog
 from sqlalchemy import ColumnElement, and_, or_, select, true
 
 from store.db import SessionFactory
-from store.errors import PackageNotFound
+from store.errors import PackageNotFound, StoreError
 from store.hashing import hash_entries
 from store.lifecycle.runs import ACTIVE_STATES
-from store.models import NodeOwner, Run, Skill
+from store.models import NodeOwner, Run, Skill, SkillVersion
 from store.names import AUTO, is_valid_hash, is_valid_name
 from store.packages import build_package
 from store.paths import inside
+from store.pinned import pinned_view
 from store.skills import SkillStore
 
 log = structlog.get_logger(__name__)
@@ -160,7 +161,31 @@ class PackageStore:
             raise missing
         if skills:
             return self.ensure_built(skills[0])
-        return self._info(name, skill_hash, self.path(name, skill_hash))
+        return self._version_built(name, skill_hash, sessions)
+
+    def _version_built(self, name: str, skill_hash: str, sessions: SessionFactory) -> PackageInfo:
+        """The package of a hash no skill is at now, which a run uses: a version it pins
+        (store/pinned.py), built from the version's kept files the first time."""
+        path = self.path(name, skill_hash)
+        if not path.is_file():
+            kept = (
+                select(Skill)
+                .join(SkillVersion, SkillVersion.skill_id == Skill.id)
+                .where(Skill.name == name, SkillVersion.hash == skill_hash, SkillVersion.kept)
+            )
+            with sessions() as session:
+                skill = session.scalars(kept.limit(1)).first()
+                if skill is not None:
+                    session.expunge(skill)
+            if skill is None:  # no version keeps its files: only a package already built
+                raise PackageNotFound(f"No package {name}@{skill_hash} is served.")
+            try:
+                self._build(pinned_view(self.store, skill, skill_hash), path)
+            except StoreError as e:  # its kept files are gone
+                raise PackageNotFound(
+                    f"No package {name}@{skill_hash} is served: {e.message}"
+                ) from e
+        return self._info(name, skill_hash, path)
 
     def manifest_for(self, node: str, sessions: SessionFactory) -> dict[str, Any]:
         """What `node` should hold: its enabled skills plus hashes its unfinished runs use."""
@@ -188,9 +213,14 @@ class PackageStore:
             except PackageNotFound as e:
                 log.warning("package left out of manifest", skill=skill.name, reason=e.message)
         for name, skill_hash in used:
-            path = self.path(name, skill_hash)
-            if (name, skill_hash) not in entries and path.is_file():
-                entries[(name, skill_hash)] = self._info(name, skill_hash, path).entry()
+            if (name, skill_hash) in entries:
+                continue
+            try:
+                entries[(name, skill_hash)] = self._version_built(
+                    name, skill_hash, sessions
+                ).entry()
+            except PackageNotFound as e:
+                log.warning("package left out of manifest", skill=name, reason=e.message)
         packages = [entries[key] for key in sorted(entries)]
         return {"node": node, "issued_at": int(time.time()), "packages": packages}
 

@@ -8,18 +8,13 @@ install in turn; one to the version that is already current changes nothing.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from sqlalchemy.orm import Session
-
-from store.errors import SkillBuiltin, SkillNotFound, VersionNotFound, VersionNotKept
-from store.hashing import content_hash
-from store.models import Skill, SkillVersion
-from store.names import is_valid_hash
+from store.errors import SkillBuiltin, SkillNotFound
+from store.hashing import SIGNATURE_FILE
+from store.models import Skill
 from store.paths import inside
 from store.skills import Origin, SkillStore
 from store.validation import SkillInfo
-from store.versions import Blobs, Made, version_files
+from store.versions import Made, kept_version, put_back, version_files
 
 
 class _AlreadyCurrent(Exception):
@@ -37,7 +32,7 @@ def rollback(
     if skill.hash == skill_hash:
         return skill
     with store.sessions() as session:
-        version = _kept_version(session, skill, skill_hash)
+        version = kept_version(session, skill, skill_hash)
         files = version_files(session, skill.id, skill_hash)
     made = Made(version.source or skill.source, version.author or skill.author)
 
@@ -52,7 +47,9 @@ def rollback(
 
     with store.staging() as stage:
         root = inside(stage, name)
-        _put_back(store.blobs, root, files, name, skill_hash)
+        put_back(store.blobs, root, files, name, skill_hash)
+        if version.signature is not None:  # judged again against the owner's keys of today
+            (root / SIGNATURE_FILE).write_text(version.signature, encoding="ascii")
         origin = Origin(skill.source, skill.origin, owner_id, skill.author)
         try:
             return store.install(
@@ -68,41 +65,3 @@ def rollback(
             )
         except _AlreadyCurrent:
             return store.get(owner_id, name)
-
-
-def _kept_version(session: Session, skill: Skill, skill_hash: str) -> SkillVersion:
-    version = None
-    if is_valid_hash(skill_hash):
-        version = session.get(SkillVersion, (skill.id, skill_hash))
-    if version is None:
-        raise VersionNotFound(
-            f"'{skill.name}' has no version {skill_hash[:64]!r}; "
-            f"GET /api/skills/{skill.name}/versions lists those it has."
-        )
-    if not version.kept:
-        raise VersionNotKept(
-            f"'{skill.name}' had version {skill_hash[:8]}, but its files were not kept "
-            "(it is older than kept versions), so it can't be made current again."
-        )
-    return version
-
-
-def _put_back(
-    blobs: Blobs, root: Path, files: list[tuple[str, str]], name: str, skill_hash: str
-) -> None:
-    """The version's files written into `root`, checked to have its hash."""
-    for path, digest in files:
-        data = blobs.read(digest)
-        if data is None:
-            raise VersionNotKept(
-                f"A file of '{name}' version {skill_hash[:8]} ({path}) is no longer stored; "
-                "the version can't be made current again."
-            )
-        target = inside(root, *path.split("/"))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    if content_hash(root) != skill_hash:
-        raise VersionNotKept(
-            f"The stored files of '{name}' version {skill_hash[:8]} no longer have its hash; "
-            "the version can't be made current again."
-        )

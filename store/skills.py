@@ -50,7 +50,17 @@ from store.signatures import (
     take_signature,
 )
 from store.validation import SkillInfo, name_problems
-from store.versions import VERSIONS_DIR, Blobs, Made, digests_of, keep_folder, record, trim
+from store.versions import (
+    TREES_DIR,
+    VERSIONS_DIR,
+    Blobs,
+    Made,
+    collect_trees,
+    digests_of,
+    keep_folder,
+    record,
+    trim,
+)
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 _Row = TypeVar("_Row", bound=Any)
@@ -301,6 +311,7 @@ class SkillStore:
         if digests:
             with self._locked(), self.sessions() as session:
                 self.blobs.collect(session, digests)
+                collect_trees(session, self.blobs.root / TREES_DIR)
 
     def _judge(self, owner_id: int, signature: bytes | None, skill_hash: str) -> Verdict:
         """The verdict on a staged skill's signature for its owner (store/signatures.py)."""

@@ -12,6 +12,7 @@ files of the version it recorded once its transaction committed: a refused insta
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,11 +23,15 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from store.db import SessionFactory
-from store.hashing import file_digest, hash_entries, regular_files
+from store.errors import VersionNotFound, VersionNotKept
+from store.hashing import content_hash, file_digest, hash_entries, regular_files
 from store.models import Grant, Job, Skill, SkillVersion, SkillVersionFile, utcnow
 from store.names import is_valid_hash, is_valid_name
+from store.paths import inside
 
 VERSIONS_DIR = ".versions"
+# Kept versions put back together as folders, `<hash>/<name>/`, for calls that pin them.
+TREES_DIR = "trees"
 # The argument names a skill tool reads its skill from (broker/classify.py), in its order.
 SKILL_ARGUMENTS = ("skill_name", "skillName", "name")
 # The one tool whose calls may pin a version (broker/classify.py's RUN).
@@ -105,6 +110,7 @@ def record(
             size_bytes=skill.size_bytes,
             kept=False,
             signed_by=skill.signed_by,
+            signature=skill.signature,
         )
         session.add(row)
         session.flush()
@@ -238,3 +244,56 @@ def version_files(session: Session, skill_id: int, skill_hash: str) -> list[tupl
         .order_by(SkillVersionFile.path)
     )
     return [(path, digest) for path, digest in session.execute(query)]
+
+
+def put_back(
+    blobs: Blobs, root: Path, files: list[tuple[str, str]], name: str, skill_hash: str
+) -> None:
+    """The version's files written into `root`, checked to have its hash (a rollback, a
+    pinned version's tree: store/pinned.py)."""
+    for path, digest in files:
+        data = blobs.read(digest)
+        if data is None:
+            raise VersionNotKept(
+                f"A file of '{name}' version {skill_hash[:8]} ({path}) is no longer stored; "
+                "the version can't be put back together."
+            )
+        target = inside(root, *path.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    if content_hash(root) != skill_hash:
+        raise VersionNotKept(
+            f"The stored files of '{name}' version {skill_hash[:8]} no longer have its hash; "
+            "the version can't be put back together."
+        )
+
+
+def collect_trees(session: Session, root: Path) -> None:
+    """Remove the folders under `root` (TREES_DIR) of hashes no kept version has any more
+    (under the store's lock: store/pinned.py puts them back together)."""
+    if not root.is_dir():
+        return
+    for folder in root.iterdir():
+        kept = select(SkillVersion.hash).where(
+            SkillVersion.hash == folder.name, SkillVersion.kept.is_(True)
+        )
+        if session.scalar(kept.limit(1)) is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def kept_version(session: Session, skill: Skill, skill_hash: str) -> SkillVersion:
+    """The skill's version `skill_hash`, whose files are kept (a rollback, a pinned call)."""
+    version = None
+    if is_valid_hash(skill_hash):
+        version = session.get(SkillVersion, (skill.id, skill_hash))
+    if version is None:
+        raise VersionNotFound(
+            f"'{skill.name}' has no version {skill_hash[:64]!r}; "
+            f"GET /api/skills/{skill.name}/versions lists those it has."
+        )
+    if not version.kept:
+        raise VersionNotKept(
+            f"'{skill.name}' had version {skill_hash[:8]}, but its files were not kept "
+            "(it is older than kept versions), so it can't be put back together."
+        )
+    return version

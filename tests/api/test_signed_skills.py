@@ -322,7 +322,7 @@ def test_with_signatures_required_a_duplicate_of_a_built_in_is_held(client, auth
     assert copy.json["enabled"] is False and copy.json["signature_hold"] is True
 
 
-def test_each_version_lists_who_signed_it_and_a_rollback_to_a_signed_one_is_unsigned(
+def test_each_version_lists_who_signed_it_and_a_rollback_brings_its_signature_back(
     client, auth, keys
 ):
     trust(client, auth, "author", keys["author"])
@@ -334,10 +334,28 @@ def test_each_version_lists_who_signed_it_and_a_rollback_to_a_signed_one_is_unsi
     versions = client.get("/api/skills/versioned/versions", headers=auth).json
     signers = {version["hash"]: version["signed_by"] for version in versions}
     assert signers[signed_hash] == "author" and list(signers.values()).count(None) == 1
-    # The signature file is not among a version's kept files: a rollback brings the content
-    # back, and its signature must be shipped again to count.
+    # The version kept the signature it was imported with: a rollback puts it back, and it is
+    # judged against the owner's trusted keys again.
     back = client.post("/api/skills/versioned/rollback", headers=auth, json={"hash": signed_hash})
     assert back.status_code == 200, back.json
     assert (shown(client, auth, "versioned")["hash"], back.json["signature_status"]) == (
-        signed_hash, "unsigned"
+        signed_hash, "trusted"
     )  # fmt: skip
+    assert back.json["signed_by"] == "author"
+
+
+def test_a_rollback_to_a_version_by_a_key_no_longer_trusted_is_held(client, auth, keys):
+    trust(client, auth, "author", keys["author"])
+    files, signed_hash = signed_files("versioned", keys["author"])
+    upload(client, auth, files)
+    upload(client, auth, {**skill_files("versioned"), "references/new.md": b"# New\n"},
+           "?replace=true")  # fmt: skip
+    assert client.delete("/api/trusted-keys/author", headers=auth).status_code == 204
+    require_signature(client, auth)
+
+    back = client.post("/api/skills/versioned/rollback", headers=auth, json={"hash": signed_hash})
+    assert back.status_code == 200, back.json
+    assert back.json["signature_status"] == "untrusted"
+    # Held, as a skill is when the requirement is turned on: it keeps its switch until switched
+    # off, and once off comes back on only with the override.
+    assert (back.json["enabled"], back.json["signature_hold"]) == (True, True)

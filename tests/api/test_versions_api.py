@@ -253,17 +253,18 @@ def test_a_job_pinning_a_version_the_skill_never_had_is_refused(client, auth):
     assert client.get("/api/jobs", headers=auth).json == []
 
 
-def test_a_pinned_call_runs_only_while_its_version_is_current(client, auth):
+def test_a_pinned_call_asks_for_its_own_version_after_the_skill_moved_on(client, auth):
     first = install(client, auth, "changer", "one")
-    assert run_pinned(client, auth, "changer", first["hash"])["status"] == "pending_approval"
     install(client, auth, "changer", "two")
-    lagging = run_pinned(client, auth, "changer", first["hash"])
-    assert lagging["status"] == "failed"
-    assert lagging["error"]["code"] == "pinned_version_not_current"
+    asked = run_pinned(client, auth, "changer", first["hash"])
+    assert asked["status"] == "pending_approval", asked
+    card = client.get(f"/api/approvals/{asked['approval_id']}", headers=auth).json
+    assert card["arguments"]["skill_name"] == f"changer@{first['hash']}"
+    assert (card["skill_hash"], card["skill_changed"]) == (first["hash"], False)
+    assert card["skill_hash_now"] != first["hash"]
     gone = run_pinned(client, auth, "changer", "0" * 64)
     assert gone["error"]["code"] == "version_not_found"
-    roll(client, auth, "changer", first["hash"])
-    assert run_pinned(client, auth, "changer", first["hash"])["status"] == "pending_approval"
+    assert gone["error"]["message"].startswith("HOST: 'changer' has no version '00000000")
 
 
 def test_a_draft_and_an_owners_edit_are_versions_that_say_who_made_them(client, auth):

@@ -302,19 +302,20 @@ def replace_wiper(client, auth, text: str) -> dict:
     return dict(response.json)
 
 
-def test_a_step_pinned_to_a_version_the_skill_moved_on_from_fails_until_it_is_rolled_back(
-    client, auth, context, wiper
+def test_a_step_pinned_to_a_version_runs_that_version_after_the_skill_moved_on(
+    client, auth, services, context, wiper
 ):
     pinned = {**WIPE_STEP, "arguments": {**WIPE_STEP["arguments"],
                                           "skill_name": f"wiper@{wiper['hash']}"}}  # fmt: skip
     grants = {"tools": [], "skills": [f"wiper@{wiper['hash']}"]}
     job = create(client, auth, [pinned], grants=grants)
     assert run_now(client, auth, context, job)["status"] == "succeeded"
-    replace_wiper(client, auth, "#!/bin/bash\necho something else\n")
+    moved = replace_wiper(client, auth, "#!/bin/bash\necho something else\n")
+    # The job's grant names the pinned version, and that version is what the step runs.
     lagging = run_now(client, auth, context, job)
-    assert lagging["status"] == "failed"
-    assert lagging["error_code"] == "pinned_version_not_current"
-    assert "roll the skill back" in lagging["error_message"]
-    back = client.post("/api/skills/wiper/rollback", headers=auth, json={"hash": wiper["hash"]})
-    assert back.status_code == 200, back.json
-    assert run_now(client, auth, context, job)["status"] == "succeeded"
+    assert lagging["status"] == "succeeded", lagging
+    [call] = calls_of(services, lagging["id"])
+    assert (call.skill_hash, call.rule, call.status) == (wiper["hash"], "job-granted", "done")
+    assert moved["hash"] != wiper["hash"]
+    [pin] = client.get(f"/api/jobs/{job['id']}", headers=auth).json["pins"]
+    assert (pin["current_hash"], pin["lagging"]) == (moved["hash"], True)
