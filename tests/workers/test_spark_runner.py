@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -30,6 +31,7 @@ from relay.streams import RunStream, read_events
 from store.hashing import content_hash
 from store.limits import COALESCE_BYTES
 from workers.runners.base import Job
+from workers.runners.ownership import WORKER_LABEL, worker_alive, worker_identity
 from workers.runners.skill_volumes import FILL_LABEL, SKILL_LABEL, VOLUME_PREFIX
 from workers.runners.spark import LABEL, QUEUE_LABEL, TMPFS_OPTIONS, SparkRunner
 
@@ -470,6 +472,40 @@ def test_start_leaves_the_running_containers_of_another_queue_s_worker_on_the_en
                 container.remove(force=True)
 
 
+def test_start_leaves_what_a_live_worker_of_the_same_queue_made_and_removes_a_gone_ones(
+    engine, runner
+):
+    """Two Spark workers on one engine: one's start never takes the other's running run."""
+    live = worker_identity()  # this process: alive
+    gone = f"{socket.gethostname()}:{2**22 + 1}:1"  # no such process on this host
+    made = []
+    try:
+        for worker in (live, gone):
+            labels = {LABEL: str(uuid.uuid4()), QUEUE_LABEL: "spark", WORKER_LABEL: worker}
+            made.append(engine.containers.run(
+                IMAGE, ["sleep", "300"], network_mode="none", labels=labels, detach=True
+            ))  # fmt: skip
+            volume = f"{VOLUME_PREFIX}test-{uuid.uuid4().hex[:8]}"
+            engine.volumes.create(
+                volume, labels={SKILL_LABEL: "0" * 64, FILL_LABEL: "x", WORKER_LABEL: worker}
+            )
+            made.append(volume)
+        live_run, live_volume, gone_run, gone_volume = made
+
+        runner.start()
+
+        assert [c.id for c in labelled(engine)] == [live_run.id]
+        names = {v.name for v in engine.volumes.list()}
+        assert live_volume in names and gone_volume not in names
+    finally:
+        for thing in made:
+            with contextlib.suppress(docker.errors.NotFound):
+                if isinstance(thing, str):
+                    engine.volumes.get(thing).remove(force=True)
+                else:
+                    thing.remove(force=True)
+
+
 def test_start_with_a_missing_image_is_refused_naming_the_build_command(engine):
     runner = SparkRunner("skillfleet/runner:no-such-tag", engine)
 
@@ -699,3 +735,12 @@ def test_a_killed_worker_s_running_container_is_removed_at_once(tmp_path, engine
         worker.wait()
         for container in labelled(engine, run_id) if run_id else []:
             container.remove(force=True)
+
+
+def test_a_worker_is_alive_while_its_process_runs_and_not_once_its_pid_is_given_again():
+    me = worker_identity()
+    host, pid, started = me.split(":")
+    assert worker_alive(me)
+    assert not worker_alive(f"{host}:{pid}:{int(started) + 1}")  # the pid, another process
+    assert not worker_alive(f"other-{host}:{pid}:{started}")  # another host's: can't be asked
+    assert not worker_alive(None) and not worker_alive("") and not worker_alive("x:y:z")

@@ -34,6 +34,7 @@ from store.dependencies import declared_for
 from store.resolver import ResolutionFailed, Target, install, pins_key, resolve
 from workers.runners.environments import DependenciesUnavailable, missing_pins, normal_name
 from workers.runners.interpreters import PYTHON, python_path
+from workers.runners.ownership import WORKER_LABEL, worker_alive
 
 DEPS_LABEL = "skillfleet.deps"  # the key of the pins a volume holds
 DEPS_MOUNT = "/deps"
@@ -57,11 +58,14 @@ class DependencyVolumes:
         image: str,
         run_label: str,
         index: str | None = None,
+        worker: str = "",
     ) -> None:
         self._client = client
         self.image = image
         self.run_label = run_label
         self.index = index
+        # The worker's labels on what it makes (workers/runners/ownership.py).
+        self.owner = {WORKER_LABEL: worker}
         self.builds = 0  # volumes filled by this worker, for tests and logs
         self._volumes: dict[str, str | None] = {}  # skill hash -> volume (None: none needed)
         self._by_key: dict[str, str] = {}  # pins key -> volume
@@ -89,8 +93,11 @@ class DependencyVolumes:
         return volume
 
     def remove_unused(self) -> None:
-        """Remove every dependency volume no container holds (at the worker's start)."""
+        """Remove every dependency volume no container holds and no live worker made (at the
+        worker's start)."""
         for volume in self.client.volumes.list(filters={"label": DEPS_LABEL}):
+            if worker_alive((volume.attrs.get("Labels") or {}).get(WORKER_LABEL)):
+                continue  # another live worker's, held or about to be
             try:
                 volume.remove()
             except _ENGINE_ERRORS:
@@ -119,7 +126,7 @@ class DependencyVolumes:
                     self.image, ["python3", "-I", "-c", _FACTS], remove=True,
                     network_disabled=True, network_mode="none", read_only=True,
                     cap_drop=["ALL"], security_opt=["no-new-privileges"], user="65534:65534",
-                    labels={self.run_label: "deps-facts"},
+                    labels={**self.owner, self.run_label: "deps-facts"},
                 )  # fmt: skip
                 facts = json.loads(output)
             except (*_ENGINE_ERRORS, ValueError) as e:
@@ -146,7 +153,7 @@ class DependencyVolumes:
         name = f"{VOLUME_PREFIX}{key}-{uuid.uuid4().hex[:8]}"
         api = self.client.api
         try:
-            api.create_volume(name, labels={DEPS_LABEL: key})
+            api.create_volume(name, labels={**self.owner, DEPS_LABEL: key})
             self._load(name, archive)
         except BaseException:
             _remove_volume(self.client, name)
@@ -159,7 +166,7 @@ class DependencyVolumes:
         api = self.client.api
         binds = {name: {"bind": DEPS_MOUNT, "mode": "rw"}}
         loader = api.create_container(
-            self.image, ["true"], labels={self.run_label: f"deps-{name}"},
+            self.image, ["true"], labels={**self.owner, self.run_label: f"deps-{name}"},
             host_config=api.create_host_config(binds=binds, network_mode="none"),
             network_disabled=True,
         )["Id"]  # fmt: skip
@@ -174,7 +181,7 @@ class DependencyVolumes:
                 user="0:0", network_disabled=True, network_mode="none", read_only=True,
                 cap_drop=["ALL"], security_opt=["no-new-privileges"],
                 volumes={name: {"bind": DEPS_MOUNT, "mode": "rw"}},
-                labels={self.run_label: f"deps-{name}"},
+                labels={**self.owner, self.run_label: f"deps-{name}"},
             )  # fmt: skip
         except _ENGINE_ERRORS:
             pass  # a module that does not compile here is compiled in memory when imported

@@ -50,6 +50,7 @@ from docker.errors import DockerException, NotFound
 
 from relay.errors import PackageUnverified
 from store.hashing import hash_entries
+from workers.runners.ownership import WORKER_LABEL, worker_alive
 
 SKILL_LABEL = "skillfleet.skill"  # the content hash the volume holds
 FILL_LABEL = "skillfleet.fill"  # the id of the fill that made it
@@ -80,12 +81,15 @@ class SkillVolumes:
         mount: str,
         run_label: str,
         keep: int = KEEP_VOLUMES,
+        worker: str = "",
     ) -> None:
         self._client = client
         self.image = image
         self.mount = mount
         self.run_label = run_label
         self.keep = keep
+        # The worker's labels on what it makes (workers/runners/ownership.py).
+        self.owner = {WORKER_LABEL: worker}
         self.fills = 0  # volumes filled by this worker, for tests and logs
         self._volumes: dict[str, SkillVolume] = {}
         self._lock = threading.Lock()
@@ -162,9 +166,11 @@ class SkillVolumes:
                         del self._volumes[volume.skill_hash]
 
     def remove_unused(self) -> None:
-        """Remove every skill volume no container holds (at start; the engine keeps the rest)."""
+        """Remove every skill volume no container holds and no live worker made (at start; the
+        engine keeps the rest)."""
         for volume in self.client.volumes.list(filters={"label": SKILL_LABEL}):
-            _remove_volume(self.client, volume.name)
+            if not worker_alive((volume.attrs.get("Labels") or {}).get(WORKER_LABEL)):
+                _remove_volume(self.client, volume.name)
 
     def _fill(self, skill_hash: str, folder: Path) -> SkillVolume:
         files, folders = read_skill(folder)
@@ -178,12 +184,12 @@ class SkillVolumes:
         fill_id = uuid.uuid4().hex[:16]
         name = f"{VOLUME_PREFIX}{skill_hash[:16]}-{fill_id}"
         api = self.client.api
-        api.create_volume(name, labels={SKILL_LABEL: skill_hash, FILL_LABEL: fill_id})
+        api.create_volume(name, labels={**self.owner, SKILL_LABEL: skill_hash, FILL_LABEL: fill_id})
         try:
             loader = api.create_container(
                 self.image,
                 ["true"],
-                labels={self.run_label: f"fill-{fill_id}"},
+                labels={**self.owner, self.run_label: f"fill-{fill_id}"},
                 host_config=api.create_host_config(
                     binds={name: {"bind": self.mount, "mode": "rw"}}, network_mode="none"
                 ),

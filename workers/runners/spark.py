@@ -48,6 +48,7 @@ from workers.runners.egress import (
 from workers.runners.interpreters import script_command
 from workers.runners.keeper import KEEPER, Keeper
 from workers.runners.keeper import LABEL as KEPT_LABEL
+from workers.runners.ownership import WORKER_LABEL, worker_alive, worker_identity
 from workers.runners.skill_volumes import KEEP_VOLUMES, SkillVolume, SkillVolumes
 from workers.runners.workdirs import (
     WORK_MOUNT,
@@ -126,21 +127,26 @@ class SparkRunner:
         work_direct: bool = True,
     ) -> None:
         self.image = image
+        self.worker = worker_identity()  # on everything it makes, for another worker's start
         # Files into and out of /work straight in its volume's folder when reachable.
         self.work_direct = work_direct
         self.keeper = keeper  # removes a run's containers if this worker dies mid-run
         self.coalesce_seconds = coalesce_seconds  # the output window of one stream entry
         self._client = client
-        self.volumes = SkillVolumes(lambda: self.client, image, SKILL_MOUNT, LABEL, keep_volumes)
+        self.volumes = SkillVolumes(
+            lambda: self.client, image, SKILL_MOUNT, LABEL, keep_volumes, self.worker
+        )
         # Declared dependencies, a volume per resolved set (workers/runners/dependency_volumes.py).
-        self.dependencies = DependencyVolumes(lambda: self.client, image, LABEL, package_index)
+        self.dependencies = DependencyVolumes(
+            lambda: self.client, image, LABEL, package_index, self.worker
+        )
         self.egress = Egress(
             lambda: self.client,
             image,
             LABEL,
             egress_network,
             egress_private,
-            labels={QUEUE_LABEL: self.queue_name},
+            labels={QUEUE_LABEL: self.queue_name, WORKER_LABEL: self.worker},
         )
         # Finished containers' ids, and cleanups that must follow them (a run's egress gate).
         self._removals: queue.Queue[str | Callable[[], None]] = queue.Queue()
@@ -190,7 +196,7 @@ class SparkRunner:
             "mem_limit": MEMORY_LIMIT,
             "nano_cpus": NANO_CPUS,
             "user": NOBODY,
-            "labels": {LABEL: job.run_id, QUEUE_LABEL: self.queue_name},
+            "labels": {LABEL: job.run_id, QUEUE_LABEL: self.queue_name, WORKER_LABEL: self.worker},
             "volumes": {str(volume): {"bind": SKILL_MOUNT, "mode": "ro"}},
             "working_dir": WORK_MOUNT if work is not None else SKILL_MOUNT,
             "environment": script_environment(job, {"PATH": IMAGE_PATH, "HOME": "/tmp"}),
@@ -240,13 +246,16 @@ class SparkRunner:
 
     def leftovers(self) -> list[Any]:
         """Every container labelled as a run of this worker's queue (or as a run with no queue,
-        or as a volume's loader), running or not: another queue's worker on this engine keeps
-        its own."""
+        or as a volume's loader), running or not, that no live worker made: another queue's
+        worker on this engine, and another live worker of this queue on this host, keep theirs."""
         found = self.client.containers.list(all=True, filters={"label": LABEL})
         return [container for container in found if self._ours(container.labels)]
 
     def _ours(self, labels: dict[str, str] | None) -> bool:
-        return (labels or {}).get(QUEUE_LABEL, self.queue_name) == self.queue_name
+        labels = labels or {}
+        if labels.get(QUEUE_LABEL, self.queue_name) != self.queue_name:
+            return False
+        return not worker_alive(labels.get(WORKER_LABEL))
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
         """Run in a new container that mounts the skill's volume, proven for the job's hash.
@@ -340,7 +349,7 @@ class SparkRunner:
 
     def _work_volume(self, job: Job, held: contextlib.ExitStack) -> WorkVolume:
         """The run's /work volume; removed after its container (the remover keeps that order)."""
-        labels = {LABEL: job.run_id, QUEUE_LABEL: self.queue_name}
+        labels = {LABEL: job.run_id, QUEUE_LABEL: self.queue_name, WORKER_LABEL: self.worker}
         work = create_volume(self.client, labels, self.work_direct)
         self._start_remover()
         held.callback(self._removals.put, functools.partial(self._remove_volume, work.name))
