@@ -28,6 +28,7 @@ from conftest import IN_CI
 from docker.errors import DockerException
 from fleet import killed_worker_leaves_no_child
 from hyperlight_standin import write_stand_in
+from test_spark_runner import labelled
 
 from relay.errors import PackageUnverified
 from relay.streams import RunStream, read_events
@@ -63,7 +64,7 @@ def engine() -> Iterator[docker.DockerClient]:
             pytest.fail(f"Docker and {IMAGE} are required in CI (CI=true): {e}")
         pytest.skip(f"Docker or {IMAGE} is not available ({type(e).__name__})")
     yield client
-    assert client.containers.list(all=True, filters={"label": LABEL}) == []
+    assert labelled(client) == []
     client.close()
 
 

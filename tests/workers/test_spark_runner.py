@@ -67,9 +67,32 @@ def runner(engine: docker.DockerClient) -> Iterator[SparkRunner]:
     assert not set(held) & {v.name for v in engine.volumes.list()}, "a skill volume stayed"
 
 
-def labelled(engine: docker.DockerClient, run_id: str | None = None) -> list[Any]:
+def labelled(
+    engine: docker.DockerClient, run_id: str | None = None, every: bool = False
+) -> list[Any]:
+    """The run containers on the engine, but another live worker's (a first-pass test's
+    `skillfleet up` may run a Spark worker on the same engine meanwhile) unless `every`."""
     label = LABEL if run_id is None else f"{LABEL}={run_id}"
-    return list(engine.containers.list(all=True, filters={"label": label}))
+    found = engine.containers.list(all=True, filters={"label": label})
+    return [container for container in found if every or not elsewhere(container.labels)]
+
+
+MINE = worker_identity()
+# A worker process that is gone: no process on this host has that pid.
+GONE = f"{socket.gethostname()}:{2**22 + 1}:1"
+
+
+@pytest.fixture
+def gone_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runners made in the test stand for a worker that was killed: what they make is labelled
+    with a process that no longer runs, as a crashed worker's leftovers are."""
+    monkeypatch.setattr("workers.runners.spark.worker_identity", lambda: GONE)
+
+
+def elsewhere(labels: dict[str, str] | None) -> bool:
+    """Whether another live worker process made it: not this test's to count."""
+    worker = (labels or {}).get(WORKER_LABEL)
+    return bool(worker) and worker != MINE and worker_alive(worker)
 
 
 def skill(tmp_path: Path, name: str, text: str) -> Path:
@@ -477,7 +500,7 @@ def test_start_leaves_what_a_live_worker_of_the_same_queue_made_and_removes_a_go
 ):
     """Two Spark workers on one engine: one's start never takes the other's running run."""
     live = worker_identity()  # this process: alive
-    gone = f"{socket.gethostname()}:{2**22 + 1}:1"  # no such process on this host
+    gone = GONE
     made = []
     try:
         for worker in (live, gone):
@@ -725,15 +748,17 @@ def test_a_killed_worker_s_running_container_is_removed_at_once(tmp_path, engine
     try:
         assert worker.stdout is not None
         run_id = json.loads(worker.stdout.readline())["run_id"]
-        assert [c.status for c in labelled(engine, run_id)] == ["running"]
+        assert [c.status for c in labelled(engine, run_id, every=True)] == ["running"]
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         # Not left to the next Spark worker's start: its keeper removes it now.
-        wait_until(lambda: labelled(engine, run_id) == [], 30, "the run's container to go")
+        wait_until(
+            lambda: labelled(engine, run_id, every=True) == [], 30, "the run's container to go"
+        )
     finally:
         worker.kill()
         worker.wait()
-        for container in labelled(engine, run_id) if run_id else []:
+        for container in labelled(engine, run_id, every=True) if run_id else []:
             container.remove(force=True)
 
 

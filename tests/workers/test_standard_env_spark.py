@@ -17,7 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 import redis
-from test_spark_runner import IMAGE, engine, never  # noqa: F401 - the module's engine fixture
+from test_spark_runner import IMAGE, engine, labelled, never  # noqa: F401 - the module's engine fixture
 
 from relay.streams import RunStream
 from store.hashing import content_hash
@@ -127,4 +127,4 @@ def test_a_declared_package_the_index_does_not_have_ends_the_run_before_any_cont
     message = refused.value.message
     assert message.startswith("The skill's declared dependencies could not be installed: ")
     assert "skillfleet-no-such-package-4711 was not found in the package registry" in message
-    assert engine.containers.list(all=True, filters={"label": "skillfleet.run"}) == []
+    assert labelled(engine) == []
