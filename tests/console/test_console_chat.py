@@ -280,10 +280,12 @@ def test_the_model_picker_lists_a_sources_models_says_why_another_cant_and_saves
         page.wait_for_selector(".saved:has-text('Saved: local-llama on proxy')")
         page.select_option("#reasoning-effort", "low")
         page.wait_for_selector(".saved:has-text('reasoning effort low')")
+        page.select_option("#context-tier", "medium")
+        page.wait_for_selector(".saved:has-text('context medium')")
     with owner.http() as client:
         chosen = client.get("/api/settings/model").json()
-    assert (chosen["source"], chosen["model"], chosen["reasoning_effort"]) == (
-        "proxy", "local-llama", "low",
+    assert (chosen["source"], chosen["model"], chosen["reasoning_effort"], chosen["context"]) == (
+        "proxy", "local-llama", "low", "medium",
     )  # fmt: skip
 
 

@@ -1,10 +1,13 @@
-// The model picker: the owner's sources and the models each lists (or why it can't), and the
-// reasoning effort; a choice is saved at once as the default model (PUT /api/settings/model).
+// The model picker: the owner's sources and the models each lists (or why it can't), the
+// reasoning effort and the context tier; a choice is saved at once as the default model
+// (PUT /api/settings/model).
 
 import { get, listAll, put } from "./api.js";
 import { h, replace, showError } from "./ui.js";
 
 const EFFORTS = ["none", "minimal", "low", "medium", "high"];
+// The context tiers and the tokens of history each leaves room for (docs/turns.md).
+const CONTEXTS = [["small", "8,192 tokens"], ["medium", "32,768 tokens"], ["large", "131,072 tokens"]];
 
 async function modelsOf(source) {
   try {
@@ -36,6 +39,16 @@ function effortSelect(current) {
     EFFORTS.map((effort) => h("option", { value: effort, selected: current.reasoning_effort === effort }, effort)));
 }
 
+function contextSelect(current) {
+  const chosen = current.context == null ? "" : String(current.context);
+  const known = CONTEXTS.some(([tier]) => tier === chosen);
+  return h("select", { id: "context-tier", name: "context" },
+    h("option", { value: "", selected: !chosen }, "whole history"),
+    CONTEXTS.map(([tier, size]) => h("option", { value: tier, selected: chosen === tier }, `${tier} (${size})`)),
+    // A number of tokens set through the API or the CLI shows as it is.
+    chosen && !known ? h("option", { value: chosen, selected: true }, `${chosen} tokens`) : null);
+}
+
 // Each source that can't list its models, with its reason.
 function problems(lists) {
   const failed = lists.filter((list) => list.error);
@@ -51,14 +64,17 @@ export function picker() {
   const note = h("span", { class: "muted saved", role: "status" });
   let current;
 
-  async function save(model, effort) {
+  async function save(model, effort, context) {
     replace(note, "");
     if (!model.value) return;
     const [source, name] = JSON.parse(model.value);
-    const body = { source, model: name, reasoning_effort: effort.value || null, context: current.context ?? null };
+    const tier = context.value === "" ? null : /^\d+$/.test(context.value) ? Number(context.value) : context.value;
+    const body = { source, model: name, reasoning_effort: effort.value || null, context: tier };
     try {
       current = await put("/api/settings/model", body);
-      replace(note, `Saved: ${name} on ${source}${body.reasoning_effort ? `, reasoning effort ${body.reasoning_effort}` : ""}.`);
+      const effortNote = body.reasoning_effort ? `, reasoning effort ${body.reasoning_effort}` : "";
+      const contextNote = body.context ? `, context ${body.context}` : "";
+      replace(note, `Saved: ${name} on ${source}${effortNote}${contextNote}.`);
     } catch (error) {
       showError(error, "Choosing the model");
     }
@@ -75,12 +91,13 @@ export function picker() {
     const lists = await Promise.all(sources.map(modelsOf));
     const model = modelSelect(lists, current);
     const effort = effortSelect(current);
-    model.addEventListener("change", () => save(model, effort));
-    effort.addEventListener("change", () => save(model, effort));
+    const context = contextSelect(current);
+    for (const select of [model, effort, context]) select.addEventListener("change", () => save(model, effort, context));
     replace(area,
       h("div", { class: "picker-line" },
         h("label", { for: "model-choice" }, "Model"), model,
-        h("label", { for: "reasoning-effort" }, "Reasoning effort"), effort, note),
+        h("label", { for: "reasoning-effort" }, "Reasoning effort"), effort,
+        h("label", { for: "context-tier" }, "Context"), context, note),
       problems(lists));
   }
 
