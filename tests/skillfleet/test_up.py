@@ -311,34 +311,26 @@ def test_up_prints_an_agent_token_that_calls_tools_but_cannot_answer_approvals(
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
 
 
-def test_the_bootstrap_token_from_the_environment_is_printed_and_works(
-    start: Callable[..., Running],
+def test_a_bootstrap_token_from_the_environment_and_a_configured_folder_of_skills_are_served(
+    tmp_path: Path, start: Callable[..., Running]
 ) -> None:
+    """One start for both (each start costs a dozen processes): the token the environment
+    chose is printed and works, and a folder of two skills is served read-only."""
     chosen = "sf_test_bootstrap_token_for_up"
-    up = start(SKILLFLEET_BOOTSTRAP_TOKEN=chosen)
+    shelf = tmp_path / "shelf"
+    write_skill(shelf, "disk-report")
+    write_skill(shelf, "log-tail")
+    config = write_config(tmp_path / "skillfleet.yaml", shelf)
+    up = start(SKILLFLEET_BOOTSTRAP_TOKEN=chosen, SKILLFLEET_CONFIG=str(config))
 
     assert up.wait_for_token() == chosen
     listed = httpx.get(f"{up.url}/api/skills", headers=bearer(chosen), timeout=10)
     assert listed.status_code == 200
-    assert up.ctrl_c() == 0
-    assert not (up.data_dir / "owner-token").exists()
-
-
-def test_a_configured_folder_of_two_skills_is_served_read_only(
-    tmp_path: Path, start: Callable[..., Running]
-) -> None:
-    shelf = tmp_path / "shelf"
-    write_skill(shelf, "disk-report")
-    write_skill(shelf, "log-tail")
-    up = start(SKILLFLEET_CONFIG=str(write_config(tmp_path / "skillfleet.yaml", shelf)))
-
-    token = up.wait_for_token()
-
-    listed = httpx.get(f"{up.url}/api/skills", headers=bearer(token), timeout=10).json()
-    configured = {s["name"]: s for s in listed if s["source"] == "path"}
+    configured = {s["name"]: s for s in listed.json() if s["source"] == "path"}
     assert sorted(configured) == ["disk-report", "log-tail"]
     assert all(skill["read_only"] is True for skill in configured.values())
     assert up.ctrl_c() == 0
+    assert not (up.data_dir / "owner-token").exists()
 
 
 def test_a_missing_configured_path_stops_start_up_naming_the_path(tmp_path: Path) -> None:
