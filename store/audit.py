@@ -13,7 +13,7 @@ lock on PostgreSQL (a concurrent append of the owner waits for this transaction 
 reads the head it left) and SQLite's one write lock; the record follows in the same
 transaction. Two statements an append: it is written for every call and run, so the two are
 run as each database's own SQL on the driver's connection (store/auditsql.py), and the record
-is stored in its key, `(owner_id, seq)`, and one index, the subject's. So an append belongs in
+has its key, `(owner_id, seq)`, and one index besides, the subject's. So an append belongs in
 the transaction of the change it records, as its last statement (the head's lock is then held
 for the commit only), and is undone with it.
 

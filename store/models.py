@@ -846,8 +846,6 @@ class AuditRecord(Base):
     __table_args__ = (
         # What happened to one call, run, approval or skill, in order.
         Index("ix_audit_records_owner_subject_seq", "owner_id", "subject", "seq"),
-        # On SQLite the table is the key's own B-tree: an append writes two, not three.
-        {"sqlite_with_rowid": False},
     )
 
     # The key is the chain's order, and the lists' (api/audit.py): a kind and a time are

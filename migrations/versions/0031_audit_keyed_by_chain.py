@@ -1,11 +1,10 @@
 """audit records keyed by their chain: (owner_id, seq) is the primary key, no id, no time index
 
-An append wrote the record's row and three indexes besides the head (the id's, the chain's,
-the subject's, and the time's). The chain's own key, `(owner_id, seq)`, becomes the primary
-key (on SQLite a table without rowid, stored in that key's B-tree), the id it replaces goes,
-and so does the `created_at` index: retention walks each chain from its start, the lists filter
-a time along the chain. An append now writes the record in its key's tree and the subject
-index.
+An append wrote the record's row and four indexes besides the head (the id's, the chain's,
+the subject's and the time's; on SQLite the id's is the table itself). The chain's own key,
+`(owner_id, seq)`, becomes the primary key, the id it replaces goes, and so does the
+`created_at` index: retention walks each chain from its start, the lists filter a time along
+the chain. An append now writes the record's row, its key and the subject index.
 
 Revision ID: 0031
 Revises: 0030
@@ -52,9 +51,9 @@ def downgrade() -> None:
 
 
 def _rebuild(keyed_by_chain: bool) -> None:
-    """SQLite: the table made anew (a key and the rowid can't be changed in place), its rows
-    copied in chain order."""
-    op.create_table("audit_records_new", *_columns(keyed_by_chain), **_options(keyed_by_chain))
+    """SQLite: the table made anew (its key can't be changed in place), its rows copied in
+    chain order."""
+    op.create_table("audit_records_new", *_columns(keyed_by_chain))
     op.execute(
         f"INSERT INTO audit_records_new ({COLUMNS}) "
         f"SELECT {COLUMNS} FROM audit_records ORDER BY owner_id, seq"
@@ -88,7 +87,3 @@ def _columns(keyed_by_chain: bool) -> list[Any]:
         sa.PrimaryKeyConstraint("id", name="pk_audit_records"),
         sa.UniqueConstraint("owner_id", "seq", name="uq_audit_records_owner_id"),
     ]
-
-
-def _options(keyed_by_chain: bool) -> dict[str, bool]:
-    return {"sqlite_with_rowid": False} if keyed_by_chain else {}
