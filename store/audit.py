@@ -11,13 +11,15 @@ Appends never fork a chain: `append` first moves the owner's head row (`audit_he
 last seq) by one UPDATE that also reads the hash of the record before, which takes that row's
 lock on PostgreSQL (a concurrent append of the owner waits for this transaction to end, then
 reads the head it left) and SQLite's one write lock; the record follows in the same
-transaction. Two statements an append: it is written for every call and run. So an append
-belongs in the transaction of the change it records, as its last statement (the head's lock is
-then held for the commit only), and is undone with it.
+transaction. Two statements an append: it is written for every call and run, so the two are
+run as each database's own SQL on the driver's connection (store/auditsql.py), and the record
+has its key, `(owner_id, seq)`, and one index besides, the subject's. So an append belongs in
+the transaction of the change it records, as its last statement (the head's lock is then held
+for the commit only), and is undone with it.
 
-Retention trims the oldest records (`trim`) but each owner's last, so the chain goes on, and
-`auditchain.verify` takes the first record it is given as it is (its prev_hash is not checked
-against anything).
+Retention trims each chain from its start (`trim`) but each owner's last record, so the chain
+goes on, and `auditchain.verify` takes the first record it is given as it is (its prev_hash is
+not checked against anything).
 
 Facts are small: names, hashes, ids, counts, outcomes. Never a call's arguments, a run's
 output or a secret's value: a value is a string (cut at MAX_FACT_CHARS), a whole number, a
@@ -33,10 +35,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Table, bindparam, delete, insert, literal_column, select, update
+from sqlalchemy import Table, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from store import auditsql
 from store.auditchain import GENESIS, canonical, timestamp
 from store.auditchain import KINDS as KINDS
 from store.auditchain import AuditKind as AuditKind
@@ -55,26 +58,7 @@ Connection = Session | CoreConnection
 
 _HEADS = cast(Table, AuditHead.__table__)
 _RECORDS = cast(Table, AuditRecord.__table__)
-# The hash of the owner's record before the head's new seq: read in the statement that moves
-# the head, so an append is two statements (this one and its INSERT).
-# RETURNING names the head's columns bare, so the subquery's own are an alias's, and the
-# head's seq is spelled out.
-_EARLIER = _RECORDS.alias("earlier")
-_PREVIOUS = (
-    select(_EARLIER.c.hash)
-    .where(
-        _EARLIER.c.owner_id == bindparam("owner"),
-        _EARLIER.c.seq == literal_column("audit_heads.seq", BigInteger) - 1,
-    )
-    .scalar_subquery()
-)
-# Moves the owner's head on by one and reads it: the lock that keeps the chain one line.
-_ADVANCE = (
-    update(_HEADS)
-    .where(_HEADS.c.owner_id == bindparam("owner"))
-    .values(seq=_HEADS.c.seq + 1)
-    .returning(_HEADS.c.seq, _PREVIOUS.label("prev_hash"))
-)
+# The record before an append's seq, read again when the head's UPDATE could not see it.
 _PREVIOUS_AGAIN = select(_RECORDS.c.hash).where(
     _RECORDS.c.owner_id == bindparam("owner"), _RECORDS.c.seq == bindparam("seq")
 )
@@ -82,7 +66,6 @@ _NEW_HEAD = {
     name: dialect.insert(_HEADS).on_conflict_do_nothing(index_elements=["owner_id"])
     for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
 }
-_INSERT = insert(_RECORDS)
 
 
 class AuditError(ValueError):
@@ -136,31 +119,29 @@ def append(
     if not _enabled:
         return Entry(owner_id, 0, utcnow(), str(kind), actor, subject, {}, GENESIS)
     checked = _checked(facts or {})
-    seq, prev_hash = _advance(connection, owner_id)
+    dialect, dbapi = auditsql.driver(connection)
+    seq, prev_hash = _advance(connection, dialect, dbapi, owner_id)
     # Whole microseconds in UTC: what both databases keep and give back.
     entry = Entry(
         owner_id, seq, utcnow(), str(kind), actor[:MAX_ACTOR_CHARS],
         subject[:MAX_SUBJECT_CHARS], checked, prev_hash,
     )  # fmt: skip
-    digest = entry.digest()
-    values = {
-        "owner_id": owner_id, "seq": seq, "created_at": entry.created_at, "kind": entry.kind,
-        "actor": entry.actor, "subject": entry.subject, "facts": checked,
-        "prev_hash": prev_hash, "hash": digest,
-    }  # fmt: skip
-    connection.execute(_INSERT, values)
+    auditsql.insert(
+        dialect, dbapi,
+        (owner_id, seq, entry.created_at, entry.kind, entry.actor, entry.subject, checked,
+         prev_hash, entry.digest()),
+    )  # fmt: skip
     return entry
 
 
-def _advance(connection: Connection, owner_id: int) -> tuple[int, str]:
+def _advance(connection: Connection, dialect: str, dbapi: Any, owner_id: int) -> tuple[int, str]:
     """The owner's next seq and the hash before it, with the owner's head locked."""
-    row = connection.execute(_ADVANCE, {"owner": owner_id}).first()
+    row = auditsql.advance(dialect, dbapi, owner_id)
     if row is None:  # the owner's first record: its head is made once, whoever races
-        dialect = _dialect(connection)
         connection.execute(_NEW_HEAD[dialect], {"owner_id": owner_id, "seq": 0})
-        row = connection.execute(_ADVANCE, {"owner": owner_id}).first()
+        row = auditsql.advance(dialect, dbapi, owner_id)
         assert row is not None
-    seq, previous = int(row.seq), row.prev_hash
+    seq, previous = int(row[0]), row[1]
     if seq == 1:
         return seq, GENESIS
     if previous is None:
@@ -170,11 +151,6 @@ def _advance(connection: Connection, owner_id: int) -> tuple[int, str]:
     if previous is None:
         raise AuditError(f"The audit chain of owner {owner_id} lost its last record.")
     return seq, str(previous)
-
-
-def _dialect(connection: Connection) -> str:
-    bind = connection.get_bind() if isinstance(connection, Session) else connection
-    return str(bind.dialect.name)
 
 
 def _checked(facts: Mapping[str, Fact]) -> dict[str, Fact]:
@@ -223,19 +199,50 @@ def exported(record: AuditRecord) -> dict[str, Any]:
 
 
 def trim(connection: Connection, older_than: timedelta, limit: int) -> int:
-    """Remove at most `limit` records older than `older_than`, oldest first; how many went.
+    """Remove at most `limit` records older than `older_than`; how many went.
 
-    Each owner's last record stays, however old: the next append reads its hash.
+    Each chain is trimmed from its start, along its key: its oldest records by seq, up to the
+    first that is not older (a record dated earlier than one before it, as another host's
+    clock may write it, waits for that one), so what stays of a chain is whole from its first
+    record on. Each owner's last record stays, however old: the next append reads its hash.
     """
     cutoff = utcnow() - older_than
-    last = select(_HEADS.c.seq).where(_HEADS.c.owner_id == _RECORDS.c.owner_id).scalar_subquery()
+    first = (
+        select(_RECORDS.c.created_at)
+        .where(_RECORDS.c.owner_id == _HEADS.c.owner_id)
+        .order_by(_RECORDS.c.seq)
+        .limit(1)
+        .scalar_subquery()
+    )
+    chains = (
+        select(_HEADS.c.owner_id, _HEADS.c.seq).where(first < cutoff).order_by(_HEADS.c.owner_id)
+    )
+    removed = 0
+    for owner_id, last in connection.execute(chains).all():
+        if removed >= limit:
+            break
+        removed += _trim_chain(connection, owner_id, last, cutoff, limit - removed)
+    return removed
+
+
+def _trim_chain(
+    connection: Connection, owner_id: int, last: int, cutoff: datetime, limit: int
+) -> int:
+    """Remove the owner's oldest records (at most `limit`, never seq `last`) written before
+    `cutoff`, up to the first that was not."""
     oldest = (
-        select(_RECORDS.c.id)
-        .where(_RECORDS.c.created_at < cutoff, _RECORDS.c.seq < last)
-        .order_by(_RECORDS.c.created_at)
+        select(_RECORDS.c.seq, _RECORDS.c.created_at)
+        .where(_RECORDS.c.owner_id == owner_id, _RECORDS.c.seq < last)
+        .order_by(_RECORDS.c.seq)
         .limit(limit)
     )
-    ids = [row.id for row in connection.execute(oldest)]
-    if ids:
-        connection.execute(delete(_RECORDS).where(_RECORDS.c.id.in_(ids)))
-    return len(ids)
+    count, upto = 0, None
+    for seq, created_at in connection.execute(oldest):
+        if created_at >= cutoff:
+            break
+        count, upto = count + 1, seq
+    if upto is not None:
+        connection.execute(
+            delete(_RECORDS).where(_RECORDS.c.owner_id == owner_id, _RECORDS.c.seq <= upto)
+        )
+    return count

@@ -846,16 +846,17 @@ class AuditRecord(Base):
 
     __tablename__ = "audit_records"
     __table_args__ = (
-        # The chain's order, and the lists' (api/audit.py); a kind is filtered along it.
-        UniqueConstraint("owner_id", "seq"),
         # What happened to one call, run, approval or skill, in order.
         Index("ix_audit_records_owner_subject_seq", "owner_id", "subject", "seq"),
     )
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    owner_id: Mapped[int] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"))
-    seq: Mapped[int] = mapped_column(BigInteger)
-    created_at: Mapped[datetime] = mapped_column(index=True)
+    # The key is the chain's order, and the lists' (api/audit.py): a kind and a time are
+    # filtered along it, and retention trims each chain from its start (store/audit.py).
+    owner_id: Mapped[int] = mapped_column(
+        ForeignKey("owners.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    created_at: Mapped[datetime]
     kind: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(100))
     subject: Mapped[str] = mapped_column(String(300))

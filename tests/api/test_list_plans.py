@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 from factories import owner_id_of
-from sqlalchemy import event
+from sqlalchemy import event, update
 
 from api.paging import _encode, _scope
-from store.models import utcnow
+from store import audit
+from store.audit import AuditKind
+from store.db import transaction
+from store.models import AuditRecord, utcnow
 
 # The route, the table it pages and the index whose order it reads.
 LISTS = [
@@ -49,8 +52,9 @@ def statements_of(engine: Any) -> Iterator[list[tuple[str, Any]]]:
         event.remove(engine, "before_cursor_execute", record)
 
 
-def plan_of(engine: Any, statement: str, parameters: Any) -> str:
-    """The database's plan for `statement`, as text."""
+def plan_of(engine: Any, statement: str, parameters: Any, bitmaps: bool = True) -> str:
+    """The database's plan for `statement`, as text (PostgreSQL's without bitmap scans, if
+    `bitmaps` is false)."""
     with engine.connect() as connection:
         if engine.dialect.name == "sqlite":
             rows = connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
@@ -58,6 +62,8 @@ def plan_of(engine: Any, statement: str, parameters: Any) -> str:
         # With a handful of rows a sequential scan is cheapest: the plan at scale is the one
         # asked for here, where the planner may not scan the table whole.
         connection.exec_driver_sql("SET enable_seqscan = off")
+        if not bitmaps:
+            connection.exec_driver_sql("SET enable_bitmapscan = off")
         rows = connection.exec_driver_sql(f"EXPLAIN {statement}", parameters)
         plan = "\n".join(str(row[0]) for row in rows)
         connection.rollback()
@@ -107,3 +113,80 @@ def test_each_list_reads_its_page_and_count_through_the_index_of_its_order(
                     else (r"Index Cond: .*ROW\(created_at")
                 )
                 assert re.search(bound, plan), plan
+
+
+# The audit trail's reads (api/audit.py) and retention (store/audit.py): each through the
+# chain's key (`pk_audit_records`, SQLite's automatic index of it) or the subject's, never a scan
+# of every owner's records nor a sort, the time filters along the chain included.
+AUDIT_READS = [
+    "page_size=5",
+    "page_size=5&kind=run.ended",
+    "page_size=5&subject=run-1",
+    "page_size=5&since=2026-01-01T00:00:00Z",
+    "page_size=5&until=2026-01-01T00:00:00Z",
+    "page_size=5&since=2026-01-01T00:00:00Z&until=2030-01-01T00:00:00Z",
+    "format=jsonl",
+    "format=jsonl&since=2026-01-01T00:00:00Z",
+]
+
+
+def assert_audit_plan(engine: Any, statement: str, parameters: Any, index: str) -> None:
+    # A few hundred records: PostgreSQL would collect the few a time or a chain's start matches
+    # in a bitmap and sort them, read from the same index; the plan at scale walks that index.
+    plan = plan_of(engine, statement, parameters, bitmaps=False)
+    if engine.dialect.name == "sqlite":
+        assert "TEMP B-TREE" not in plan, (statement, plan)
+        assert not re.search(r"SCAN audit_records\b(?! USING)", plan), (statement, plan)
+        sqlite_index = "sqlite_autoindex_audit_records_1" if index == "pk_audit_records" else index
+        # A count may read the smaller subject index for the owner's rows: either serves it.
+        assert sqlite_index in plan or "COVERING INDEX" in plan, (statement, plan)
+    else:
+        assert "Sort" not in plan and "Seq Scan on audit_records" not in plan, (statement, plan)
+        assert index in plan or "ix_audit_records_" in plan, (statement, plan)
+
+
+@pytest.mark.both_databases
+@pytest.mark.parametrize("query", AUDIT_READS)
+def test_the_audit_trail_reads_through_the_chains_key_or_the_subjects_index(
+    client, auth, services, query
+):
+    index = "ix_audit_records_owner_subject_seq" if "subject" in query else "pk_audit_records"
+    alice = owner_id_of(services)
+    with transaction(services.sessions) as session:
+        for number in range(300):  # a subject is one record of hundreds
+            audit.append(session, alice, AuditKind.RUN_ENDED, "worker", f"run-{number}")
+    if services.engine.dialect.name == "postgresql":
+        with services.engine.begin() as connection:  # the planner's figures of that
+            connection.exec_driver_sql("ANALYZE audit_records")
+    with statements_of(services.engine) as seen:
+        response = client.get(f"/api/audit?{query}", headers=auth)
+        assert response.status_code == 200, response.data  # an export is read meanwhile
+        if "Link" in response.headers:  # and the next page, after its cursor
+            following = response.headers["Link"].split(";")[0].strip("<>")
+            assert client.get(following, headers=auth).status_code == 200
+    read = [(s, p) for s, p in seen if re.search(r"\bFROM audit_records\b", s)]
+    assert read, seen
+    if "Link" in response.headers:
+        after = [s for s, _ in read if re.search(r"\(audit_records\.seq\) < \(", s)]
+        assert len(after) == 1, read
+    for statement, parameters in read:
+        assert_audit_plan(services.engine, statement, parameters, index)
+
+
+@pytest.mark.both_databases
+def test_audit_retention_walks_each_chain_from_its_start_through_its_key(services):
+    alice = owner_id_of(services)
+    with transaction(services.sessions) as session:
+        for number in range(3):
+            audit.append(session, alice, AuditKind.RUN_ENDED, "worker", f"run-{number}")
+        session.execute(
+            update(AuditRecord)
+            .where(AuditRecord.owner_id == alice, AuditRecord.seq <= 2)
+            .values(created_at=utcnow() - timedelta(days=40))
+        )
+    with statements_of(services.engine) as seen, transaction(services.sessions) as session:
+        assert audit.trim(session, timedelta(days=30), limit=100) == 2
+    touching = [(s, p) for s, p in seen if "audit_records" in s]
+    assert len(touching) == 3, touching  # the chains to trim, one chain's start, its DELETE
+    for statement, parameters in touching:
+        assert_audit_plan(services.engine, statement, parameters, "pk_audit_records")

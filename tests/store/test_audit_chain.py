@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from store import audit, auditchain
+from store import audit, auditchain, auditsql
 from store.audit import AuditError, AuditKind
 from store.auditchain import GENESIS
 from store.db import make_engine, make_sessions, transaction
@@ -256,3 +256,52 @@ def test_an_append_that_waited_for_anothers_lock_links_to_the_record_it_left(dat
         assert auditchain.verify(records).broken is None
     finally:
         engine.dispose()
+
+
+def test_retention_trims_a_chain_from_its_start_only(sessions):
+    alice = owner(sessions)
+    for number in range(5):
+        with transaction(sessions) as session:
+            audit.append(session, alice, AuditKind.RUN_ENDED, "worker", f"run-{number}")
+    # Seq 3 dated before seq 2, as another host's clock may: it waits for seq 2 to be old too.
+    with transaction(sessions) as session:
+        session.execute(
+            update(AuditRecord)
+            .where(AuditRecord.owner_id == alice, AuditRecord.seq.in_([1, 3]))
+            .values(created_at=utcnow() - timedelta(days=400))
+        )
+    with transaction(sessions) as session:
+        assert audit.trim(session, timedelta(days=365), limit=100) == 1
+    records = chain(sessions, alice)
+    assert [r["seq"] for r in records] == [2, 3, 4, 5]
+
+
+def test_retention_removes_at_most_its_limit_across_chains(sessions):
+    alice, bob = owner(sessions), owner(sessions, "bob")
+    for who in (alice, bob):
+        for number in range(4):
+            with transaction(sessions) as session:
+                audit.append(session, who, AuditKind.RUN_ENDED, "worker", f"run-{number}")
+    with transaction(sessions) as session:
+        session.execute(update(AuditRecord).values(created_at=utcnow() - timedelta(days=400)))
+    with transaction(sessions) as session:
+        assert audit.trim(session, timedelta(days=365), limit=4) == 4
+    with transaction(sessions) as session:
+        assert audit.trim(session, timedelta(days=365), limit=4) == 2
+    assert [r["seq"] for r in chain(sessions, alice)] == [4]
+    assert [r["seq"] for r in chain(sessions, bob)] == [4]
+
+
+def test_a_record_reads_back_as_it_was_hashed(sessions):
+    alice = owner(sessions)
+    facts = {"names": ["a", "é"], "count": 3, "ok": True, "text": 'x\n"y"'}
+    with transaction(sessions) as session:
+        entry = audit.append(session, alice, AuditKind.SECRET_RELEASED, "node:n", "run-1", facts)
+    with sessions() as session:
+        record = session.scalars(select(AuditRecord)).one()
+    assert audit.entry_of(record) == entry
+    assert record.hash == entry.digest()
+
+
+def test_the_driver_sql_writes_every_column_of_a_record():
+    assert auditsql.COLUMNS == tuple(AuditRecord.__table__.columns.keys())

@@ -233,3 +233,50 @@ def test_0026_turns_each_model_setting_into_a_default_source_and_back(database_u
     finally:
         upgrade(database_url)
         engine.dispose()
+
+
+def test_0031_keys_audit_records_by_their_chain_and_back(database_url):
+    engine = make_engine(database_url)
+    record = text(
+        "INSERT INTO audit_records (owner_id, seq, created_at, kind, actor, subject, facts, "
+        "prev_hash, hash) VALUES (1, :seq, :now, 'run.ended', 'worker', :subject, '{}', "
+        ":prev, :hash)"
+    )
+    chain = text("SELECT owner_id, seq, subject, prev_hash, hash FROM audit_records ORDER BY seq")
+    rows = [(1, seq, f"run-{seq}", str(seq - 1) * 64, str(seq) * 64) for seq in (1, 2)]
+    try:
+        command.downgrade(alembic_config(database_url), "0030")
+        with engine.begin() as connection:
+            connection.execute(
+                text("INSERT INTO owners (id, name, created_at) VALUES (1, 'a', :now)"),
+                {"now": utcnow()},
+            )
+            for _, seq, subject, prev, digest in rows:
+                connection.execute(
+                    record,
+                    {"seq": seq, "now": utcnow(), "subject": subject, "prev": prev, "hash": digest},
+                )
+    finally:
+        upgrade(database_url)
+    try:
+        with engine.connect() as connection:
+            assert [tuple(row) for row in connection.execute(chain)] == rows
+        schema = inspect(engine)
+        assert schema.get_pk_constraint("audit_records")["constrained_columns"] == [
+            "owner_id",
+            "seq",
+        ]
+        assert {index["name"] for index in schema.get_indexes("audit_records")} == {
+            "ix_audit_records_owner_subject_seq"
+        }
+        command.downgrade(alembic_config(database_url), "0030")
+        with engine.connect() as connection:
+            assert [tuple(row) for row in connection.execute(chain)] == rows
+            ids = text("SELECT id FROM audit_records ORDER BY seq")
+            assert len(set(connection.execute(ids).scalars())) == 2
+        assert "ix_audit_records_created_at" in {
+            index["name"] for index in inspect(engine).get_indexes("audit_records")
+        }
+    finally:
+        upgrade(database_url)
+        engine.dispose()
