@@ -5,7 +5,7 @@ judged again against the owner's trusted keys as its first import was, rather th
 back unsigned.
 
 Revision ID: 0032
-Revises: 0030
+Revises: 0031
 Create Date: 2026-12-06 19:00:00
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0032"
-down_revision: str | None = "0030"
+down_revision: str | None = "0031"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
