@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl
 
 from store.settings import Settings
 
@@ -231,18 +231,14 @@ def scrub_request() -> None:
         current.set_attribute("url.query", "&".join(dict.fromkeys(key for key, _ in query)))
         current.set_attribute("http.target", request.path)
         current.set_attribute("url.path", request.path)
-        current.set_attribute("http.url", _without_query(request.url))
-        current.set_attribute("url.full", _without_query(request.url))
+        url = request.base_url  # the request's URL without its query, worked out once
+        current.set_attribute("http.url", url)
+        current.set_attribute("url.full", url)
     attributes = getattr(current, "attributes", None) or {}
     for header in SECRET_HEADERS:
         key = f"http.request.header.{header}"
         if key in attributes:
             current.set_attribute(key, ["[redacted]"])
-
-
-def _without_query(url: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
 def _resource(service: str) -> Any:
