@@ -164,7 +164,6 @@ def start(settings: Settings, service: str, quiet: Iterable[str] = ()) -> bool:
         return _tracer is not None
     from opentelemetry import trace
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
-    from opentelemetry.instrumentation.redis import RedisInstrumentor
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -175,8 +174,6 @@ def start(settings: Settings, service: str, quiet: Iterable[str] = ()) -> bool:
     trace.set_tracer_provider(provider)
     if "celery" not in settings.trace_skipped:
         CeleryInstrumentor().instrument(tracer_provider=provider)  # type: ignore[no-untyped-call]
-    if "redis" not in settings.trace_skipped:
-        RedisInstrumentor().instrument(tracer_provider=provider)
     _skipped = settings.trace_skipped
     _tracer = provider.get_tracer("skillfleet")
     return True
@@ -201,6 +198,19 @@ def instrument_engine(engine: Engine) -> None:
     # engine's events, which stay.
     unwrap(Engines, "connect")
     _engine_traced = True
+
+
+def instrument_redis(client: object) -> None:
+    """Trace the commands of one of skillfleet's Redis clients (relay/connections.py makes
+    them all, sync and asyncio). The Celery transport's own connections stay untraced: its
+    publish and its task are the Celery instrumentation's spans already, and wrapping every
+    Redis client of the process would add a span to each call's trace for the publish and
+    a dropped one for each message the worker takes and acknowledges."""
+    if _tracer is None or "redis" in _skipped:
+        return
+    from opentelemetry.instrumentation.redis import RedisInstrumentor
+
+    RedisInstrumentor.instrument_client(client)  # type: ignore[arg-type]
 
 
 def instrument_app(app: Flask) -> None:
