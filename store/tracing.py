@@ -3,10 +3,12 @@
 Off (no OTEL_EXPORTER_OTLP_ENDPOINT, no OTEL_TRACES_EXPORTER), nothing of OpenTelemetry is
 imported and every helper here returns at its first line. On, `start` sets up the SDK with a
 batching exporter (spans leave from a thread of their own, so a collector that is slow or down
-never holds a call) and the Flask, Celery, SQLAlchemy and Redis instrumentations; a tool call is
-then one trace: the API's request, the call and its policy decision, the owner's answer when it
-was asked (broker/traces.py carries the call's context across that wait), the Celery task and
-the run on its worker.
+never holds a call) and the Celery instrumentation; the Flask, SQLAlchemy and Redis ones go on
+the API's app, the process's engine and each of skillfleet's Redis clients as they are made
+(`instrument_app`, `instrument_engine`, `instrument_redis`). A tool call is then one trace: the
+API's request, the call and its policy decision, the owner's answer when it was asked
+(broker/traces.py carries the call's context across that wait), the Celery task and the run on
+its worker.
 
 What a span may hold: skillfleet's own attributes (`skillfleet.call_id`, `tool`, `tier`,
 `decision`, `rule`, `run_id`, `node`, `skill`, `skill_hash`, `status`), SQL statements (with
