@@ -19,6 +19,7 @@ from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnec
 from redis.connection import parse_url
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from store import tracing
 from store.limits import REDIS_CONNECT_TIMEOUT_SECONDS, REDIS_SOCKET_TIMEOUT_SECONDS
 from store.settings import Settings
 
@@ -42,6 +43,7 @@ def redis_client(settings: Settings) -> redis.Redis:
         )
     else:
         client = redis.Redis.from_url(settings.redis, **options)
+    tracing.instrument_redis(client)
     with _lock:
         _settings[client] = settings
     return client
@@ -69,9 +71,11 @@ def async_client(settings: Settings, **options: Any) -> aioredis.Redis:
             connection_pool_class=BlockingSentinelConnectionPool,
             **options,
         )
-        return client
-    pool = aioredis.BlockingConnectionPool.from_url(settings.redis, **options)
-    return aioredis.Redis(connection_pool=pool)
+    else:
+        pool = aioredis.BlockingConnectionPool.from_url(settings.redis, **options)
+        client = aioredis.Redis(connection_pool=pool)
+    tracing.instrument_redis(client)
+    return client
 
 
 class BlockingSentinelConnectionPool(AsyncSentinelConnectionPool, aioredis.BlockingConnectionPool):
@@ -112,6 +116,7 @@ def same_server(client: redis.Redis, **changes: Any) -> redis.Redis:
         found = redis.Redis(
             connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
         )
+    tracing.instrument_redis(found)
     with _lock:
         if client in _settings:
             _settings[found] = _settings[client]

@@ -3,10 +3,12 @@
 Off (no OTEL_EXPORTER_OTLP_ENDPOINT, no OTEL_TRACES_EXPORTER), nothing of OpenTelemetry is
 imported and every helper here returns at its first line. On, `start` sets up the SDK with a
 batching exporter (spans leave from a thread of their own, so a collector that is slow or down
-never holds a call) and the Flask, Celery, SQLAlchemy and Redis instrumentations; a tool call is
-then one trace: the API's request, the call and its policy decision, the owner's answer when it
-was asked (broker/traces.py carries the call's context across that wait), the Celery task and
-the run on its worker.
+never holds a call) and the Celery instrumentation; the Flask, SQLAlchemy and Redis ones go on
+the API's app, the process's engine and each of skillfleet's Redis clients as they are made
+(`instrument_app`, `instrument_engine`, `instrument_redis`). A tool call is then one trace: the
+API's request, the call and its policy decision, the owner's answer when it was asked
+(broker/traces.py carries the call's context across that wait), the Celery task and the run on
+its worker.
 
 What a span may hold: skillfleet's own attributes (`skillfleet.call_id`, `tool`, `tier`,
 `decision`, `rule`, `run_id`, `node`, `skill`, `skill_hash`, `status`), SQL statements (with
@@ -21,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl
 
 from store.settings import Settings
 
@@ -164,7 +166,6 @@ def start(settings: Settings, service: str, quiet: Iterable[str] = ()) -> bool:
         return _tracer is not None
     from opentelemetry import trace
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
-    from opentelemetry.instrumentation.redis import RedisInstrumentor
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -175,8 +176,6 @@ def start(settings: Settings, service: str, quiet: Iterable[str] = ()) -> bool:
     trace.set_tracer_provider(provider)
     if "celery" not in settings.trace_skipped:
         CeleryInstrumentor().instrument(tracer_provider=provider)  # type: ignore[no-untyped-call]
-    if "redis" not in settings.trace_skipped:
-        RedisInstrumentor().instrument(tracer_provider=provider)
     _skipped = settings.trace_skipped
     _tracer = provider.get_tracer("skillfleet")
     return True
@@ -188,12 +187,32 @@ def instrument_engine(engine: Engine) -> None:
     if _tracer is None or _engine_traced or "sqlalchemy" in _skipped:
         return
     from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+    from opentelemetry.instrumentation.utils import unwrap
+    from sqlalchemy.engine.base import Engine as Engines
 
     # No sqlcommenter: statements stay as written, and so do their spans. The instrumentation
     # declares SQLAlchemy below 2.1 but uses only its engine events, which 2.1 keeps (the
     # fleet's traces test sees its spans), so its version check is skipped.
     SQLAlchemyInstrumentor().instrument(engine=engine, enable_commenter=False, skip_dep_check=True)
+    # Its `connect` span, a connection taken from the pool in every transaction, says nothing
+    # the statements after it don't; the wrapper that starts it goes, and with it its cost
+    # (some 30 µs a transaction, dropped span or not). The statements' spans come from the
+    # engine's events, which stay.
+    unwrap(Engines, "connect")
     _engine_traced = True
+
+
+def instrument_redis(client: object) -> None:
+    """Trace the commands of one of skillfleet's Redis clients (relay/connections.py makes
+    them all, sync and asyncio). The Celery transport's own connections stay untraced: its
+    publish and its task are the Celery instrumentation's spans already, and wrapping every
+    Redis client of the process would add a span to each call's trace for the publish and
+    a dropped one for each message the worker takes and acknowledges."""
+    if _tracer is None or "redis" in _skipped:
+        return
+    from opentelemetry.instrumentation.redis import RedisInstrumentor
+
+    RedisInstrumentor.instrument_client(client)  # type: ignore[arg-type]
 
 
 def instrument_app(app: Flask) -> None:
@@ -224,18 +243,14 @@ def scrub_request() -> None:
         current.set_attribute("url.query", "&".join(dict.fromkeys(key for key, _ in query)))
         current.set_attribute("http.target", request.path)
         current.set_attribute("url.path", request.path)
-        current.set_attribute("http.url", _without_query(request.url))
-        current.set_attribute("url.full", _without_query(request.url))
+        url = request.base_url  # the request's URL without its query, worked out once
+        current.set_attribute("http.url", url)
+        current.set_attribute("url.full", url)
     attributes = getattr(current, "attributes", None) or {}
     for header in SECRET_HEADERS:
         key = f"http.request.header.{header}"
         if key in attributes:
             current.set_attribute(key, ["[redacted]"])
-
-
-def _without_query(url: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
 def _resource(service: str) -> Any:
@@ -274,8 +289,9 @@ def _sampler(settings: Settings, quiet: frozenset[str]) -> Sampler:
     }
     name = settings.trace_sampler
     chosen = roots.get(name.removeprefix("parentbased_"), sampling.ALWAYS_ON)
-    if name.startswith("parentbased_"):
+    follows_parent = name.startswith("parentbased_")
+    if follows_parent:
         chosen = sampling.ParentBased(chosen)
     from store.tracesampler import InTraces
 
-    return InTraces(chosen, quiet)
+    return InTraces(chosen, quiet, follows_parent)

@@ -88,9 +88,9 @@ def test_an_unusable_otel_variable_is_refused_at_start_up_saying_why(env, says):
 
 
 # Builds the API as `skillfleet api` does and answers one tool call; prints the OpenTelemetry
-# modules the process then holds and whether redis-py's commands are wrapped. (Libraries import
-# parts of OpenTelemetry's API and SDK for their own uses, idle unless configured: the MCP SDK
-# its propagation, redis-py 8 the SDK's metrics.)
+# modules the process then holds and whether redis-py's commands, or its client's, are wrapped.
+# (Libraries import parts of OpenTelemetry's API and SDK for their own uses, idle unless
+# configured: the MCP SDK its propagation, redis-py 8 the SDK's metrics.)
 CALL_ONCE = """
 import json, sys
 import redis
@@ -106,7 +106,9 @@ answer = app.test_client().post(
 )
 assert answer.status_code == 200 and answer.get_json()["status"] == "done", answer.data
 loaded = [name for name in sys.modules if name.startswith("opentelemetry")]
-print(json.dumps([loaded, hasattr(redis.Redis.execute_command, "__wrapped__")]))
+client = app.extensions["skillfleet"].redis  # instrumented on its own when traces are on
+wrapped = [hasattr(f, "__wrapped__") for f in (redis.Redis.execute_command, client.execute_command)]
+print(json.dumps([loaded, any(wrapped)]))
 """
 
 
@@ -130,3 +132,57 @@ def test_with_traces_off_a_call_imports_nothing_of_opentelemetry(
     ours = ("opentelemetry.sdk.trace", "opentelemetry.instrumentation", "opentelemetry.exporter")
     assert [name for name in loaded if name.startswith(ours)] == []
     assert not wrapped
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+@pytest.mark.parametrize("remote", [True, False])
+@pytest.mark.parametrize("kind_name", ["INTERNAL", "CLIENT", "CONSUMER"])
+def test_a_span_under_a_parent_is_sampled_as_the_sdks_parent_based_sampler_says(
+    sampled: bool, remote: bool, kind_name: str
+):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import sampling
+    from opentelemetry.trace.span import TraceState
+
+    from store.tracesampler import InTraces
+
+    kind = trace.SpanKind[kind_name]
+    flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT)
+    parent = trace.SpanContext(
+        0x1234, 0x5678, is_remote=remote, trace_flags=flags, trace_state=TraceState([("k", "v")])
+    )
+    context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+    # A root sampler that never samples: a child's decision can only come from its parent.
+    sdk = sampling.ParentBased(sampling.ALWAYS_OFF)
+    ours = InTraces(sdk, frozenset({"quiet"}), follows_parent=True)
+    for name in ("SELECT skillfleet.db", "quiet"):
+        expected = sdk.should_sample(context, 0x1234, name, kind, {"a": 1})
+        got = ours.should_sample(context, 0x1234, name, kind, {"a": 1})
+        assert got.decision == expected.decision
+        assert got.trace_state == expected.trace_state
+        assert dict(got.attributes) == dict(expected.attributes)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind_name", "kept"),
+    [
+        ("HSET", "CLIENT", False),  # a Redis command or SQL statement outside a trace
+        ("run/skillfleet.housekeep", "CONSUMER", False),  # a task on the clock
+        ("run/skillfleet.execute_run", "CONSUMER", True),
+        ("POST /api/tools/<tool>", "SERVER", True),
+    ],
+)
+def test_a_root_span_is_kept_unless_it_is_a_client_call_or_a_quiet_task(
+    name: str, kind_name: str, kept: bool
+):
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import sampling
+
+    from store.tracesampler import InTraces
+
+    ours = InTraces(
+        sampling.ParentBased(sampling.ALWAYS_ON), frozenset({"run/skillfleet.housekeep"}), True
+    )
+    got = ours.should_sample(Context(), 0x1234, name, trace.SpanKind[kind_name])
+    assert got.decision.is_sampled() is kept

@@ -233,6 +233,8 @@ def test_a_script_call_is_one_trace_from_the_api_request_to_the_run_on_the_node(
     assert services == {"skillfleet-api", "skillfleet-worker-node"}
     assert any(s.attributes.get("db.system") == "sqlite" for s in trace)  # SQLAlchemy's spans
     assert any(s.attributes.get("db.system") == "redis" for s in trace)  # and Redis's
+    # skillfleet's own Redis commands only: the Celery transport's publish is Celery's span.
+    assert "LPUSH" not in {s.name for s in trace}
     assert request.attributes["url.query"] == "wait"
 
     def listed() -> Span | None:
