@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -30,6 +31,7 @@ from broker.runinputs import work_path
 from relay import naming
 from relay.connections import database_number
 from store import nodes
+from store.db import core_connection
 from store.errors import PackageNotFound
 from store.files import clean_name
 from store.limits import MAX_OUTPUT_FILE_BYTES, MAX_OUTPUT_FILES
@@ -123,9 +125,8 @@ def run_secrets(node: str, run_id: str) -> Response:
 def run_file(node: str, run_id: str, file_id: str) -> Response:
     """An input file of a run this node's agent is running (its node token only)"""
     run = _running_here(node, run_id)
-    if file_id not in {entry.get("id") for entry in (run.input_files or {}).values()}:
+    if not is_input(run, file_id):
         raise ApiError(404, "file_not_found", f"The run '{run_id}' has no input file '{file_id}'.")
-    assert run.owner_id is not None
     return files.download(services().files.find(run.owner_id, file_id))
 
 
@@ -142,14 +143,7 @@ def run_files(node: str, run_id: str) -> Any:
     its bytes are the body, its path in the run's working directory the query's `path`"""
     run = _running_here(node, run_id)  # before anything of the request is read
     path = work_path_or_422(request.args.get("path"))
-    assert run.owner_id is not None
-    with services().sessions() as session:
-        kept, size = session.execute(
-            select(func.count(), func.coalesce(func.sum(StoredFile.size), 0)).where(
-                StoredFile.run_id == run.id
-            )
-        ).one()
-    if kept >= MAX_OUTPUT_FILES or size >= MAX_OUTPUT_FILE_BYTES:
+    if sent_all(run):
         raise ApiError(
             409, "run_files_full", f"The run '{run_id}' has sent back all the files it may."
         )
@@ -160,24 +154,54 @@ def run_files(node: str, run_id: str) -> Any:
     return services().files.save(run.owner_id, name, request.stream, run_id=run.id, path=path)
 
 
-def _running_here(node: str, run_id: str) -> Run:
+def _running_here(node: str, run_id: str) -> RunningRun:
     """The run `node`'s agent is running now, to that node's token only (an agent is refused
     as on every node route; anyone else, the run's owner included, finds nothing)."""
     found = node_or_owner(node)
     _check_name(node)
-    with services().sessions() as session:
-        run = session.get(Run, run_id)
-    queue = node if node in (naming.SPARK, naming.SANDBOX) else naming.node_queue(node)
-    if (
-        found.kind != "node"
-        or found.node_name != node
-        or run is None
-        or run.queue != queue
-        or run.status != RunStatus.RUNNING
-        or run.owner_id is None
-    ):
+    run = running_on(node, run_id)
+    if found.kind != "node" or found.node_name != node or run is None:
         raise ApiError(404, "run_not_found", f"No run '{run_id}' is running on '{node}'.")
     return run
+
+
+@dataclass(frozen=True)
+class RunningRun:
+    """What the node file routes need of a running run."""
+
+    id: str
+    owner_id: int
+    input_files: dict[str, Any]
+
+
+def running_on(node: str, run_id: str) -> RunningRun | None:
+    """The run `run_id` while it runs on `node` and has an owner; None otherwise. Who asks is
+    the caller's to check. Its few columns only: every run with files asks this twice."""
+    queue = node if node in (naming.SPARK, naming.SANDBOX) else naming.node_queue(node)
+    query = select(Run.id, Run.owner_id, Run.input_files).where(
+        Run.id == run_id,
+        Run.queue == queue,
+        Run.status == RunStatus.RUNNING,
+        Run.owner_id.is_not(None),
+    )
+    with core_connection(services().sessions) as connection:
+        row = connection.execute(query).first()
+    return None if row is None else RunningRun(row.id, row.owner_id, row.input_files or {})
+
+
+def is_input(run: RunningRun, file_id: str) -> bool:
+    """Whether the run's call placed the file `file_id` in its working directory."""
+    return file_id in {entry.get("id") for entry in run.input_files.values()}
+
+
+def sent_all(run: RunningRun) -> bool:
+    """Whether the run has sent back all the files it may (their number or their bytes)."""
+    query = select(func.count(), func.coalesce(func.sum(StoredFile.size), 0)).where(
+        StoredFile.run_id == run.id
+    )
+    with core_connection(services().sessions) as connection:
+        kept, size = connection.execute(query).one()
+    return bool(kept >= MAX_OUTPUT_FILES or size >= MAX_OUTPUT_FILE_BYTES)
 
 
 def work_path_or_422(path: str | None) -> str:
