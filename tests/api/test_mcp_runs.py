@@ -160,7 +160,17 @@ def test_a_cancellation_that_reaches_another_api_process_still_cancels_the_run(o
     finally:
         second.stop()
     with owner.rest() as rest:
-        runs = [r for r in rest.get("/api/runs").json() if r["skill_name"] == "sleeper"]
+        # The call is answered as the cancellation reaches it; the run's row follows once its
+        # worker has stopped the script and recorded the end.
+        runs = wait_until(
+            lambda: [
+                r
+                for r in rest.get("/api/runs").json()
+                if r["skill_name"] == "sleeper" and r["status"] != "running"
+            ],
+            60,
+            "the run to end",
+        )
         call = rest.get(f"/api/calls/{runs[0]['call_id']}").json()
     assert result.is_error and result.structured_content["error"]["code"] == "cancelled"
     assert runs[0]["status"] == "cancelled"
