@@ -113,11 +113,10 @@ def plan_call(
     if isinstance(tool.handler, PageReader):  # read_web_page: the URL's host is the grant
         target = tool.handler.target(arguments)
         return CallPlan(tool, str(tool.tier), {"url": target.url}, target.grant_key)
-    skill = _named_skill(tool, arguments, store, owner_id)
+    skill, pinned = _named_skill(tool, arguments, store, owner_id)
     if tool.name == RUN:
         assert skill is not None
-        _, pin = _pinned(_skill_argument(arguments))
-        return _plan_run(tool, arguments, store, skill, owner_id, client, files, pin is not None)
+        return _plan_run(tool, arguments, store, skill, owner_id, client, files, pinned)
     edit = None
     if tool.name == EDIT:
         assert skill is not None
@@ -164,21 +163,22 @@ def is_locked(skill: Skill) -> bool:
 
 def _named_skill(
     tool: Tool, arguments: dict[str, Any], store: SkillStore, owner_id: int
-) -> Skill | None:
-    """The skill a skill tool names, as the owner sees it; None for other tools."""
+) -> tuple[Skill | None, bool]:
+    """The skill a skill tool names, as the owner sees it (None for other tools), and whether
+    the call pins its version (`name@<hash>`: then the skill as it was at that version)."""
     if tool.name not in SKILL_TOOLS:
-        return None
-    name = _skill_argument(arguments)
+        return None, False
+    name = arguments.get("skill_name", arguments.get("skillName", arguments.get("name")))
     name, pinned = _pinned(name) if tool.name == RUN else (name, None)
     if tool.name not in NEEDS_SKILL and not (isinstance(name, str) and is_valid_name(name)):
-        return None
+        return None, False
     if not isinstance(name, str) or not name:
         raise InvalidCall("HOST: 'skill_name' must name a skill, as list_skills gives it.")
     try:
         skill = store.get(owner_id, name)
     except SkillNotFound:
         if tool.name not in NEEDS_SKILL:
-            return None
+            return None, False
         shown = name if len(name) <= 64 else name[:61] + "..."
         raise SkillNotFound(f"HOST: there is no skill named {shown!r}; call list_skills.") from None
     if tool.name in NEEDS_ENABLED and not skill.enabled:
@@ -186,14 +186,10 @@ def _named_skill(
     if pinned is not None and pinned != skill.hash:
         # The pinned version runs as it was, whatever the skill is at now (store/pinned.py).
         try:
-            return pinned_view(store, skill, pinned)
+            return pinned_view(store, skill, pinned), True
         except (VersionNotFound, VersionNotKept) as e:
             raise type(e)(f"HOST: {e.message}") from None
-    return skill
-
-
-def _skill_argument(arguments: dict[str, Any]) -> object:
-    return arguments.get("skill_name", arguments.get("skillName", arguments.get("name")))
+    return skill, pinned is not None
 
 
 def _pinned(name: object) -> tuple[object, str | None]:

@@ -34,7 +34,7 @@ from store.dependencies import declared_for
 from store.resolver import ResolutionFailed, Target, install, pins_key, resolve
 from workers.runners.environments import DependenciesUnavailable, missing_pins, normal_name
 from workers.runners.interpreters import PYTHON, python_path
-from workers.runners.ownership import WORKER_LABEL, worker_alive
+from workers.runners.ownership import WORKER_LABEL, made_by_live_worker
 
 DEPS_LABEL = "skillfleet.deps"  # the key of the pins a volume holds
 DEPS_MOUNT = "/deps"
@@ -96,7 +96,7 @@ class DependencyVolumes:
         """Remove every dependency volume no container holds and no live worker made (at the
         worker's start)."""
         for volume in self.client.volumes.list(filters={"label": DEPS_LABEL}):
-            if worker_alive((volume.attrs.get("Labels") or {}).get(WORKER_LABEL)):
+            if made_by_live_worker(volume.attrs.get("Labels")):
                 continue  # another live worker's, held or about to be
             try:
                 volume.remove()

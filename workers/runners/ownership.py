@@ -41,3 +41,8 @@ def _started(pid: int) -> str:
             return stat.read().rpartition(")")[2].split()[19]
     except (OSError, IndexError):
         return ""
+
+
+def made_by_live_worker(labels: dict[str, str] | None) -> bool:
+    """Whether the labels of a container or volume name a worker that still runs."""
+    return worker_alive((labels or {}).get(WORKER_LABEL))

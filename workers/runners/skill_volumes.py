@@ -50,7 +50,7 @@ from docker.errors import DockerException, NotFound
 
 from relay.errors import PackageUnverified
 from store.hashing import hash_entries
-from workers.runners.ownership import WORKER_LABEL, worker_alive
+from workers.runners.ownership import WORKER_LABEL, made_by_live_worker
 
 SKILL_LABEL = "skillfleet.skill"  # the content hash the volume holds
 FILL_LABEL = "skillfleet.fill"  # the id of the fill that made it
@@ -169,7 +169,7 @@ class SkillVolumes:
         """Remove every skill volume no container holds and no live worker made (at start; the
         engine keeps the rest)."""
         for volume in self.client.volumes.list(filters={"label": SKILL_LABEL}):
-            if not worker_alive((volume.attrs.get("Labels") or {}).get(WORKER_LABEL)):
+            if not made_by_live_worker(volume.attrs.get("Labels")):
                 _remove_volume(self.client, volume.name)
 
     def _fill(self, skill_hash: str, folder: Path) -> SkillVolume:

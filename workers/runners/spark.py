@@ -48,7 +48,7 @@ from workers.runners.egress import (
 from workers.runners.interpreters import script_command
 from workers.runners.keeper import KEEPER, Keeper
 from workers.runners.keeper import LABEL as KEPT_LABEL
-from workers.runners.ownership import WORKER_LABEL, worker_alive, worker_identity
+from workers.runners.ownership import WORKER_LABEL, made_by_live_worker, worker_identity
 from workers.runners.skill_volumes import KEEP_VOLUMES, SkillVolume, SkillVolumes
 from workers.runners.workdirs import (
     WORK_MOUNT,
@@ -255,7 +255,7 @@ class SparkRunner:
         labels = labels or {}
         if labels.get(QUEUE_LABEL, self.queue_name) != self.queue_name:
             return False
-        return not worker_alive(labels.get(WORKER_LABEL))
+        return not made_by_live_worker(labels)
 
     def run(self, job: Job, folder: Path, stream: RunStream, cancelled: CancelCheck) -> Outcome:
         """Run in a new container that mounts the skill's volume, proven for the job's hash.
