@@ -160,3 +160,62 @@ def test_a_pin_is_a_name_and_a_full_hash():
     assert parse_pin("notes@" + "a" * 64) == ("notes", "a" * 64)
     assert parse_pin("notes@abc") == (None, None)
     assert parse_pin("../x@" + "a" * 64) == (None, None)
+
+
+def test_fifty_calls_pinning_a_version_at_once_share_one_checked_tree(services):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from store.hashing import content_hash
+    from store.pinned import pinned_view
+    from store.versions import TREES_DIR
+
+    first = install(services, "notes", "one")
+    current = install(services, "notes", "two")
+    staged = staging(services)
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        views = list(
+            pool.map(lambda _: pinned_view(services.store, current, first.hash), range(50))
+        )
+
+    folders = {view.location for view in views}
+    assert len(folders) == 1 and {view.hash for view in views} == {first.hash}
+    [folder] = folders
+    assert content_hash(services.store.blobs.root / TREES_DIR / first.hash / "notes") == first.hash
+    assert [p.name for p in (services.store.blobs.root / TREES_DIR).iterdir()] == [first.hash]
+    assert staging(services) == staged  # nothing half-made is left
+    owner = owner_id_of(services)
+    assert services.store.get(owner, "notes").hash == current.hash  # the skill is untouched
+    assert folder.endswith(f"{first.hash}/notes")
+
+
+def test_a_pinned_version_whose_stored_file_was_altered_is_refused_and_no_tree_is_left(services):
+    from store.pinned import pinned_view
+    from store.versions import TREES_DIR
+
+    first = install(services, "notes", "one")
+    current = install(services, "notes", "two")
+    with services.sessions() as session:
+        digests = session.scalars(
+            select(SkillVersionFile.digest).where(SkillVersionFile.hash == first.hash)
+        ).all()
+    for digest in digests:  # the one file the second version does not share
+        path = services.store.blobs.path(digest)
+        if digest not in {d for d in versions_digests(services, current.hash)}:
+            path.write_bytes(b"altered")
+    staged = staging(services)
+
+    with pytest.raises(VersionNotKept):
+        pinned_view(services.store, current, first.hash)
+    assert not (services.store.blobs.root / TREES_DIR / first.hash).exists()
+    assert staging(services) == staged
+
+
+def versions_digests(services, skill_hash: str) -> set[str]:
+    with services.sessions() as session:
+        query = select(SkillVersionFile.digest).where(SkillVersionFile.hash == skill_hash)
+        return set(session.scalars(query))
+
+
+def staging(services) -> set[str]:
+    """What the store's staging folder holds (this module's installs leave their parents)."""
+    return {p.name for p in (services.settings.skills_dir / ".staging").iterdir()}
