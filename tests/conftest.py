@@ -39,18 +39,13 @@ POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.
 
 def redis_url_of_this_process() -> str:
     """TEST_REDIS_URL (database 15 by default); under `pytest -n`, worker gwN takes the
-    database N below it, so runs in parallel never share keys (owner and node ids repeat).
-    TEST_REDIS_BELOW=K moves a whole run K databases down (`make test`'s docker tier runs
-    beside the first pass, below its processes' databases)."""
+    database N below it, so runs in parallel never share keys (owner and node ids repeat)."""
     url = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    below = int(os.environ.get("TEST_REDIS_BELOW", "0") or 0)
-    if worker.startswith("gw"):
-        below += int(worker[2:])
-    if not below:
+    if not worker.startswith("gw"):
         return url
     base, _, db = url.rpartition("/")
-    return f"{base}/{(int(db or 0) - below) % 16}"
+    return f"{base}/{(int(db or 0) - int(worker[2:])) % 16}"
 
 
 REDIS_URL = redis_url_of_this_process()
