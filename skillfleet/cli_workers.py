@@ -74,7 +74,14 @@ def _node_toolchain(settings: Settings) -> Any:
 def _node_runner(settings: Settings) -> tuple[Any, str | None]:
     """The node runner as the settings ask (a uid per run, or the worker's user), or None and
     why it can't run scripts here."""
-    from workers.runners.isolation import RUN_AS_UID, RunSpace, default_runs_dir, unusable
+    from workers.runners.isolation import (
+        RUN_AS_UID,
+        TMPFS_OFF,
+        RunSpace,
+        default_runs_dir,
+        private_tmpfs,
+        unusable,
+    )
     from workers.runners.node import NodeRunner, isolation_missing
 
     reason = unusable(settings.node_run_as) or isolation_missing(settings.node_run_as)
@@ -84,8 +91,13 @@ def _node_runner(settings: Settings) -> tuple[Any, str | None]:
         # Runs get uids of their own: nothing of the worker's may be theirs to read.
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         settings.data_dir.chmod(0o700)
-    space = RunSpace.of(settings.run_dir or default_runs_dir(), settings.node_run_as,
-                        *settings.run_uids)  # fmt: skip
+    runs_dir = settings.run_dir or default_runs_dir()
+    space = RunSpace.of(runs_dir, settings.node_run_as, *settings.run_uids)
+    if settings.node_run_as == RUN_AS_UID and settings.run_tmpfs != TMPFS_OFF:
+        # Before any thread starts (the toolchain's and the keeper's come next).
+        kept = private_tmpfs(runs_dir, settings.run_tmpfs)
+        if kept is not None:
+            click.echo(f"The runs' folder {runs_dir} stays on its disk: {kept}.", err=True)
     runner = NodeRunner(space=space, toolchain=_node_toolchain(settings))
     runner.keeper.start()  # before the first run, not on its path
     return runner, None

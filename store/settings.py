@@ -85,6 +85,8 @@ FLOWER_USER = "admin"
 # ("worker": a single-owner node's opt-out, for scripts that must be root).
 NODE_RUN_AS = ("uid", "worker")
 DEFAULT_RUN_UIDS = (2_100_000_000, 2_100_000_999)
+# A root node worker's runs' folder: a tmpfs of its own of at most this size (of memory).
+DEFAULT_RUN_TMPFS = "50%"
 # An owner's file (an upload, or one a run made): at most this large, kept this long.
 DEFAULT_FILE_MAX_BYTES = 64 * limits.MIB
 DEFAULT_FILE_TTL = 86_400
@@ -197,6 +199,8 @@ class Settings:
     run_uids: tuple[int, int] = DEFAULT_RUN_UIDS
     # Where a node makes each run's folder (None: `skillfleet-runs` in the system's temp folder).
     run_dir: Path | None = None
+    # The size of the tmpfs a root node worker mounts on that folder for itself ("off": none).
+    run_tmpfs: str = DEFAULT_RUN_TMPFS
     file_max_bytes: int = DEFAULT_FILE_MAX_BYTES
     file_ttl: int = DEFAULT_FILE_TTL
     # Python packages for scripts: the index uv installs from (None: uv's default, PyPI); where
@@ -383,6 +387,7 @@ class Settings:
             node_run_as=_choice(env, "SKILLFLEET_NODE_RUN_AS", NODE_RUN_AS, NODE_RUN_AS[0]),
             run_uids=_uid_range(env.get("SKILLFLEET_RUN_UIDS")),
             run_dir=_path(env.get("SKILLFLEET_RUN_DIR")),
+            run_tmpfs=_tmpfs_size(env.get("SKILLFLEET_RUN_TMPFS")),
             file_max_bytes=_at_least(
                 env, "SKILLFLEET_FILE_MAX_BYTES", DEFAULT_FILE_MAX_BYTES, limits.KIB
             ),
@@ -539,6 +544,16 @@ def _uid_range(raw: str | None) -> tuple[int, int]:
             f"without root's; got {raw!r}."
         )
     return bounds
+
+
+def _tmpfs_size(raw: str | None) -> str:
+    value = (raw or DEFAULT_RUN_TMPFS).strip().lower()
+    if value != "off" and not re.fullmatch(r"[1-9][0-9]{0,15}[kmg%]?", value):
+        raise SettingsError(
+            "SKILLFLEET_RUN_TMPFS must be a tmpfs size (bytes, or a number with k, m, g or %, "
+            f"such as 512m or 25%), or off; got {raw!r}."
+        )
+    return value
 
 
 def _secret(env: Mapping[str, str], name: str) -> str | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -23,6 +25,7 @@ from test_launcher import WAYS
 
 from relay.errors import RunError
 from relay.streams import RunStream, read_events
+from store.settings import Settings, SettingsError
 from workers.runners.base import Job
 from workers.runners.isolation import (
     RUN_AS_UID,
@@ -246,6 +249,64 @@ def test_the_sweep_removes_only_the_runs_uids_entries(tmp_path):
         os.chown(path, FIRST_UID, FIRST_UID)
     sweep(FIRST_UID, (str(tmp_path),))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs"]
+
+
+# A worker process: its space, then its runs' tmpfs, as `skillfleet worker node` makes them.
+ON_TMPFS = f"""
+import json, os, sys, threading
+from pathlib import Path
+from workers.runners.isolation import RUN_AS_UID, RunSpace, private_tmpfs
+runs = Path(sys.argv[1])
+if sys.argv[2] == "thread":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+space = RunSpace.of(runs, RUN_AS_UID, {FIRST_UID}, {FIRST_UID})
+why = private_tmpfs(runs, "16m")
+with space.uids.lease() as uid:
+    (runs / "made-in-the-worker").write_text("x")
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    on = [line.split(" - ")[1].split()[0] for line in mounts if line.split()[4] == str(runs)]
+    print(json.dumps({{"why": why, "uid": uid, "types": on}}))
+"""
+
+
+def worker_process(runs_dir: Path, how: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", ON_TMPFS, str(runs_dir), how], capture_output=True, text=True,
+        timeout=60, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_a_worker_puts_its_runs_on_a_tmpfs_only_it_sees_and_still_shares_the_uid_locks(
+    runs_dir,
+):
+    seen = worker_process(runs_dir, "alone")
+    assert seen["why"] is None
+    assert seen["types"] == ["tmpfs"]
+    # What it made there is in its memory, not in the host's folder, and is gone with it ...
+    assert not (runs_dir / "made-in-the-worker").exists()
+    assert str(runs_dir) not in Path("/proc/self/mountinfo").read_text()
+    # ... while the uids' locks stayed in the host's folder, where every worker leases them.
+    assert (runs_dir / ".uids" / str(seen["uid"])).exists()
+    with UidPool(runs_dir / ".uids", FIRST_UID, FIRST_UID).lease() as uid:
+        assert uid == seen["uid"]
+
+
+def test_a_worker_that_already_has_threads_keeps_its_runs_on_the_disk_and_says_why(runs_dir):
+    seen = worker_process(runs_dir, "thread")
+    assert seen["why"] is not None and "threads" in seen["why"]
+    assert seen["types"] == []
+    assert (runs_dir / "made-in-the-worker").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1m", "12q", "50 %", "1m,nr_inodes=1", "on"])
+def test_a_runs_tmpfs_size_that_is_not_one_is_refused(value):
+    with pytest.raises(SettingsError, match="SKILLFLEET_RUN_TMPFS must be a tmpfs size"):
+        Settings.from_env({"SKILLFLEET_RUN_TMPFS": value})
+    assert Settings.from_env({"SKILLFLEET_RUN_TMPFS": "OFF"}).run_tmpfs == "off"
+    assert Settings.from_env({"SKILLFLEET_RUN_TMPFS": "512M"}).run_tmpfs == "512m"
+    assert Settings.from_env({}).run_tmpfs == "50%"
 
 
 def test_the_util_linux_way_is_the_launchers(tmp_path):

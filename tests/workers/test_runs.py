@@ -195,6 +195,33 @@ def wait_for_log(running: Fleet, label: str, text: str) -> str:
     )
 
 
+WHERE_AM_I = (
+    "import json, os\n"
+    "cwd = os.getcwd()\n"
+    "mounts = [line.split() for line in open('/proc/self/mountinfo')]\n"
+    "under = [m for m in mounts if cwd.startswith(m[4].rstrip('/') + '/')]\n"
+    "deepest = max(under, key=lambda m: len(m[4]))\n"
+    "print(json.dumps({'cwd': cwd, 'fs': deepest[deepest.index('-') + 1]}))\n"
+)
+
+
+@pytest.mark.skipif(NODE_ISOLATION != "uid", reason="a worker's own tmpfs needs a root worker")
+def test_a_root_workers_runs_are_made_on_a_tmpfs_of_its_own(running: Fleet):
+    running.import_skill("where", READ_NODE, {"scripts/where.py": WHERE_AM_I})
+    body = {"arguments": {"skill_name": "where", "script": "scripts/where.py",
+                          "arguments": {"node": NODE}}, "chat_id": "runs"}  # fmt: skip
+    with running.http() as client:
+        envelope = client.post("/api/tools/run_skill_script", params={"wait": 30}, json=body)
+    assert envelope.json()["status"] == "done", envelope.text
+    seen = json.loads(envelope.json()["result"]["stdout"])
+    assert seen["fs"] == "tmpfs", seen
+    # The worker's mount: not this host's (the test's) view of the runs' folder.
+    runs = str(Path(seen["cwd"]).parents[1])
+    worker = running.processes[NODE].pid
+    assert f" {runs} " in Path(f"/proc/{worker}/mountinfo").read_text()
+    assert f" {runs} " not in Path("/proc/self/mountinfo").read_text()
+
+
 def test_a_failing_script_fails_the_call_with_its_output(running: Fleet, node: str):
     with running.http() as client:
         envelope = call_run(client, node, wait=30, code=4, count=1)

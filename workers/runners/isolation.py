@@ -3,6 +3,7 @@ opted out, a uid of the run's own in namespaces of its own.
 
 A run's folder, `<runs>/<run id>/`, holds `work/` (the script's working directory), `skill/` (a
 read-only copy of the verified skill) and `tmp/` (its TMPDIR and HOME); it goes with the run.
+A root worker makes these folders on a tmpfs only it and its runs see (`private_tmpfs`).
 
 - **A uid per run** (`SKILLFLEET_NODE_RUN_AS=uid`, the default; the worker must be root): each
   run leases a uid of `SKILLFLEET_RUN_UIDS` that no other running run holds on this host (an
@@ -19,6 +20,7 @@ read-only copy of the verified skill) and `tmp/` (its TMPDIR and HOME); it goes 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import os
 import random
@@ -48,6 +50,10 @@ SKILL_DIR_MODE = 0o755  # the skill's copy: readable by the run, writable by no 
 SKILL_FILE_MODE = 0o644
 LOCKS = ".uids"
 SWEPT = ("/tmp", "/var/tmp")
+TMPFS_OFF = "off"
+# mount(2) and unshare(2) flags (linux/mount.h, linux/sched.h).
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_REC, MS_SLAVE = 0x2, 0x4, 0x4000, 0x80000
 
 
 class NoFreeUid(RunError):
@@ -104,6 +110,10 @@ class UidPool:
             raise ValueError("a uid pool is a range of uids other than root's")
         self.folder = folder
         self.first, self.last = first, last
+        # The lock files are found from this folder's descriptor: the worker may mount its
+        # runs' tmpfs over the folder above it (`private_tmpfs`), and the locks must stay the
+        # ones every worker on the host shares.
+        self._folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._next = random.randrange(first, last + 1)  # noqa: S311 - spreading, not secrecy
         self._lock = threading.Lock()
 
@@ -122,7 +132,9 @@ class UidPool:
             self._next = self.first + (start - self.first + 1) % size
         for step in range(size):
             uid = self.first + (start - self.first + step) % size
-            fd = os.open(self.folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(
+                str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600, dir_fd=self._folder_fd
+            )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -189,6 +201,39 @@ class RunSpace:
                     sweep(uid)
 
         return place, clear
+
+
+def private_tmpfs(runs_dir: Path, size: str) -> str | None:
+    """Put the runs' folder on a tmpfs that only this worker and its runs see: this process
+    moves to a mount namespace of its own (host mounts still reach it, its own reach no one
+    else) and mounts a tmpfs of `size` (a tmpfs `size=`: bytes with k, m or g, or a % of
+    memory) on `runs_dir`. A run's folder is then made and removed in memory, not on a disk's
+    journal, and goes with the worker's processes whatever ends them.
+
+    Must run before this process starts a thread: a mount namespace is the calling thread's.
+    Returns None once done, else why the folder stays where it is (the caller says so)."""
+    threads = _threads()
+    if threads != 1:
+        return f"the worker has {threads} threads already; a mount namespace needs it alone"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return f"no mount namespace of its own: {os.strerror(ctypes.get_errno())}"
+    if libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None) != 0:
+        return f"its mounts could not be made its own: {os.strerror(ctypes.get_errno())}"
+    options = f"mode={RUNS_MODE:o},size={size}".encode()
+    target = os.fsencode(runs_dir)
+    if libc.mount(b"tmpfs", target, b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        return f"the tmpfs could not be mounted: {os.strerror(ctypes.get_errno())}"
+    return None
+
+
+def _threads() -> int:
+    """The threads of this process, native ones included."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
 
 
 def _made(root: Path, skill: Path | None, uid: int | None) -> RunPlace:
