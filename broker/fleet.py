@@ -23,7 +23,7 @@ from broker.errors import NodeNotFound, NodeShared
 from relay import heartbeat, naming
 from relay.errors import BackendUnavailable
 from store import nodes
-from store.db import SessionFactory
+from store.db import SessionFactory, core_connection
 from store.limits import MAX_NODES_CHECKED, MAX_NODES_NAMED
 from store.models import Node
 from store.names import RUNNERS
@@ -88,8 +88,8 @@ def usable_node(
 ) -> None:
     """Raise unless `node` is offered to `owner_id` and may run its scripts now: a shared node
     must give each run a uid of its own. A node of others is as unknown as one never named."""
-    with sessions() as session:
-        owners = nodes.owners_of(session, node)
+    with core_connection(sessions) as connection:
+        owners = nodes.owners_of(connection, node)
     if owner_id not in owners:
         hint = nodes_hint(sessions, client, owner_id)
         raise NodeNotFound(f"HOST: there is no node named {_quoted(node)}; {hint}.")

@@ -8,7 +8,7 @@ container or micro-VM of its own.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Connection, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from store.errors import StoreError
@@ -86,9 +86,14 @@ def owned(session: Session, owner_id: int) -> dict[str, int]:
     return {name: count for name, count in session.execute(query)}
 
 
-def owners_of(session: Session, node: str) -> list[int]:
-    query = select(NodeOwner.owner_id).where(NodeOwner.node_name == node)
-    return list(session.scalars(query))
+def owners_of(session: Session | Connection, node: str) -> list[int]:
+    """The owners `node` is offered to. Also on a plain connection: every call naming a node
+    reads it, and a Session's set-up costs twice the query (about 130 µs on SQLite)."""
+    return list(session.execute(_OWNERS, {"node": node}).scalars())
+
+
+# Built once: a statement built per call costs more CPU than its execution.
+_OWNERS = select(NodeOwner.owner_id).where(NodeOwner.node_name == bindparam("node"))
 
 
 def owned_page(session: Session, owner_id: int, after: str | None, limit: int) -> dict[str, int]:
