@@ -449,14 +449,15 @@ def test_a_reader_without_allowed_hosts_refuses_loopback_before_connecting(site)
 
 
 def test_a_page_slower_than_the_time_limit_fails_with_a_timeout():
-    with ThreadingHTTPServer(("127.0.0.1", 0), _Silent) as server:
+    handler = silent()
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         reader = PageReader(Egress(["127.0.0.1"]), PageLimits(seconds=0.3))
         try:
             with pytest.raises(PageTimeout, match="was not read within 0.3 seconds"):
                 reader(None, {"url": f"http://127.0.0.1:{server.server_port}/"})  # type: ignore[arg-type]
         finally:
-            _Silent.release.set()
+            handler.release.set()
             server.shutdown()
 
 
@@ -487,10 +488,11 @@ def test_sites_trickling_their_headers_are_cut_off_at_the_deadline_and_free_thei
 
 
 class _Silent(BaseHTTPRequestHandler):
-    """Sends headers, then nothing until released."""
+    """Sends headers, then nothing until released. Each test takes a class of its own
+    (`silent()`): a request left from another test must not count as one of its own."""
 
-    release = threading.Event()
-    arrived = threading.Semaphore(0)
+    release: threading.Event
+    arrived: threading.Semaphore
 
     def log_message(self, *args: object) -> None:
         pass
@@ -505,9 +507,16 @@ class _Silent(BaseHTTPRequestHandler):
         self.release.wait(10)
 
 
+def silent() -> type[_Silent]:
+    """A handler class of `_Silent` with an event and a count of its own."""
+    return type(
+        "Silent", (_Silent,), {"release": threading.Event(), "arrived": threading.Semaphore(0)}
+    )
+
+
 def test_pages_past_the_processs_limit_fail_at_once_instead_of_taking_every_thread(site):
-    _Silent.release.clear()
-    with ThreadingHTTPServer(("127.0.0.1", 0), _Silent) as server:
+    handler = silent()
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         reader = PageReader(Egress(["127.0.0.1"]), PageLimits(seconds=30, at_once=2))
         held = {"url": f"http://127.0.0.1:{server.server_port}/"}
@@ -516,11 +525,11 @@ def test_pages_past_the_processs_limit_fail_at_once_instead_of_taking_every_thre
             for thread in slow:
                 thread.start()
             for _ in slow:
-                assert _Silent.arrived.acquire(timeout=10), "a slow read never reached the site"
+                assert handler.arrived.acquire(timeout=10), "a slow read never reached the site"
             with pytest.raises(ReadersBusy, match="2 pages are being read already"):
                 reader(None, {"url": f"{site}/page"})  # type: ignore[arg-type]
         finally:
-            _Silent.release.set()
+            handler.release.set()
             for thread in slow:
                 thread.join(15)
             server.shutdown()
