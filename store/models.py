@@ -346,7 +346,7 @@ class ToolCall(Base):
         CheckConstraint(check(CallStatus), name="status"),
         Index("ix_tool_calls_owner_newest", "owner_id", "created_at", "id"),
         Index("ix_tool_calls_owner_status_newest", "owner_id", "status", "created_at", "id"),
-        Index("ix_tool_calls_chat_newest", "chat_id", "created_at", "id"),
+        Index("ix_tool_calls_chat_newest", "chat_id", "owner_id", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -572,7 +572,7 @@ class Run(Base):
         CheckConstraint(RUN_SUBJECT, name="subject"),
         Index("ix_runs_owner_newest", "owner_id", "created_at", "id"),
         Index("ix_runs_owner_status_newest", "owner_id", "status", "created_at", "id"),
-        Index("ix_runs_chat_newest", "chat_id", "created_at", "id"),
+        Index("ix_runs_chat_newest", "chat_id", "owner_id", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
