@@ -216,6 +216,9 @@ def private_tmpfs(runs_dir: Path, size: str) -> str | None:
     if threads != 1:
         return f"the worker has {threads} threads already; a mount namespace needs it alone"
     libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_char_p]  # fmt: skip
+    libc.unshare.argtypes = [ctypes.c_int]
     if libc.unshare(CLONE_NEWNS) != 0:
         return f"no mount namespace of its own: {os.strerror(ctypes.get_errno())}"
     if libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None) != 0:
