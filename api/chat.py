@@ -124,11 +124,13 @@ def chat(body: dict[str, Any]) -> Response:
         raise NoModel(NO_MODEL)
     start = _regenerate if body["trigger"] == REGENERATE else _submit
     turn_id, differed = start(found, caller, body)
-    found.broker.chat(caller, body["id"])  # GET /api/chats/<id> shows it from now on
     if differed:
         notice = {"status": "server", "message": DIFFERS.format(chat=body["id"])}
         TurnStream(found.redis, turn_id, StreamCaps.of(found.settings)).add("history", notice)
     send(found, turn_id)
+    # GET /api/chats/<id> shows it from now on. Once the turn is sent: the control worker sets
+    # the turn up meanwhile, and a chat row it finds missing is one with nothing loaded yet.
+    found.broker.chat(caller, body["id"])
     headers = {TURN_HEADER: turn_id, **({HISTORY_HEADER: "server"} if differed else {})}
     return _streamed(turn_id, headers)
 
