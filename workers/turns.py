@@ -34,7 +34,7 @@ from relay import events, heartbeat, naming
 from relay.errors import ModelKeyRefused, ModelTimedOut
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import TurnStream
-from store.db import SessionFactory, transaction
+from store.db import SessionFactory, core_transaction, transaction
 from store.egress import Egress
 from store.errors import SkillfleetError
 from store.lifecycle import turns as turnstates
@@ -80,8 +80,8 @@ class TurnContext:
 
 def execute(context: TurnContext, turn_id: str) -> str | None:
     """Run a queued turn once; a redelivered message finds it taken and does nothing."""
-    with transaction(context.sessions) as session:
-        turn = turnstates.claim(session, turn_id, context.worker)
+    with core_transaction(context.sessions) as connection:
+        turn = turnstates.claim(connection, turn_id, context.worker)
     if turn is None:
         log.info("turn already taken or ended; nothing to do", turn_id=turn_id)
         return None

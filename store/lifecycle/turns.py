@@ -10,16 +10,31 @@ twice.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Update, select, update
+from sqlalchemy import Table, Update, bindparam, select, update
 from sqlalchemy.orm import Session
 
+from store.db import CoreConnection, CoreStatement, detached
 from store.limits import MAX_CHAT_HISTORY_TURNS, MAX_TURN_TEXT_CHARS
 from store.models import Turn, utcnow
 from store.states import TURNS, TurnStatus
 
 OPEN_STATES = TURNS.open
+
+# The control worker's claim, the first write of every turn before its model is asked: built
+# once on the table rather than through the ORM (store/db.py CoreStatement).
+_TURNS = cast(Table, Turn.__table__)
+_CLAIM = CoreStatement(
+    update(_TURNS)
+    .where(_TURNS.c.id == bindparam("turn_id"), _TURNS.c.status == TurnStatus.QUEUED)
+    .values(
+        status=str(TURNS.check(TurnStatus.QUEUED, TurnStatus.RUNNING)),
+        worker=bindparam("new_worker"),
+        started_at=bindparam("new_started_at", type_=_TURNS.c.started_at.type),
+    )
+    .returning(*_TURNS.c)
+)
 
 
 def open_turn(session: Session, owner_id: int, chat_id: str) -> str | None:
@@ -57,14 +72,12 @@ def create(
     return turn
 
 
-def claim(session: Session, turn_id: str, worker: str) -> Turn | None:
-    """queued -> running for this worker; None when it was taken or ended before."""
-    return session.scalars(
-        _move(turn_id, TurnStatus.RUNNING)
-        .values(worker=worker, started_at=utcnow())
-        .returning(Turn)
-        .execution_options(synchronize_session=False)
-    ).one_or_none()
+def claim(connection: CoreConnection | Session, turn_id: str, worker: str) -> Turn | None:
+    """queued -> running for this worker (the row, detached); None when it was taken or ended
+    before."""
+    parameters = {"turn_id": turn_id, "new_worker": worker, "new_started_at": utcnow()}
+    rows = _CLAIM.execute(connection, parameters)
+    return detached(Turn, rows[0]) if rows else None
 
 
 def finish(
