@@ -125,9 +125,6 @@ def chat(body: dict[str, Any]) -> Response:
         notice = {"status": "server", "message": DIFFERS.format(chat=body["id"])}
         TurnStream(found.redis, turn_id, StreamCaps.of(found.settings)).add("history", notice)
     send(found, turn_id)
-    # GET /api/chats/<id> shows it from now on. Once the turn is sent: the control worker sets
-    # the turn up meanwhile, and a chat row it finds missing is one with nothing loaded yet.
-    found.broker.chat(caller, body["id"])
     headers = {TURN_HEADER: turn_id, **({HISTORY_HEADER: "server"} if differed else {})}
     return _streamed(turn_id, headers)
 
@@ -173,6 +170,7 @@ def _submit(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[str, 
         turn = turnstates.create(
             session, owner_id, prompt, chat_id, mode=body["mode"], prompt_id=prompt_id
         )
+        found.broker.make_chat(session, owner_id, chat_id)  # GET /api/chats/<id> shows it
     return turn.id, differed
 
 
@@ -191,6 +189,7 @@ def _regenerate(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[s
         )  # fmt: skip
         session.flush()  # the new turn is written before the others name it
         replace_from(session, target, turn.id)
+        found.broker.make_chat(session, owner_id, chat_id)
     return turn.id, differed
 
 

@@ -12,6 +12,7 @@ import redis
 import structlog
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from broker import approvals, editplans, loaded, questions, traces
 from broker.calls import CallOutcome, CallRequest
@@ -392,9 +393,17 @@ class Broker:
         chat = self._chat(owner_id, external_id) if external_id is not None else None
         return chat, admit(self.sessions, owner_id, turn_key(turn_id, chat.id if chat else None))
 
-    def chat(self, owner_id: int, external_id: str) -> Chat:
-        """The owner's chat `external_id`, made on its first use."""
-        return self._chat(owner_id, external_id)
+    def make_chat(self, session: Session, owner_id: int, external_id: str) -> None:
+        """The owner's chat `external_id` made, on its first use, in the caller's transaction
+        (a turn's: the chat is listed once the turn is)."""
+        query = select(Chat.id).where(Chat.owner_id == owner_id, Chat.external_id == external_id)
+        if session.scalar(query) is not None:
+            return
+        try:
+            with session.begin_nested():
+                session.add(Chat(owner_id=owner_id, external_id=external_id))
+        except IntegrityError:
+            pass  # another request made it first
 
     def _chat(self, owner_id: int, external_id: str) -> Chat:
         query = select(Chat).where(Chat.owner_id == owner_id, Chat.external_id == external_id)
