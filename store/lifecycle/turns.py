@@ -12,29 +12,19 @@ from __future__ import annotations
 import uuid
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, bindparam, select, update
+from sqlalchemy import Table, Update, select, update
 from sqlalchemy.orm import Session
 
-from store.db import CoreConnection, CoreStatement, detached
+from store.db import CoreConnection, detached
+from store.lifecycle.claims import claim_row, claim_statement
 from store.limits import MAX_CHAT_HISTORY_TURNS, MAX_TURN_TEXT_CHARS
 from store.models import Turn, utcnow
 from store.states import TURNS, TurnStatus
 
 OPEN_STATES = TURNS.open
 
-# The control worker's claim, the first write of every turn before its model is asked: built
-# once on the table rather than through the ORM (store/db.py CoreStatement).
-_TURNS = cast(Table, Turn.__table__)
-_CLAIM = CoreStatement(
-    update(_TURNS)
-    .where(_TURNS.c.id == bindparam("turn_id"), _TURNS.c.status == TurnStatus.QUEUED)
-    .values(
-        status=str(TURNS.check(TurnStatus.QUEUED, TurnStatus.RUNNING)),
-        worker=bindparam("new_worker"),
-        started_at=bindparam("new_started_at", type_=_TURNS.c.started_at.type),
-    )
-    .returning(*_TURNS.c)
-)
+# The control worker's claim, the first write of every turn before its model is asked.
+_CLAIM = claim_statement(cast(Table, Turn.__table__), TURNS, TurnStatus.QUEUED, TurnStatus.RUNNING)
 
 
 def open_turn(session: Session, owner_id: int, chat_id: str) -> str | None:
@@ -75,8 +65,7 @@ def create(
 def claim(connection: CoreConnection | Session, turn_id: str, worker: str) -> Turn | None:
     """queued -> running for this worker (the row, detached); None when it was taken or ended
     before."""
-    parameters = {"turn_id": turn_id, "new_worker": worker, "new_started_at": utcnow()}
-    rows = _CLAIM.execute(connection, parameters)
+    rows = claim_row(_CLAIM, connection, turn_id, worker)
     return detached(Turn, rows[0]) if rows else None
 
 
