@@ -44,7 +44,6 @@ from store.db import transaction
 from store.lifecycle import turns as turnstates
 from store.limits import MAX_CHAT_MESSAGES, MAX_CHAT_SHOWN_TURNS, MAX_ID_CHARS
 from store.models import Turn
-from store.secrets import Sealer
 
 SUBMIT, REGENERATE = "submit-message", "regenerate-message"
 TRIGGERS = (SUBMIT, REGENERATE)
@@ -120,11 +119,8 @@ def chat(body: dict[str, Any]) -> Response:
     """Answer a chat message (or regenerate an answer) as the AI SDK's UI message stream"""
     caller = owner_only()
     found = services()
-    if modelsettings.load(found.sessions, Sealer(found.settings.keys_dir), caller) is None:
-        raise NoModel(NO_MODEL)
     start = _regenerate if body["trigger"] == REGENERATE else _submit
     turn_id, differed = start(found, caller, body)
-    found.broker.chat(caller, body["id"])  # GET /api/chats/<id> shows it from now on
     if differed:
         notice = {"status": "server", "message": DIFFERS.format(chat=body["id"])}
         TurnStream(found.redis, turn_id, StreamCaps.of(found.settings)).add("history", notice)
@@ -165,7 +161,7 @@ def _submit(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[str, 
     chat_id, messages = body["id"], body["messages"]
     prompt = prompt_of(messages[-1])
     with transaction(found.sessions) as session:
-        _no_open_turn(session, owner_id, chat_id)
+        _can_start(session, owner_id, chat_id)
         shown = outline(session, owner_id, chat_id)
         differed = differs(messages[:-1], shown, len(shown) < 2 * MAX_CHAT_SHOWN_TURNS)
         # An id the history holds already (an edited message) is not given twice.
@@ -174,6 +170,7 @@ def _submit(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[str, 
         turn = turnstates.create(
             session, owner_id, prompt, chat_id, mode=body["mode"], prompt_id=prompt_id
         )
+        found.broker.make_chat(session, owner_id, chat_id)  # GET /api/chats/<id> shows it
     return turn.id, differed
 
 
@@ -181,7 +178,7 @@ def _regenerate(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[s
     """A turn on the prompt of the answer named, which it and every later answer leave for."""
     chat_id = body["id"]
     with transaction(found.sessions) as session:
-        _no_open_turn(session, owner_id, chat_id)
+        _can_start(session, owner_id, chat_id)
         target = regenerated(session, owner_id, chat_id, body["messageId"])
         held = outline(session, owner_id, chat_id, before=target.created_at)
         expected = [*held, as_messages([target])[0]]
@@ -192,10 +189,15 @@ def _regenerate(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[s
         )  # fmt: skip
         session.flush()  # the new turn is written before the others name it
         replace_from(session, target, turn.id)
+        found.broker.make_chat(session, owner_id, chat_id)
     return turn.id, differed
 
 
-def _no_open_turn(session: Any, owner_id: int, chat_id: str) -> None:
+def _can_start(session: Any, owner_id: int, chat_id: str) -> None:
+    """Refuse a turn without a model (in the turn's transaction: no session of its own before
+    it), or in a chat whose answer has not ended."""
+    if not modelsettings.configured(session, owner_id):
+        raise NoModel(NO_MODEL)
     active = turnstates.open_turn(session, owner_id, chat_id)
     if active is not None:
         raise TurnActive(f"The chat already has an answer that has not ended (turn {active}).")

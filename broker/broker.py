@@ -11,7 +11,9 @@ from typing import Any
 import redis
 import structlog
 from sqlalchemy import bindparam, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from broker import approvals, editplans, loaded, questions, traces
 from broker.calls import CallOutcome, CallRequest
@@ -392,9 +394,12 @@ class Broker:
         chat = self._chat(owner_id, external_id) if external_id is not None else None
         return chat, admit(self.sessions, owner_id, turn_key(turn_id, chat.id if chat else None))
 
-    def chat(self, owner_id: int, external_id: str) -> Chat:
-        """The owner's chat `external_id`, made on its first use."""
-        return self._chat(owner_id, external_id)
+    def make_chat(self, session: Session, owner_id: int, external_id: str) -> None:
+        """The owner's chat `external_id` made, on its first use, in the caller's transaction
+        (a turn's: the chat is listed once the turn is): one INSERT that a chat already there,
+        or made meanwhile by another request, turns into nothing."""
+        statement = _NEW_CHAT[session.get_bind().dialect.name]
+        session.execute(statement, {"owner_id": owner_id, "external_id": external_id})
 
     def _chat(self, owner_id: int, external_id: str) -> Chat:
         query = select(Chat).where(Chat.owner_id == owner_id, Chat.external_id == external_id)
@@ -656,6 +661,10 @@ def _replayable(approval: Approval) -> dict[str, Any]:
 
 
 _CHATS = Chat.__table__
+_NEW_CHAT = {
+    name: dialect.insert(_CHATS).on_conflict_do_nothing(index_elements=["owner_id", "external_id"])
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
 # Every column of the owner's chat of an external id (built once, as a call reads it).
 _CHAT_ROW = select(*_CHATS.c).where(
     _CHATS.c.owner_id == bindparam("owner"), _CHATS.c.external_id == bindparam("external")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,8 @@ class Registry:
 
     tools: dict[str, Tool] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
+    # The definitions' JSON and the tools it was made of (frozen: the same ones, the same JSON).
+    _json: tuple[tuple[Tool, ...], str] | None = field(default=None, repr=False, compare=False)
 
     def add(self, tool: Tool) -> None:
         self.tools[tool.name] = tool
@@ -71,3 +74,16 @@ class Registry:
             if tool.implemented
             for d in tool.function_definitions()
         ]
+
+    def definitions_json(self) -> str:
+        """`definitions()` as JSON, made again only when the tools changed: every turn counts
+        the tokens they take of the model's window."""
+        made_of = tuple(self.tools.values())
+        kept = self._json
+        if (
+            kept is None
+            or len(kept[0]) != len(made_of)
+            or any(old is not new for old, new in zip(kept[0], made_of, strict=True))
+        ):
+            kept = self._json = (made_of, json.dumps(self.definitions()))
+        return kept[1]

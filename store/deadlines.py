@@ -8,7 +8,8 @@ by, and `DeadlineTransport` holds every connection it makes to it:
 - each connect, TLS handshake, read and write waits at most until the deadline (its own timeout
   shortened to what is left), and one that would start after it fails at once as a timeout;
 - when the deadline passes, a watchdog shuts the connections' sockets down, so an operation no
-  timeout cuts short (a handshake or a write the peer takes in drips) ends there as well;
+  timeout cuts short (a handshake or a write the peer takes in drips) ends there as well (one
+  timer thread per process serves every watchdog: `ALARMS`);
 - whatever breaks once the deadline has passed is reported as a timeout, never as the
   disconnect the watchdog caused (nor as the end of a body that runs to the connection's
   close).
@@ -22,6 +23,9 @@ It stands on httpcore's public network-backend interface (a `NetworkBackend` wra
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
+import os
 import socket
 import ssl
 import threading
@@ -89,7 +93,7 @@ class Deadline:
 
 
 class Watchdog:
-    """Shuts the sockets it watches down when the deadline passes (one timer, started with the
+    """Shuts the sockets it watches down when the deadline passes (its alarm, set with the
     first connection). It watches a duplicate of each socket: shutting a connection down
     through it stops the request's reads and writes, TLS ones too."""
 
@@ -97,7 +101,7 @@ class Watchdog:
         self.deadline = deadline
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
-        self._timer: threading.Timer | None = None
+        self._set = False  # its alarm was set (and stays so once cancelled)
         self._fired = False
 
     def watch(self, sock: socket.socket) -> socket.socket:
@@ -106,11 +110,9 @@ class Watchdog:
             self._sockets.add(watched)
             if self._fired:
                 _shut(watched)
-            elif self._timer is None:
-                self._timer = threading.Timer(self.deadline.left(), self._fire)
-                self._timer.name = TIMER_NAME
-                self._timer.daemon = True
-                self._timer.start()
+            elif not self._set:
+                self._set = True
+                ALARMS.set(self)
         return watched
 
     def forget(self, watched: socket.socket) -> None:
@@ -119,20 +121,74 @@ class Watchdog:
         watched.close()
 
     def close(self) -> None:
-        """Stop the timer, and close what is still watched (a connection whose TLS handshake
+        """Cancel the alarm, and close what is still watched (a connection whose TLS handshake
         failed is never closed through its stream)."""
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
+            if self._set:
+                ALARMS.cancel(self)
             left, self._sockets = self._sockets, set()
         for watched in left:
             watched.close()
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
         with self._lock:
             self._fired = True
             for watched in self._sockets:
                 _shut(watched)
+
+
+class Alarms:
+    """One timer thread that fires every watchdog of the process at its deadline.
+
+    A thread per watchdog (a `threading.Timer`) made each request wait, before it connected,
+    for its new thread to be scheduled: a millisecond on every model request of a turn. The
+    thread starts with the first alarm and stays; a cancelled alarm leaves at once, so it holds
+    only the requests open now.
+    """
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition()
+        self._due: list[tuple[float, int, Watchdog]] = []  # a heap: the next deadline first
+        self._order = itertools.count()  # equal deadlines in the order they were set
+        self._thread: threading.Thread | None = None
+
+    def set(self, watchdog: Watchdog) -> None:
+        with self._wake:
+            heapq.heappush(self._due, (watchdog.deadline.end, next(self._order), watchdog))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=TIMER_NAME, daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def cancel(self, watchdog: Watchdog) -> None:
+        with self._wake:
+            kept = [due for due in self._due if due[2] is not watchdog]
+            if len(kept) < len(self._due):
+                heapq.heapify(kept)
+                self._due = kept
+
+    def pending(self) -> int:
+        """Alarms set and neither fired nor cancelled."""
+        with self._wake:
+            return len(self._due)
+
+    def reset(self) -> None:
+        """Forget the parent's alarms and thread in a forked child (neither is there)."""
+        self._wake = threading.Condition()
+        self._due = []
+        self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._wake.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                _end, _order, watchdog = heapq.heappop(self._due)
+            watchdog.fire()  # outside the lock: a watchdog's own is taken before it
+
+
+ALARMS = Alarms()
+os.register_at_fork(after_in_child=ALARMS.reset)
 
 
 def _shut(watched: socket.socket) -> None:

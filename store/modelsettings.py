@@ -76,11 +76,25 @@ def load(
     """The config of `choice` over the owner's default, keys decrypted; None when neither
     names a source and a model. A source the choice names that is gone raises UnknownSource."""
     with sessions() as session:
-        picked = (choice or ModelChoice()).over(default_choice(session, owner_id))
-        if picked.source is None or picked.model is None:
-            return None
-        source = modelsources.named(session, owner_id, picked.source)
-        return config_of(source, sealer, picked)
+        chosen = _chosen(session, owner_id, choice)
+        return None if chosen is None else config_of(chosen[0], sealer, chosen[1])
+
+
+def configured(session: Session, owner_id: int) -> bool:
+    """Whether `load` finds the owner a default model, in the caller's session and without
+    decrypting a key; a source the default names that is gone raises UnknownSource."""
+    return _chosen(session, owner_id) is not None
+
+
+def _chosen(
+    session: Session, owner_id: int, choice: ModelChoice | None = None
+) -> tuple[ModelSource, ModelChoice] | None:
+    """The source and the choice `choice` over the owner's default makes; None when neither
+    names a source and a model."""
+    picked = (choice or ModelChoice()).over(default_choice(session, owner_id))
+    if picked.source is None or picked.model is None:
+        return None
+    return modelsources.named(session, owner_id, picked.source), picked
 
 
 def config_of(source: ModelSource, sealer: Sealer, choice: ModelChoice) -> ModelConfig:

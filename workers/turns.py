@@ -34,7 +34,7 @@ from relay import events, heartbeat, naming
 from relay.errors import ModelKeyRefused, ModelTimedOut
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import TurnStream
-from store.db import SessionFactory, transaction
+from store.db import SessionFactory, core_transaction, transaction
 from store.egress import Egress
 from store.errors import SkillfleetError
 from store.lifecycle import turns as turnstates
@@ -80,8 +80,8 @@ class TurnContext:
 
 def execute(context: TurnContext, turn_id: str) -> str | None:
     """Run a queued turn once; a redelivered message finds it taken and does nothing."""
-    with transaction(context.sessions) as session:
-        turn = turnstates.claim(session, turn_id, context.worker)
+    with core_transaction(context.sessions) as connection:
+        turn = turnstates.claim(connection, turn_id, context.worker)
     if turn is None:
         log.info("turn already taken or ended; nothing to do", turn_id=turn_id)
         return None
@@ -177,7 +177,7 @@ class _Loop:
         if self.config is None:
             return TurnStatus.FAILED, ("no_model", NO_MODEL)
         tools = self.context.broker.registry.definitions()
-        messages = self._messages(tools)
+        messages = self._messages()
         for _round in range(MAX_MODEL_ROUNDS):
             if self._should_stop():
                 return self._why_stopped()
@@ -233,7 +233,7 @@ class _Loop:
             messages.append({"role": "tool", "tool_call_id": request.id, "content": content})
         return None
 
-    def _messages(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _messages(self) -> list[dict[str, Any]]:
         """The system prompt with the loaded skills, the history the context tier leaves room
         for (oldest dropped first), and the prompt."""
         system = system_prompt(self.turn.mode, scheduled=self.turn.job_run_id is not None)
@@ -243,7 +243,8 @@ class _Loop:
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         with self.context.sessions() as session:
             history = turnstates.history(session, self.turn)
-        fixed = tokens(system) + tokens(self.turn.prompt) + tokens(json.dumps(tools))
+        tools = self.context.broker.registry.definitions_json()  # what the request sends
+        fixed = tokens(system) + tokens(self.turn.prompt) + tokens(tools)
         window = self.config.context_tokens if self.config is not None else None
         for prompt, answer in kept_history(history, fixed, window):
             messages.append({"role": "user", "content": prompt})

@@ -15,6 +15,7 @@ from sqlalchemy import String, Table, Update, bindparam, func, update
 from sqlalchemy.orm import Session
 
 from store.db import CoreConnection, CoreStatement, transient
+from store.lifecycle.claims import claim_row, claim_statement
 from store.models import Run, utcnow
 from store.states import RUNS, RunStatus
 
@@ -25,16 +26,7 @@ END_STATES = RUNS.ends
 # The worker's two writes of every run, built once on the table rather than through the ORM
 # and run on the driver's cursor: each run then costs little more than their execution.
 _RUNS = cast(Table, Run.__table__)
-_CLAIM = CoreStatement(
-    update(_RUNS)
-    .where(_RUNS.c.id == bindparam("run_id"), _RUNS.c.status == RunStatus.QUEUED)
-    .values(
-        status=str(RUNS.check(RunStatus.QUEUED, RunStatus.RUNNING)),
-        worker=bindparam("new_worker"),
-        started_at=bindparam("new_started_at", type_=_RUNS.c.started_at.type),
-    )
-    .returning(*_RUNS.c)
-)
+_CLAIM = claim_statement(_RUNS, RUNS, RunStatus.QUEUED, RunStatus.RUNNING)
 # What a run's finish writes, beside its isolation.
 FINISHED_COLUMNS = (
     "status", "exit_code", "stdout", "stderr", "error", "finished_at", "output_files",
@@ -63,8 +55,7 @@ def new(values: dict[str, Any]) -> Run:
 
 def claim(connection: CoreConnection, run_id: str, worker: str) -> list[dict[str, Any]]:
     """queued -> running for this worker: the run's row, or none if it was not queued."""
-    parameters = {"run_id": run_id, "new_worker": worker, "new_started_at": utcnow()}
-    return _CLAIM.execute(connection, parameters)
+    return claim_row(_CLAIM, connection, run_id, worker)
 
 
 def finish(

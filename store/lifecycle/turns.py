@@ -10,16 +10,21 @@ twice.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Update, select, update
+from sqlalchemy import Table, Update, select, update
 from sqlalchemy.orm import Session
 
+from store.db import CoreConnection, detached
+from store.lifecycle.claims import claim_row, claim_statement
 from store.limits import MAX_CHAT_HISTORY_TURNS, MAX_TURN_TEXT_CHARS
 from store.models import Turn, utcnow
 from store.states import TURNS, TurnStatus
 
 OPEN_STATES = TURNS.open
+
+# The control worker's claim, the first write of every turn before its model is asked.
+_CLAIM = claim_statement(cast(Table, Turn.__table__), TURNS, TurnStatus.QUEUED, TurnStatus.RUNNING)
 
 
 def open_turn(session: Session, owner_id: int, chat_id: str) -> str | None:
@@ -57,14 +62,11 @@ def create(
     return turn
 
 
-def claim(session: Session, turn_id: str, worker: str) -> Turn | None:
-    """queued -> running for this worker; None when it was taken or ended before."""
-    return session.scalars(
-        _move(turn_id, TurnStatus.RUNNING)
-        .values(worker=worker, started_at=utcnow())
-        .returning(Turn)
-        .execution_options(synchronize_session=False)
-    ).one_or_none()
+def claim(connection: CoreConnection | Session, turn_id: str, worker: str) -> Turn | None:
+    """queued -> running for this worker (the row, detached); None when it was taken or ended
+    before."""
+    rows = claim_row(_CLAIM, connection, turn_id, worker)
+    return detached(Turn, rows[0]) if rows else None
 
 
 def finish(

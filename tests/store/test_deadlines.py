@@ -20,7 +20,7 @@ from netguard import watched_connections
 from test_egress import Answers, certificate, server
 from trickle import trickling
 
-from store.deadlines import TIMER_NAME, Deadline
+from store.deadlines import ALARMS, TIMER_NAME, Deadline
 from store.egress import Egress
 
 DEADLINE = 1.5
@@ -92,16 +92,24 @@ def test_a_request_made_after_its_deadline_fails_at_once_and_connects_nowhere():
     assert connections == []
 
 
-def test_a_request_within_its_deadline_is_answered_and_its_client_leaves_no_timer_running():
+def test_a_request_within_its_deadline_is_answered_and_its_client_leaves_no_alarm_set():
+    before = ALARMS.pending()
     with server() as hooks, loopback().client(Deadline.after(30)) as client:
         answer = client.get(f"http://127.0.0.1:{hooks.port}/hook")
         assert answer.status_code == 200
-        assert TIMER_NAME in running_threads()
+        assert ALARMS.pending() == before + 1
 
-    limit = time.monotonic() + 5
-    while TIMER_NAME in running_threads() and time.monotonic() < limit:
-        time.sleep(0.01)
-    assert answer.text == "" and TIMER_NAME not in running_threads()
+    assert answer.text == "" and ALARMS.pending() == before
+
+
+def test_the_clients_of_a_process_share_one_timer_thread():
+    clients = [loopback().client(Deadline.after(30)) for _ in range(3)]
+    with server() as hooks:
+        for client in clients:
+            assert client.get(f"http://127.0.0.1:{hooks.port}/hook").status_code == 200
+        assert running_threads().count(TIMER_NAME) == 1
+        for client in clients:
+            client.close()
 
 
 def running_threads() -> list[str]:
