@@ -49,10 +49,11 @@ class Registry:
 
     tools: dict[str, Tool] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
-    # The definitions' JSON and the tools it was made of (frozen: the same ones, the same JSON).
-    _json: tuple[tuple[Tool, ...], str] | None = field(default=None, repr=False, compare=False)
+    # The definitions' JSON, made on first use after the last `add` (tools are frozen).
+    _json: str | None = field(default=None, repr=False, compare=False)
 
     def add(self, tool: Tool) -> None:
+        self._json = None
         self.tools[tool.name] = tool
         for name in (tool.name, *tool.aliases):
             self.names[name] = tool.name
@@ -76,14 +77,8 @@ class Registry:
         ]
 
     def definitions_json(self) -> str:
-        """`definitions()` as JSON, made again only when the tools changed: every turn counts
+        """`definitions()` as JSON, made again only after a tool was added: every turn counts
         the tokens they take of the model's window."""
-        made_of = tuple(self.tools.values())
-        kept = self._json
-        if (
-            kept is None
-            or len(kept[0]) != len(made_of)
-            or any(old is not new for old, new in zip(kept[0], made_of, strict=True))
-        ):
-            kept = self._json = (made_of, json.dumps(self.definitions()))
-        return kept[1]
+        if self._json is None:
+            self._json = json.dumps(self.definitions())
+        return self._json
