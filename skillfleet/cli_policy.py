@@ -9,7 +9,6 @@ import click
 
 from broker.errors import PolicyError, UnknownTool
 from broker.policy import CallFacts, Policy, load_builtin_policy
-from broker.toolset import build_registry
 from skillfleet.cli_settings import load_settings
 
 
@@ -79,6 +78,10 @@ def _load(file: Path | None) -> Policy:
 
 
 def _tier_of(tool: str) -> str:
+    # Only `explain` without --tier needs the tools, and they import the whole broker (some
+    # 2 s of a command's start): `policy check` never loads them.
+    from broker.toolset import build_registry
+
     try:
         return str(build_registry().get(tool).tier)
     except UnknownTool:

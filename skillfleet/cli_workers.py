@@ -211,12 +211,14 @@ def _package_cache(settings: Settings, node: str) -> Any:
 
 
 def _run_files(settings: Settings, node: str | None) -> Any:
-    """The channel a worker fetches its runs' input files and sends back their output on."""
-    from workers.runfiles import RunFiles
+    """The channel a worker fetches its runs' input files and sends back their output on, and
+    the input files it keeps beside its packages (only it reads either)."""
+    from workers.runfiles import InputCache, RunFiles
 
     if node is None or not settings.node_token:
         return None
-    return RunFiles(settings.api_url, node, settings.node_token)
+    cache = InputCache(settings.cache_dir / node / ".inputs")
+    return RunFiles(settings.api_url, node, settings.node_token, cache=cache)
 
 
 def _node_features() -> list[str]:

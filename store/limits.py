@@ -228,6 +228,9 @@ MAX_FILE_NAME_CHARS = 255
 # Files are read and sent in pieces this large: each piece of a request's or a response's body
 # crosses from the server's event loop to a request thread, so fewer pieces cost less.
 FILE_CHUNK_BYTES = 1 * MIB
+# A worker keeps the input files it fetched, by their SHA-256, up to this many bytes (the least
+# recently placed go first); a file larger than an eighth of it is never kept.
+INPUT_CACHE_BYTES = 256 * MIB
 # Sign-in with GitHub: device codes one client address may ask for in the window (each is a
 # request to GitHub on the app's behalf, which GitHub rate-limits per app).
 GITHUB_SIGNIN_STARTS = 10

@@ -6,6 +6,11 @@ through a task message. An input file arrives byte for byte or the run does not 
 (`input_file_unavailable`). What comes back: regular files only, at most MAX_OUTPUT_FILES and
 MAX_OUTPUT_FILE_BYTES in all, each within the API's file limit; links, special files and what
 passes the caps are named in a note instead.
+
+A worker keeps the input files it fetched (InputCache, by SHA-256, in a folder only it reads):
+a run given a file the worker already holds, as when an agent runs a script again on the same
+PDF, gets it without another request. What the cache gives is hashed as it is copied, so a
+file altered there is fetched again, never placed.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import hashlib
 import os
 import stat
 import tarfile
+import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +30,19 @@ import httpx
 
 from relay.errors import RunError
 from store.archive import size_text
-from store.limits import FILE_CHUNK_BYTES, MAX_OUTPUT_FILE_BYTES, MAX_OUTPUT_FILES
+from store.limits import (
+    FILE_CHUNK_BYTES,
+    INPUT_CACHE_BYTES,
+    MAX_OUTPUT_FILE_BYTES,
+    MAX_OUTPUT_FILES,
+)
 
 HTTP_TIMEOUT = 60.0
+# An input placed in a run's folder, as its entry stands until something writes it: inode,
+# size, modification time (put a second into the past as it is placed, so that any write, which
+# sets it to the clock's time, changes it) and change time (only the kernel sets that). The
+# same signature after the run says the bytes are the ones placed, without reading them again.
+Signature = tuple[int, int, int, int]
 SHOWN_LEFT_OUT = 5  # a note names this many left-out files, then counts the rest
 
 
@@ -36,13 +53,109 @@ class InputFileUnavailable(RunError):
     status = 409
 
 
+class InputCache:
+    """Input files by their SHA-256 in `folder` (made 0700), at most `max_bytes` in all."""
+
+    def __init__(self, folder: Path, max_bytes: int = INPUT_CACHE_BYTES) -> None:
+        self.folder = folder
+        self.max_bytes = max_bytes
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder.chmod(0o700)
+
+    def place(self, sha256: object, out: IO[bytes]) -> bool:
+        """Write the kept file `sha256` to `out`; False (and `out` left empty) when none is
+        kept or what is kept has other bytes (then it goes)."""
+        path = self._path(sha256)
+        if path is None:
+            return False
+        try:
+            source = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+        except OSError:
+            return False
+        digest = hashlib.sha256()
+        with source:
+            while chunk := source.read(FILE_CHUNK_BYTES):
+                digest.update(chunk)
+                out.write(chunk)
+            if digest.hexdigest() == sha256:
+                os.utime(source.fileno())  # the most recently placed go last
+                return True
+        out.seek(0)
+        out.truncate()
+        path.unlink(missing_ok=True)
+        return False
+
+    def writer(self, sha256: object, size: int) -> _Keeping | None:
+        """Where to write a file about to be fetched so that it is kept; None when it is not
+        to be (too large, or a name that is no SHA-256)."""
+        path = self._path(sha256)
+        if path is None or size > self.max_bytes // 8:
+            return None
+        return _Keeping(self, path)
+
+    def trim(self) -> None:
+        """Remove the least recently placed files until what is kept fits."""
+        entries = []
+        for entry in os.scandir(self.folder):
+            if entry.name.startswith("."):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            entries.append((info.st_mtime_ns, info.st_size, entry.path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries):
+            if total <= self.max_bytes:
+                break
+            Path(path).unlink(missing_ok=True)
+            total -= size
+
+    def _path(self, sha256: object) -> Path | None:
+        if not (isinstance(sha256, str) and len(sha256) == 64):
+            return None
+        if any(c not in "0123456789abcdef" for c in sha256):
+            return None
+        return self.folder / sha256
+
+
+class _Keeping:
+    """A file being written into the cache: `keep` names it by its hash once whole."""
+
+    def __init__(self, cache: InputCache, path: Path) -> None:
+        self.cache = cache
+        self.path = path
+        self.temp = path.with_name(f".{uuid.uuid4().hex}")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.out = os.fdopen(os.open(self.temp, flags, 0o600), "wb")
+
+    def write(self, chunk: bytes) -> None:
+        self.out.write(chunk)
+
+    def keep(self) -> None:
+        self.out.close()
+        os.replace(self.temp, self.path)
+        self.cache.trim()
+
+    def drop(self) -> None:
+        self.out.close()
+        self.temp.unlink(missing_ok=True)
+
+
 class RunFiles:
-    """A worker's channel to the API for its runs' files, with its node's token."""
+    """A worker's channel to the API for its runs' files, with its node's token, and the input
+    files it keeps (`cache`)."""
 
     def __init__(
-        self, api_url: str, node: str, token: str, client: httpx.Client | None = None
+        self,
+        api_url: str,
+        node: str,
+        token: str,
+        client: httpx.Client | None = None,
+        cache: InputCache | None = None,
     ) -> None:
         self.node = node
+        self.cache = cache
         self.client = client or httpx.Client(timeout=HTTP_TIMEOUT)
         self._base = f"{api_url.rstrip('/')}/api/nodes/{node}/runs"
         self._headers = {"Authorization": f"Bearer {token}"}
@@ -50,6 +163,27 @@ class RunFiles:
     def fetch(self, run_id: str, path: str, entry: Mapping[str, Any], out: IO[bytes]) -> None:
         """Write the input file `entry` (placed at `path`) to `out`; raises
         InputFileUnavailable unless its bytes are exactly the ones the call named."""
+        sha256 = entry.get("sha256")
+        if self.cache is not None and self.cache.place(sha256, out):
+            return
+        keeping = self.cache.writer(sha256, entry.get("size", 0)) if self.cache else None
+        try:
+            self._fetch(run_id, path, entry, out, keeping)
+        except BaseException:
+            if keeping is not None:
+                keeping.drop()
+            raise
+        if keeping is not None:
+            keeping.keep()
+
+    def _fetch(
+        self,
+        run_id: str,
+        path: str,
+        entry: Mapping[str, Any],
+        out: IO[bytes],
+        keeping: _Keeping | None,
+    ) -> None:
         url = f"{self._base}/{run_id}/files/{entry['id']}"
         digest = hashlib.sha256()
         try:
@@ -63,6 +197,8 @@ class RunFiles:
                 for chunk in response.iter_bytes():
                     digest.update(chunk)
                     out.write(chunk)
+                    if keeping is not None:
+                        keeping.write(chunk)
         except httpx.HTTPError as e:
             raise InputFileUnavailable(f"The input file {path} could not be fetched: {e}") from e
         if digest.hexdigest() != entry.get("sha256"):
@@ -105,9 +241,11 @@ def _reason(response: httpx.Response) -> str:
 def place_inputs(
     channel: RunFiles, run_id: str, inputs: Mapping[str, Mapping[str, Any]], work: Path,
     uid: int | None = None,
-) -> None:  # fmt: skip
+) -> dict[str, Signature]:  # fmt: skip
     """Fetch each input file into `work` at its path (folders made as needed), owned by `uid`
-    when given. `work` is the run's own and no process of the run lives yet."""
+    when given. `work` is the run's own and no process of the run lives yet. Returns each
+    placed file's signature, for `collect`."""
+    placed: dict[str, Signature] = {}
     for path, entry in sorted(inputs.items()):
         target = work / path
         for folder in reversed([*target.relative_to(work).parents][:-1]):
@@ -121,6 +259,10 @@ def place_inputs(
             channel.fetch(run_id, path, entry, out)
         if uid is not None:
             os.chown(target, uid, uid)
+        past = time.time_ns() - 1_000_000_000
+        os.utime(target, ns=(past, past), follow_symlinks=False)
+        placed[path] = _signature(os.lstat(target))
+    return placed
 
 
 @dataclass
@@ -148,12 +290,18 @@ class Found:
     kind: str  # "file", "link", "special"
     size: int = 0
     open: Any = None  # () -> IO[bytes], for a file
+    signature: Signature | None = None  # a file on this host's file system
 
 
 def collect(
-    channel: RunFiles, run_id: str, found: Iterable[Found], inputs: Mapping[str, Mapping[str, Any]]
+    channel: RunFiles,
+    run_id: str,
+    found: Iterable[Found],
+    inputs: Mapping[str, Mapping[str, Any]],
+    placed: Mapping[str, Signature] | None = None,
 ) -> Sent:
-    """Send back every file created or changed (an input with other bytes now), within caps."""
+    """Send back every file created or changed (an input with other bytes now), within caps;
+    an input whose signature is still the one `placed` holds is unchanged unread."""
     sent = Sent()
     for entry in sorted(found, key=lambda item: item.path):
         if entry.kind == "link":
@@ -162,10 +310,12 @@ def collect(
         if entry.kind != "file":
             sent.left_out.append(f"{entry.path} (not a regular file)")
             continue
-        placed = inputs.get(entry.path)
-        if placed is not None and placed.get("size") == entry.size:
+        given = inputs.get(entry.path)
+        if given is not None and given.get("size") == entry.size:
+            if entry.signature is not None and (placed or {}).get(entry.path) == entry.signature:
+                continue  # an input nothing wrote
             with entry.open() as source:
-                if _sha256(source) == placed.get("sha256"):
+                if _sha256(source) == given.get("sha256"):
                     continue  # an input, unchanged
         if len(sent.files) >= MAX_OUTPUT_FILES:
             sent.left_out.append(f"{entry.path} (past the {MAX_OUTPUT_FILES}-file limit)")
@@ -196,7 +346,7 @@ def found_in(work: Path) -> Iterator[Found]:
             if stat.S_ISLNK(info.st_mode):
                 yield Found(relative, "link")
             elif stat.S_ISREG(info.st_mode):
-                yield Found(relative, "file", info.st_size, _opener(path))
+                yield Found(relative, "file", info.st_size, _opener(path), _signature(info))
             elif not stat.S_ISDIR(info.st_mode):
                 yield Found(relative, "special")
         dirs[:] = [d for d in dirs if not (base / d).is_symlink()]
@@ -218,6 +368,10 @@ def found_in_tar(archive: tarfile.TarFile, root: str) -> Iterator[Found]:
             yield Found(relative, "file", member.size, _tar_opener(archive, member))
         else:
             yield Found(relative, "special")
+
+
+def _signature(info: os.stat_result) -> Signature:
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def _opener(path: Path) -> Any:

@@ -115,6 +115,36 @@ def test_an_inline_file_is_kept_by_id_and_the_call_records_no_bytes(owner: Fleet
         assert recorded.arguments["files"] == {"a.pdf": placed}  # by id, no bytes
 
 
+def test_a_file_given_again_is_placed_from_the_nodes_cache_and_never_from_an_altered_copy(
+    owner: Fleet,
+):
+    owner.import_skill("tools", READ_NODE, {"scripts/convert.py": CONVERT})
+    data = os.urandom(200_000)
+    kept = owner.settings.cache_dir / NODE / ".inputs" / hashlib.sha256(data).hexdigest()
+    with owner.http() as client:
+        sent = upload_file(client, "in.bin", data)
+        files = {"in.bin": sent["id"]}
+
+        def convert() -> dict[str, Any]:
+            return run(client, "scripts/convert.py", args=["in.bin", "out.bin"], files=files)
+
+        assert convert()["status"] == "done"
+        assert kept.read_bytes() == data  # the node kept what it fetched
+        # The API's copy goes: the node's is the only one left, and the run gets it.
+        (owner.settings.files_dir / sent["id"]).unlink()
+        again = convert()
+        assert again["status"] == "done", again
+        [made] = again["result"]["files"]
+        assert client.get(f"/api/files/{made['id']}").content == data[::-1]
+        # A copy altered in the cache is not placed: it goes, and the file is fetched again
+        # (here it can't be, so the run says so).
+        kept.write_bytes(b"planted" + data[7:])
+        refused = convert()
+        assert refused["status"] == "failed", refused
+        assert refused["error"]["code"] == "input_file_unavailable", refused
+        assert not kept.exists()
+
+
 def test_changed_and_new_files_come_back_and_links_and_pipes_are_noted(owner: Fleet):
     owner.import_skill("tools", READ_NODE, {"scripts/mixed.py": MIXED})
     with owner.http() as client:

@@ -22,7 +22,7 @@ from relay.errors import RunError
 from relay.streams import RunStream
 from store.limits import COALESCE_SECONDS
 from store.states import RunStatus
-from workers.runfiles import InputFileUnavailable, collect, found_in, place_inputs
+from workers.runfiles import InputFileUnavailable, Signature, collect, found_in, place_inputs
 from workers.runners.base import (
     CancelCheck,
     Job,
@@ -198,16 +198,17 @@ class NodeRunner:
             argv = self.toolchain.command(
                 job.skill_hash, job.script, job.argv, place.skill, env, job.as_module
             )
+        placed: dict[str, Signature] = {}
         try:
             if job.files is not None and job.inputs:
-                place_inputs(job.files, job.run_id, job.inputs, place.work, place.uid)
+                placed = place_inputs(job.files, job.run_id, job.inputs, place.work, place.uid)
         except (RunError, OSError) as e:
             message = getattr(e, "message", None) or f"The input files could not be placed: {e}"
             return Outcome(RunStatus.FAILED, None, "", message, message, InputFileUnavailable.code)
         outcome = self._launch(job, place, env, argv, stream, cancelled)
         if job.files is None:
             return outcome
-        sent = collect(job.files, job.run_id, found_in(place.work), job.inputs)
+        sent = collect(job.files, job.run_id, found_in(place.work), job.inputs, placed)
         return replace(outcome, files=tuple(sent.files), files_note=sent.note())
 
     def _launch(
