@@ -8,7 +8,7 @@ from typing import Any
 import redis
 import structlog
 from flask import Response, request
-from sqlalchemy import func, select
+from sqlalchemy import Select, bindparam, func, select
 
 from api import files, secrets
 from api.auth import node_or_owner, owner_only
@@ -141,9 +141,9 @@ def run_file(node: str, run_id: str, file_id: str) -> Response:
 def run_files(node: str, run_id: str) -> Any:
     """Keep a file a running run made, as its owner's (this node's agent, with its node token):
     its bytes are the body, its path in the run's working directory the query's `path`"""
-    run = _running_here(node, run_id)  # before anything of the request is read
+    run = _running_here(node, run_id, _SENDING)  # before anything of the request is read
     path = work_path_or_422(request.args.get("path"))
-    if sent_all(run):
+    if run.sent_all:
         raise ApiError(
             409, "run_files_full", f"The run '{run_id}' has sent back all the files it may."
         )
@@ -154,12 +154,12 @@ def run_files(node: str, run_id: str) -> Any:
     return services().files.save(run.owner_id, name, request.stream, run_id=run.id, path=path)
 
 
-def _running_here(node: str, run_id: str) -> RunningRun:
+def _running_here(node: str, run_id: str, query: Select[Any] | None = None) -> RunningRun:
     """The run `node`'s agent is running now, to that node's token only (an agent is refused
     as on every node route; anyone else, the run's owner included, finds nothing)."""
     found = node_or_owner(node)
     _check_name(node)
-    run = running_on(node, run_id)
+    run = running_on(node, run_id, _RUNNING if query is None else query)
     if found.kind != "node" or found.node_name != node or run is None:
         raise ApiError(404, "run_not_found", f"No run '{run_id}' is running on '{node}'.")
     return run
@@ -172,36 +172,41 @@ class RunningRun:
     id: str
     owner_id: int
     input_files: dict[str, Any]
+    sent_all: bool = False  # it sent back all the files it may (read by _SENDING only)
 
 
-def running_on(node: str, run_id: str) -> RunningRun | None:
+# The run while it runs on a queue, with an owner: its few columns only (every run with files
+# asks twice); statements built once.
+_RUNNING = select(Run.id, Run.owner_id, Run.input_files).where(
+    Run.id == bindparam("run_id"),
+    Run.queue == bindparam("queue"),
+    Run.status == RunStatus.RUNNING,
+    Run.owner_id.is_not(None),
+)
+# The same with what it sent back so far, in the same round trip, for a file it sends.
+_SENDING = _RUNNING.add_columns(
+    select(func.count()).where(StoredFile.run_id == Run.id).scalar_subquery(),
+    select(func.coalesce(func.sum(StoredFile.size), 0))
+    .where(StoredFile.run_id == Run.id)
+    .scalar_subquery(),
+)
+
+
+def running_on(node: str, run_id: str, query: Select[Any] = _RUNNING) -> RunningRun | None:
     """The run `run_id` while it runs on `node` and has an owner; None otherwise. Who asks is
-    the caller's to check. Its few columns only: every run with files asks this twice."""
+    the caller's to check."""
     queue = node if node in (naming.SPARK, naming.SANDBOX) else naming.node_queue(node)
-    query = select(Run.id, Run.owner_id, Run.input_files).where(
-        Run.id == run_id,
-        Run.queue == queue,
-        Run.status == RunStatus.RUNNING,
-        Run.owner_id.is_not(None),
-    )
     with core_connection(services().sessions) as connection:
-        row = connection.execute(query).first()
-    return None if row is None else RunningRun(row.id, row.owner_id, row.input_files or {})
+        row = connection.execute(query, {"run_id": run_id, "queue": queue}).first()
+    if row is None:
+        return None
+    sent = len(row) > 3 and (row[3] >= MAX_OUTPUT_FILES or row[4] >= MAX_OUTPUT_FILE_BYTES)
+    return RunningRun(row.id, row.owner_id, row.input_files or {}, sent)
 
 
 def is_input(run: RunningRun, file_id: str) -> bool:
     """Whether the run's call placed the file `file_id` in its working directory."""
     return file_id in {entry.get("id") for entry in run.input_files.values()}
-
-
-def sent_all(run: RunningRun) -> bool:
-    """Whether the run has sent back all the files it may (their number or their bytes)."""
-    query = select(func.count(), func.coalesce(func.sum(StoredFile.size), 0)).where(
-        StoredFile.run_id == run.id
-    )
-    with core_connection(services().sessions) as connection:
-        kept, size = connection.execute(query).one()
-    return bool(kept >= MAX_OUTPUT_FILES or size >= MAX_OUTPUT_FILE_BYTES)
 
 
 def work_path_or_422(path: str | None) -> str:

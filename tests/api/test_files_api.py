@@ -19,7 +19,7 @@ from sqlalchemy import func, select, update
 from api import create_app
 from api.services import Services
 from store.db import transaction
-from store.limits import KIB
+from store.limits import KIB, MAX_OUTPUT_FILE_BYTES, MAX_OUTPUT_FILES
 from store.models import Run, StoredFile, utcnow
 from store.tokens import create_node_token
 
@@ -270,3 +270,29 @@ def test_the_approval_card_shows_the_exact_command_line_and_each_files_size_and_
     ran = client.get(f"/api/calls/{envelope['call_id']}", headers=auth).json
     assert ran["result"]["would_dispatch"]["args"] == ["--all", "db.dump"]
     assert ran["result"]["would_dispatch"]["files"]["db.dump"]["sha256"] == made["sha256"]
+
+
+@pytest.mark.parametrize("full", ["count", "bytes"])
+def test_a_run_that_sent_back_all_it_may_is_refused_another_file(
+    client, running_run, services, full
+):
+    """The run's files so far are counted in the same read as the run: past the number or the
+    bytes a run may send back, the next file is refused and not kept."""
+    with transaction(services.sessions) as session:
+        owner_id = session.scalar(select(StoredFile.owner_id))
+        many = MAX_OUTPUT_FILES if full == "count" else 1
+        size = 1 if full == "count" else MAX_OUTPUT_FILE_BYTES
+        now = utcnow()
+        for number in range(many):
+            session.add(StoredFile(
+                id=str(uuid.uuid4()), owner_id=owner_id, name=f"f{number}", size=size,
+                sha256="0" * 64, run_id=running_run["run"], path=f"f{number}", created_at=now,
+                expires_at=now + timedelta(days=1),
+            ))  # fmt: skip
+    node = {"Authorization": f"Bearer {running_run['web01']}"}
+    before = kept(services)
+    sent = client.post(f"/api/nodes/web01/runs/{running_run['run']}/files", headers=node,
+                       query_string={"path": "one-more.txt"}, data=b"x",
+                       content_type="application/octet-stream")  # fmt: skip
+    assert (sent.status_code, sent.json["code"]) == (409, "run_files_full"), sent.json
+    assert kept(services) == before
