@@ -43,6 +43,7 @@ HTTP_TIMEOUT = 60.0
 # sets it to the clock's time, changes it) and change time (only the kernel sets that). The
 # same signature after the run says the bytes are the ones placed, without reading them again.
 Signature = tuple[int, int, int, int]
+STALE_FETCH_SECONDS = 3600  # a fetch into the cache unfinished this long was abandoned
 SHOWN_LEFT_OUT = 5  # a note names this many left-out files, then counts the rest
 
 
@@ -61,6 +62,16 @@ class InputCache:
         self.max_bytes = max_bytes
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         folder.chmod(0o700)
+        # What a worker that died mid-fetch left (another worker's fetch now is younger).
+        stale = time.time() - STALE_FETCH_SECONDS
+        for entry in os.scandir(folder):
+            if not entry.name.startswith("."):
+                continue
+            try:
+                if entry.stat(follow_symlinks=False).st_mtime < stale:
+                    Path(entry.path).unlink(missing_ok=True)
+            except FileNotFoundError:  # kept meanwhile, under its hash
+                continue
 
     def place(self, sha256: object, out: IO[bytes]) -> bool:
         """Write the kept file `sha256` to `out`; False (and `out` left empty) when none is

@@ -129,3 +129,15 @@ def test_an_input_written_over_with_as_many_bytes_at_once_is_seen_changed(tmp_pa
     sent = collect(channel, "r1", found_in(work), inputs, placed)
     # Seen changed, it is sent back: here nothing listens, so it is noted as not sent.
     assert [note.split(" (")[0] for note in sent.left_out] == ["in.bin"], sent.left_out
+
+
+def test_what_a_worker_that_died_mid_fetch_left_goes_when_the_next_one_starts(tmp_path: Path):
+    cache = InputCache(tmp_path / "inputs")
+    abandoned, current = cache.writer("c" * 64, 10), cache.writer("d" * 64, 10)
+    assert abandoned is not None and current is not None
+    os.utime(abandoned.temp, ns=(1, 1))  # an hour and more ago
+    InputCache(tmp_path / "inputs")
+    assert not abandoned.temp.exists() and current.temp.exists()
+    current.write(b"0123456789")
+    current.keep()
+    assert (tmp_path / "inputs" / ("d" * 64)).read_bytes() == b"0123456789"
