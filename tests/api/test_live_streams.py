@@ -114,7 +114,9 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
 
     async def scenario() -> dict:
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
-        timeout = httpx.Timeout(60)
+        # Longer than the longest wait (60 s), so that a wait is always answered before its
+        # client gives up: a client that gives up while its call waits withdraws its approval.
+        timeout = httpx.Timeout(90)
 
         def client(token: str) -> httpx.AsyncClient:
             headers = {"Authorization": f"Bearer {token}"}
@@ -157,7 +159,14 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
                 answer = await waiter.post(
                     "/api/tools/run_skill_script", params={"wait": 60}, json=body
                 )
-                return answer.json()
+                envelope = answer.json()
+                # A wait that ends first leaves the call waiting: its agent waits again.
+                while envelope["status"] in ("pending_approval", "running"):
+                    again = await waiter.get(
+                        f"/api/calls/{envelope['call_id']}", params={"wait": 60}
+                    )
+                    envelope = again.json()
+                return dict(envelope)
 
             ready = [asyncio.Event() for _ in range(FEEDS)]
             feeds = [asyncio.create_task(follow_feed(r)) for r in ready]
