@@ -18,10 +18,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import Select, delete, insert, select
+from sqlalchemy import Select, bindparam, delete, insert, select
 
 from store.archive import size_text
-from store.db import SessionFactory, core_transaction, transaction
+from store.db import SessionFactory, core_connection, core_transaction, transaction
 from store.errors import StoreError
 from store.limits import FILE_CHUNK_BYTES, MAX_FILE_NAME_CHARS
 from store.models import StoredFile, utcnow
@@ -77,6 +77,12 @@ class FileInfo:
         )  # fmt: skip
 
 
+# A file's row by its id, and a new one: Core statements built once (every call with files
+# reads each, and every file a run sends back is inserted).
+_FIND = select(
+    StoredFile.id, StoredFile.owner_id, StoredFile.name, StoredFile.size, StoredFile.sha256,
+    StoredFile.created_at, StoredFile.expires_at, StoredFile.run_id, StoredFile.path,
+).where(StoredFile.id == bindparam("id"))  # fmt: skip
 _INSERT = insert(StoredFile)
 
 
@@ -165,11 +171,14 @@ class FileStore:
         missing = FileNotFound(f"No file '{str(file_id)[:64]}' of yours is kept.")
         if not is_file_id(file_id):
             raise missing
-        with self.sessions() as session:
-            row = session.get(StoredFile, file_id)
-            if row is None or row.owner_id != owner_id or row.expires_at <= utcnow():
-                raise missing
-            return FileInfo.of(row)
+        with core_connection(self.sessions) as connection:
+            row = connection.execute(_FIND, {"id": file_id}).first()
+        if row is None or row.owner_id != owner_id or row.expires_at <= utcnow():
+            raise missing
+        return FileInfo(
+            row.id, row.name, row.size, row.sha256, row.created_at, row.expires_at,
+            row.run_id, row.path,
+        )  # fmt: skip
 
     def read(self, info: FileInfo) -> Iterator[bytes]:
         """The file's bytes in chunks; FileNotFound when they went (expired meanwhile)."""

@@ -16,7 +16,9 @@ file altered there is fetched again, never placed.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import shutil
 import stat
 import tarfile
 import time
@@ -55,11 +57,17 @@ class InputFileUnavailable(RunError):
 
 
 class InputCache:
-    """Input files by their SHA-256 in `folder` (made 0700), at most `max_bytes` in all."""
+    """Input files by their SHA-256 in `folder` (made 0700), at most `max_bytes` in all.
+
+    A kept file is proven to hash to its name (as it is fetched, or hashed as it is copied) and
+    the proof remembered with its signature, as packages' proofs are (workers/packages.py): while
+    the signature stands, nothing wrote the file since, and it is copied by the kernel unread.
+    """
 
     def __init__(self, folder: Path, max_bytes: int = INPUT_CACHE_BYTES) -> None:
         self.folder = folder
         self.max_bytes = max_bytes
+        self._proven: dict[str, Signature] = {}
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         folder.chmod(0o700)
         # What a worker that died mid-fetch left (another worker's fetch now is younger).
@@ -83,18 +91,34 @@ class InputCache:
             source = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
         except OSError:
             return False
-        digest = hashlib.sha256()
         with source:
+            info = os.fstat(source.fileno())
+            if stat.S_ISREG(info.st_mode) and self._proven.get(path.name) == _signature(info):
+                _copy(source, out, info.st_size)
+                self._placed(path.name, source)
+                return True
+            digest = hashlib.sha256()
             while chunk := source.read(FILE_CHUNK_BYTES):
                 digest.update(chunk)
                 out.write(chunk)
             if digest.hexdigest() == sha256:
-                os.utime(source.fileno())  # the most recently placed go last
+                self._placed(path.name, source)
                 return True
+        self._proven.pop(path.name, None)
         out.seek(0)
         out.truncate()
         path.unlink(missing_ok=True)
         return False
+
+    def _placed(self, name: str, source: IO[bytes]) -> None:
+        """The file just placed goes last in line to be removed, proven as it now stands."""
+        os.utime(source.fileno())
+        self._proven[name] = _signature(os.fstat(source.fileno()))
+
+    def kept(self, path: Path) -> None:
+        """`path` was just written with bytes that hash to its name: proven as it stands."""
+        self._proven[path.name] = _signature(os.lstat(path))
+        self.trim()
 
     def writer(self, sha256: object, size: int) -> _Keeping | None:
         """Where to write a file about to be fetched so that it is kept; None when it is not
@@ -120,7 +144,10 @@ class InputCache:
             if total <= self.max_bytes:
                 break
             Path(path).unlink(missing_ok=True)
+            self._proven.pop(os.path.basename(path), None)
             total -= size
+        for name in set(self._proven) - {os.path.basename(path) for _, _, path in entries}:
+            self._proven.pop(name, None)  # gone meanwhile (another worker's trim)
 
     def _path(self, sha256: object) -> Path | None:
         if not (isinstance(sha256, str) and len(sha256) == 64):
@@ -146,7 +173,7 @@ class _Keeping:
     def keep(self) -> None:
         self.out.close()
         os.replace(self.temp, self.path)
-        self.cache.trim()
+        self.cache.kept(self.path)
 
     def drop(self) -> None:
         self.out.close()
@@ -399,6 +426,22 @@ def _tar_opener(archive: tarfile.TarFile, member: tarfile.TarInfo) -> Any:
         return extracted
 
     return opened
+
+
+def _copy(source: IO[bytes], out: IO[bytes], size: int) -> None:
+    """`size` bytes from the start of `source` to `out`: by the kernel when `out` is a file."""
+    try:
+        target = out.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        shutil.copyfileobj(source, out, FILE_CHUNK_BYTES)
+        return
+    out.flush()
+    offset = 0
+    while offset < size:
+        sent = os.sendfile(target, source.fileno(), offset, size - offset)
+        if sent == 0:
+            break
+        offset += sent
 
 
 def _chunks(source: IO[bytes]) -> Iterator[bytes]:

@@ -8,6 +8,7 @@ import hashlib
 import io
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,27 @@ def test_a_kept_file_altered_is_not_placed_and_goes(tmp_path: Path):
     out = io.BytesIO()
     assert not cache.place(sha256, out)
     assert out.getvalue() == b""  # nothing of the planted bytes stays in the run's file
+    assert not (tmp_path / "inputs" / sha256).exists()
+
+
+def test_a_kept_file_placed_unread_while_untouched_and_hashed_again_once_written(
+    tmp_path: Path,
+):
+    cache = InputCache(tmp_path / "inputs")
+    data = os.urandom(50_000)
+    sha256 = keep(cache, data)
+    for _ in range(2):  # proven as fetched, then as placed
+        out = io.BytesIO()
+        assert cache.place(sha256, out) and out.getvalue() == data
+    with open(tmp_path / "placed", "wb") as out:  # a file: the kernel's copy
+        assert cache.place(sha256, out)
+    assert (tmp_path / "placed").read_bytes() == data
+    # Written with as many bytes, later than the file system's clock's tick: the signature
+    # changed, so it is hashed again, found other and removed.
+    time.sleep(0.05)
+    (tmp_path / "inputs" / sha256).write_bytes(bytes(len(data)))
+    out = io.BytesIO()
+    assert not cache.place(sha256, out) and out.getvalue() == b""
     assert not (tmp_path / "inputs" / sha256).exists()
 
 
