@@ -9,8 +9,9 @@ passes the caps are named in a note instead.
 
 A worker keeps the input files it fetched (InputCache, by SHA-256, in a folder only it reads):
 a run given a file the worker already holds, as when an agent runs a script again on the same
-PDF, gets it without another request. What the cache gives is hashed as it is copied, so a
-file altered there is fetched again, never placed.
+PDF, gets it without another request. What the cache gives is proven to hash to its name
+(remembered while its signature stands, else hashed as it is copied), so a file altered there
+is fetched again, never placed.
 """
 
 from __future__ import annotations
