@@ -1,7 +1,8 @@
 """Benchmark: a run with one 1 MiB file in and one out, against the same run without files.
 
-Run with `python bench/run_files.py [--spark]`. It starts a real `skillfleet api`, a node worker
-(and with --spark a Spark worker) as bench/runs.py does, uploads a 1 MiB file once, then
+Run with `python bench/run_files.py [--spark] [--fresh]`. It starts a real `skillfleet api`, a
+node worker (and with --spark a Spark worker) as bench/runs.py does, uploads a 1 MiB file once
+(with --fresh, a new one before each files run, untimed: a file no worker holds yet), then
 measures interleaved (plain, files, files, plain, ...) the same script called with `?wait=`:
 
 - plain: the script reads nothing and writes nothing;
@@ -55,13 +56,23 @@ def call(client: httpx.Client, skill: str, node: str | None, files: str | None) 
         assert len(envelope["result"]["files"]) == 1, envelope
 
 
-def measure(client: httpx.Client, prefix: str, node: str | None, file_id: str, rounds: int):
+def upload(client: httpx.Client) -> str:
+    data = os.urandom(1024 * 1024)
+    sent = client.post("/api/files", files={"file": ("in.bin", io.BytesIO(data))})
+    return str(sent.json()["id"])
+
+
+def measure(
+    client: httpx.Client, prefix: str, node: str | None, file_id: str, rounds: int, fresh: bool
+):
     samples: dict[str, list[float]] = {"plain": [], "files": []}
     sides = [("plain", f"{prefix}-plain", None), ("files", f"{prefix}-files", file_id)]
     for _side, skill, files in sides:  # warm: packages fetched, volumes filled
         call(client, skill, node, files)
     for index in range(rounds):
         for side, skill, files in sides if index % 2 == 0 else reversed(sides):
+            if files is not None and fresh:
+                files = upload(client)
             started = time.perf_counter()
             call(client, skill, node, files)
             samples[side].append(time.perf_counter() - started)
@@ -78,19 +89,20 @@ def report(what: str, samples: dict[str, list[float]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spark", action="store_true")
-    spark = parser.parse_args().spark
+    parser.add_argument("--fresh", action="store_true", help="a new file for every files run")
+    options = parser.parse_args()
+    spark, fresh = options.spark, options.fresh
     with tempfile.TemporaryDirectory() as tmp, System(Path(tmp), spark=spark) as system:
         for execution in ("node", "spark") if spark else ("node",):
             system.install(f"{execution}-plain", execution, {"scripts/run.py": PLAIN})
             system.install(f"{execution}-files", execution, {"scripts/run.py": COPY})
         with httpx.Client(base_url=system.url, headers=system.headers, timeout=120) as client:
-            data = os.urandom(1024 * 1024)
-            sent = client.post("/api/files", files={"file": ("in.bin", io.BytesIO(data))})
-            file_id = sent.json()["id"]
-            results = {"node": measure(client, "node", NODE, file_id, ROUNDS)}
+            file_id = upload(client)
+            results = {"node": measure(client, "node", NODE, file_id, ROUNDS, fresh)}
             if spark:
-                results["spark"] = measure(client, "spark", None, file_id, SPARK_ROUNDS)
-    print("A run with one 1 MiB file in and one out, against the same run without (p50)")
+                results["spark"] = measure(client, "spark", None, file_id, SPARK_ROUNDS, fresh)
+    which = "a new file each run" if fresh else "the same file each run"
+    print(f"A run with one 1 MiB file in and one out ({which}), against the same run without (p50)")
     for what, samples in results.items():
         report(what, samples)
 
