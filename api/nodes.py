@@ -185,10 +185,11 @@ _RUNNING = select(Run.id, Run.owner_id, Run.input_files).where(
 )
 # The same with what it sent back so far, in the same round trip, for a file it sends.
 _SENDING = _RUNNING.add_columns(
-    select(func.count()).where(StoredFile.run_id == Run.id).scalar_subquery(),
+    select(func.count()).where(StoredFile.run_id == Run.id).scalar_subquery().label("sent"),
     select(func.coalesce(func.sum(StoredFile.size), 0))
     .where(StoredFile.run_id == Run.id)
-    .scalar_subquery(),
+    .scalar_subquery()
+    .label("sent_bytes"),
 )
 
 
@@ -200,7 +201,9 @@ def running_on(node: str, run_id: str, query: Select[Any] = _RUNNING) -> Running
         row = connection.execute(query, {"run_id": run_id, "queue": queue}).first()
     if row is None:
         return None
-    sent = len(row) > 3 and (row[3] >= MAX_OUTPUT_FILES or row[4] >= MAX_OUTPUT_FILE_BYTES)
+    sent = "sent" in row._fields and (
+        row.sent >= MAX_OUTPUT_FILES or row.sent_bytes >= MAX_OUTPUT_FILE_BYTES
+    )
     return RunningRun(row.id, row.owner_id, row.input_files or {}, sent)
 
 

@@ -70,7 +70,8 @@ class FileInfo:
         return {"id": self.id, "size": self.size, "sha256": self.sha256}
 
     @classmethod
-    def of(cls, row: StoredFile) -> FileInfo:
+    def of(cls, row: Any) -> FileInfo:
+        """From a `StoredFile`, or a row of its columns."""
         return cls(
             row.id, row.name, row.size, row.sha256, row.created_at, row.expires_at,
             row.run_id, row.path,
@@ -175,10 +176,7 @@ class FileStore:
             row = connection.execute(_FIND, {"id": file_id}).first()
         if row is None or row.owner_id != owner_id or row.expires_at <= utcnow():
             raise missing
-        return FileInfo(
-            row.id, row.name, row.size, row.sha256, row.created_at, row.expires_at,
-            row.run_id, row.path,
-        )  # fmt: skip
+        return FileInfo.of(row)
 
     def read(self, info: FileInfo) -> Iterator[bytes]:
         """The file's bytes in chunks; FileNotFound when they went (expired meanwhile)."""

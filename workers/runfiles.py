@@ -39,6 +39,7 @@ from store.limits import (
     MAX_OUTPUT_FILE_BYTES,
     MAX_OUTPUT_FILES,
 )
+from store.names import is_valid_hash
 
 HTTP_TIMEOUT = 60.0
 # An input placed in a run's folder, as its entry stands until something writes it: inode,
@@ -151,11 +152,7 @@ class InputCache:
             self._proven.pop(name, None)  # gone meanwhile (another worker's trim)
 
     def _path(self, sha256: object) -> Path | None:
-        if not (isinstance(sha256, str) and len(sha256) == 64):
-            return None
-        if any(c not in "0123456789abcdef" for c in sha256):
-            return None
-        return self.folder / sha256
+        return self.folder / str(sha256) if is_valid_hash(sha256) else None
 
 
 class _Keeping:
