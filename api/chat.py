@@ -142,7 +142,7 @@ def resume(chat_id: str) -> Response:
         known = chat_id.isprintable() and session.scalar(
             select(Turn.id).where(Turn.owner_id == caller, Turn.chat_id == chat_id).limit(1)
         )
-        open_id = turnstates.open_turn(session, caller, chat_id) if known else None
+        open_id = turnstates.open_turn(session.connection(), caller, chat_id) if known else None
     if not known:
         raise ChatNotFound(f"You have no chat '{chat_id}'.")
     if open_id is None:
@@ -196,8 +196,9 @@ def _regenerate(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[s
 def _can_start(session: Any, owner_id: int, chat_id: str) -> None:
     """Refuse a turn without a model (in the turn's transaction: no session of its own before
     it), or in a chat whose answer has not ended."""
-    if not modelsettings.configured(session, owner_id):
+    connection = session.connection()
+    if not modelsettings.configured(connection, owner_id):
         raise NoModel(NO_MODEL)
-    active = turnstates.open_turn(session, owner_id, chat_id)
+    active = turnstates.open_turn(connection, owner_id, chat_id)
     if active is not None:
         raise TurnActive(f"The chat already has an answer that has not ended (turn {active}).")

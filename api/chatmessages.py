@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from relay.errors import MessageNotFound, NoPrompt
@@ -101,19 +101,31 @@ def _text(message: dict[str, Any]) -> str:
     )
 
 
+# The chat's latest kept turns, as every answer's request compares them: built once.
+_KEPT = select(Turn.id, Turn.prompt_id, Turn.prompt).where(
+    Turn.owner_id == bindparam("owner_id"),
+    Turn.chat_id == bindparam("chat_id"),
+    Turn.replaced_by.is_(None),
+)
+_LATEST = (Turn.created_at.desc(), Turn.id.desc())
+_OUTLINE = _KEPT.order_by(*_LATEST).limit(MAX_CHAT_SHOWN_TURNS)
+_OUTLINE_BEFORE = (
+    _KEPT.where(Turn.created_at < bindparam("before"))
+    .order_by(*_LATEST)
+    .limit(MAX_CHAT_SHOWN_TURNS)
+)
+
+
 def outline(
     session: Session, owner_id: int, chat_id: str, before: datetime | None = None
 ) -> list[dict[str, Any]]:
     """The chat's latest kept turns (those created `before`, when given) as the messages a
     client's are compared with: ids, roles and the user's text, without reading the answers."""
-    query = select(Turn.id, Turn.prompt_id, Turn.prompt).where(
-        Turn.owner_id == owner_id, Turn.chat_id == chat_id, Turn.replaced_by.is_(None)
-    )
+    parameters: dict[str, Any] = {"owner_id": owner_id, "chat_id": chat_id}
+    query = _OUTLINE
     if before is not None:
-        query = query.where(Turn.created_at < before)
-    rows = session.execute(
-        query.order_by(Turn.created_at.desc(), Turn.id.desc()).limit(MAX_CHAT_SHOWN_TURNS)
-    ).all()
+        query, parameters["before"] = _OUTLINE_BEFORE, before
+    rows = session.connection().execute(query, parameters).all()
     messages: list[dict[str, Any]] = []
     for turn_id, prompt_id, prompt in reversed(rows):
         prompt_part = {"type": "text", "text": prompt}

@@ -70,7 +70,7 @@ def start_turn(body: dict[str, Any]) -> Turn:
     if modelsettings.load(found.sessions, sealer, caller) is None:
         raise NoModel(NO_MODEL)
     with transaction(found.sessions) as session:
-        active = turnstates.open_turn(session, caller, body["chat_id"])
+        active = turnstates.open_turn(session.connection(), caller, body["chat_id"])
         if active is not None:
             raise TurnActive(f"The chat already has a turn that has not ended ({active}).")
         turn = turnstates.create(

@@ -399,7 +399,7 @@ class Broker:
         (a turn's: the chat is listed once the turn is): one INSERT that a chat already there,
         or made meanwhile by another request, turns into nothing."""
         statement = _NEW_CHAT[session.get_bind().dialect.name]
-        session.execute(statement, {"owner_id": owner_id, "external_id": external_id})
+        session.connection().execute(statement, {"owner_id": owner_id, "external_id": external_id})
 
     def _chat(self, owner_id: int, external_id: str) -> Chat:
         query = select(Chat).where(Chat.owner_id == owner_id, Chat.external_id == external_id)

@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 from broker.context import ToolContext
 from broker.grants import host_key
 from broker.results import shape_result
-from store.db import SessionFactory, core_transaction
+from store.db import core_transaction
 from store.errors import SkillfleetError
 from store.limits import CARRIED_READS, CARRIED_RESOURCE_BYTES, MAX_RESOURCE_BYTES
 from store.models import Chat, ChatActivation, Skill, ToolCall, Turn, utcnow
@@ -257,9 +257,34 @@ class Carried:
         return "\n\n".join(parts)
 
 
+# What a turn carries of its chat, read before every answer: statements built once, the
+# chat's row found by the client's id within each.
+_CHAT = (
+    select(Chat.id)
+    .where(Chat.owner_id == bindparam("owner_id"), Chat.external_id == bindparam("chat_id"))
+    .scalar_subquery()
+)
+_LOADED = (
+    select(ChatActivation.skill_name, ChatActivation.skill_hash)
+    .where(ChatActivation.chat_id == _CHAT)
+    .order_by(ChatActivation.activated_at, ChatActivation.skill_name)
+)
+_READS = (
+    select(ToolCall.skill_name, ToolCall.skill_hash, ToolCall.arguments)
+    .where(
+        ToolCall.owner_id == bindparam("owner_id"),
+        ToolCall.chat_id == _CHAT,
+        ToolCall.tool == "read_skill_resource",
+        ToolCall.status == CallStatus.DONE,
+    )
+    .order_by(ToolCall.created_at.desc())
+    .limit(CARRIED_READS)
+)
+
+
 def carried(
     store: SkillStore,
-    sessions: SessionFactory,
+    connection: Connection,
     owner_id: int,
     chat_id: str,
     budget: int = CARRIED_RESOURCE_BYTES,
@@ -269,28 +294,9 @@ def carried(
     Text is redacted and capped as the tool results were; resources fill `budget` bytes from the
     newest read back, and those that don't fit are named so the model can read them again.
     """
-    with sessions() as session:
-        chat = session.scalar(
-            select(Chat.id).where(Chat.owner_id == owner_id, Chat.external_id == chat_id)
-        )
-        if chat is None:
-            return Carried()
-        loaded = session.execute(
-            select(ChatActivation.skill_name, ChatActivation.skill_hash)
-            .where(ChatActivation.chat_id == chat)
-            .order_by(ChatActivation.activated_at, ChatActivation.skill_name)
-        ).all()
-        reads = session.execute(
-            select(ToolCall.skill_name, ToolCall.skill_hash, ToolCall.arguments)
-            .where(
-                ToolCall.owner_id == owner_id,
-                ToolCall.chat_id == chat,
-                ToolCall.tool == "read_skill_resource",
-                ToolCall.status == CallStatus.DONE,
-            )
-            .order_by(ToolCall.created_at.desc())
-            .limit(CARRIED_READS)
-        ).all()
+    parameters = {"owner_id": owner_id, "chat_id": chat_id}
+    loaded = connection.execute(_LOADED, parameters).all()
+    reads = connection.execute(_READS, parameters).all()
     found = Carried()
     for name, skill_hash in loaded:
         skill = _still(store, owner_id, name, skill_hash)

@@ -135,9 +135,9 @@ class ModelAccess:
     litellm: LiteLLM = field(default_factory=LiteLLM)
     list_seconds: float = MODEL_LIST_SECONDS  # how long listing a source's models may take
 
-    def config(self, owner_id: int, choice: ModelChoice | None = None) -> ModelConfig | None:
-        """The config of `choice` over the owner's default; a key minted if one is needed."""
-        config = modelsettings.load(self.sessions, self.sealer, owner_id, choice)
+    def minted(self, config: ModelConfig | None, owner_id: int) -> ModelConfig | None:
+        """`config` (what `modelsettings.read` gave for the owner) with a key minted if its
+        source mints keys and has none yet."""
         if config is not None and config.virtual_key and config.api_key is None:
             config = self.remint(owner_id, config)
         return config

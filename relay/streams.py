@@ -175,9 +175,15 @@ class TurnStream:
         self.expiry = Expiry(caps.ttl)
         self.text_bytes = 0
         self.capped = False
+        self.held: list[tuple[str, dict[str, Any]]] = []
+
+    def hold(self, kind: str, data: dict[str, Any]) -> None:
+        """`kind`'s entry (not text), sent first in the next entry's round trip."""
+        self.held.append((kind, data))
 
     def add(self, kind: str, data: dict[str, Any]) -> None:
         entries = self._capped(kind, data) if kind in TEXT_KINDS else [(kind, data)]
+        entries, self.held = [*self.held, *entries], []
         if not entries:
             return
         pipe = self.client.pipeline(transaction=False)
@@ -201,6 +207,9 @@ class TurnStream:
         if error is not None:
             data["error"] = {"code": error[0], "message": error[1]}
         pipe = self.client.pipeline(transaction=False)
+        for entry_kind, entry_data in self.held:
+            pipe.xadd(self.key, {"kind": entry_kind, "data": json.dumps(entry_data, default=str)})
+        self.held = []
         pipe.xadd(self.key, {"kind": "end", "data": json.dumps(data, default=str)})
         self.expiry.end(pipe, self.key)
         retention.ended(pipe, naming.ended_turns(), self.turn_id)

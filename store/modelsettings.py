@@ -10,11 +10,13 @@ request a turn makes (workers/model.py): a name's DNS answer can change.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from sqlalchemy import Connection, and_, bindparam, select
 from sqlalchemy.orm import Session
 
 from store import modelsources
-from store.db import SessionFactory
+from store.db import SessionFactory, core_connection
 from store.egress import Egress, EgressRefused
 from store.errors import StoreError
 from store.limits import MAX_API_KEY_CHARS, MAX_MODEL_NAME_CHARS
@@ -28,6 +30,7 @@ from store.modelchoice import (
     window,
 )
 from store.models import ModelSetting, ModelSource, utcnow
+from store.names import is_valid_name
 from store.secrets import Sealer
 
 # The source the first form of the setting writes.
@@ -70,34 +73,88 @@ def default_choice(session: Session, owner_id: int) -> ModelChoice | None:
     return ModelChoice(row.source, row.name, row.reasoning_effort, row.context)
 
 
+# What a config needs of a source, named as ModelSource's attributes (config_of takes either).
+_SOURCE_COLUMNS = (
+    ModelSource.name,
+    ModelSource.base_url,
+    ModelSource.api_key,
+    ModelSource.minted_key,
+    ModelSource.virtual_key,
+    ModelSource.reasoning_effort,
+)
+# Every turn reads the owner's default and the source it names: one round trip, built once.
+_DEFAULT = (
+    select(
+        ModelSetting.source.label("choice_source"),
+        ModelSetting.name.label("choice_model"),
+        ModelSetting.reasoning_effort.label("choice_effort"),
+        ModelSetting.context.label("choice_context"),
+        *_SOURCE_COLUMNS,
+    )
+    .outerjoin(
+        ModelSource,
+        and_(
+            ModelSource.owner_id == ModelSetting.owner_id, ModelSource.name == ModelSetting.source
+        ),
+    )
+    .where(ModelSetting.owner_id == bindparam("owner_id"))
+)
+# A source a job's choice names over the default's.
+_SOURCE = select(*_SOURCE_COLUMNS).where(
+    ModelSource.owner_id == bindparam("owner_id"), ModelSource.name == bindparam("name")
+)
+
+
 def load(
     sessions: SessionFactory, sealer: Sealer, owner_id: int, choice: ModelChoice | None = None
 ) -> ModelConfig | None:
     """The config of `choice` over the owner's default, keys decrypted; None when neither
     names a source and a model. A source the choice names that is gone raises UnknownSource."""
-    with sessions() as session:
-        chosen = _chosen(session, owner_id, choice)
-        return None if chosen is None else config_of(chosen[0], sealer, chosen[1])
+    with core_connection(sessions) as connection:
+        return read(connection, sealer, owner_id, choice)
 
 
-def configured(session: Session, owner_id: int) -> bool:
-    """Whether `load` finds the owner a default model, in the caller's session and without
+def read(
+    connection: Connection, sealer: Sealer, owner_id: int, choice: ModelChoice | None = None
+) -> ModelConfig | None:
+    """`load` on the caller's connection."""
+    chosen = _chosen(connection, owner_id, choice)
+    return None if chosen is None else config_of(chosen[0], sealer, chosen[1])
+
+
+def configured(connection: Connection, owner_id: int) -> bool:
+    """Whether `load` finds the owner a default model, on the caller's connection and without
     decrypting a key; a source the default names that is gone raises UnknownSource."""
-    return _chosen(session, owner_id) is not None
+    return _chosen(connection, owner_id) is not None
 
 
 def _chosen(
-    session: Session, owner_id: int, choice: ModelChoice | None = None
-) -> tuple[ModelSource, ModelChoice] | None:
+    connection: Connection, owner_id: int, choice: ModelChoice | None = None
+) -> tuple[Any, ModelChoice] | None:
     """The source and the choice `choice` over the owner's default makes; None when neither
     names a source and a model."""
-    picked = (choice or ModelChoice()).over(default_choice(session, owner_id))
+    row = connection.execute(_DEFAULT, {"owner_id": owner_id}).first()
+    default = None
+    if row is not None:
+        default = ModelChoice(
+            row.choice_source, row.choice_model, row.choice_effort, row.choice_context
+        )
+    picked = (choice or ModelChoice()).over(default)
     if picked.source is None or picked.model is None:
         return None
-    return modelsources.named(session, owner_id, picked.source), picked
+    source: Any = row  # a Row of the source's columns
+    if row is None or picked.source != row.choice_source:
+        source = None
+        if is_valid_name(picked.source):
+            parameters = {"owner_id": owner_id, "name": picked.source}
+            source = connection.execute(_SOURCE, parameters).first()
+    if source is None or source.base_url is None:  # none, or the default's is gone
+        raise modelsources.unknown(picked.source)
+    return source, picked
 
 
-def config_of(source: ModelSource, sealer: Sealer, choice: ModelChoice) -> ModelConfig:
+def config_of(source: Any, sealer: Sealer, choice: ModelChoice) -> ModelConfig:
+    """The config of `choice` on `source` (a ModelSource, or a row of _SOURCE_COLUMNS)."""
     assert choice.model is not None
     sealed = source.minted_key if source.virtual_key else source.api_key
     effort = choice.reasoning_effort

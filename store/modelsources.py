@@ -187,11 +187,15 @@ def named(session: Session, owner_id: int, name: str) -> ModelSource:
     """The source a setting or a job names; UnknownSource when the owner has none of that name."""
     row = find(session, owner_id, name)
     if row is None:
-        raise UnknownSource(
-            f"'source' names {name[:64]!r}, which is none of your model sources; add it first "
-            "(POST /api/model-sources)."
-        )
+        raise unknown(name)
     return row
+
+
+def unknown(name: str) -> UnknownSource:
+    return UnknownSource(
+        f"'source' names {name[:64]!r}, which is none of your model sources; add it first "
+        "(POST /api/model-sources)."
+    )
 
 
 def listed(session: Session, owner_id: int) -> list[ModelSource]:

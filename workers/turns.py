@@ -34,7 +34,8 @@ from relay import events, heartbeat, naming
 from relay.errors import ModelKeyRefused, ModelTimedOut
 from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import TurnStream
-from store.db import SessionFactory, core_transaction, transaction
+from store import modelsettings
+from store.db import CoreConnection, SessionFactory, core_connection, core_transaction, transaction
 from store.egress import Egress
 from store.errors import SkillfleetError
 from store.lifecycle import turns as turnstates
@@ -91,7 +92,8 @@ def execute(context: TurnContext, turn_id: str) -> str | None:
 def run_claimed(context: TurnContext, turn: Turn) -> TurnStatus:
     """Run a turn this worker claimed to its end and record how it ended."""
     stream = TurnStream(context.redis, turn.id, context.caps)
-    stream.add("status", {"status": TurnStatus.RUNNING})
+    # Sent with the first step's entry, in its round trip: the model is asked sooner.
+    stream.hold("status", {"status": TurnStatus.RUNNING})
     loop = _Loop(context, turn, stream)
     try:
         status, error = loop.run()
@@ -173,13 +175,19 @@ class _Loop:
 
     def run(self) -> Ending:
         access = self.context.access()
-        self.config = access.config(self.turn.owner_id, self.context.choice)
+        owner_id, sealer = self.turn.owner_id, self.context.sealer
+        # What the first request needs, read on one connection: the model, then the messages.
+        with core_connection(self.context.sessions) as connection:
+            config = modelsettings.read(connection, sealer, owner_id, self.context.choice)
+            messages = [] if config is None else self._messages(connection, config)
+        self.config = access.minted(config, owner_id)
         if self.config is None:
             return TurnStatus.FAILED, ("no_model", NO_MODEL)
         tools = self.context.broker.registry.definitions()
-        messages = self._messages()
-        for _round in range(MAX_MODEL_ROUNDS):
-            if self._should_stop():
+        for number in range(MAX_MODEL_ROUNDS):
+            # The first request follows the claim: a stop asked meanwhile ends it at its first
+            # chunk (the request's own stop check), a round trip sooner for every turn.
+            if self._left() <= 0 or (number > 0 and self._stop_requested()):
                 return self._why_stopped()
             self.stream.add("step", {})
             try:
@@ -233,34 +241,32 @@ class _Loop:
             messages.append({"role": "tool", "tool_call_id": request.id, "content": content})
         return None
 
-    def _messages(self) -> list[dict[str, Any]]:
+    def _messages(self, connection: CoreConnection, config: ModelConfig) -> list[dict[str, Any]]:
         """The system prompt with the loaded skills, the history the context tier leaves room
         for (oldest dropped first), and the prompt."""
         system = system_prompt(self.turn.mode, scheduled=self.turn.job_run_id is not None)
-        kept = self._carried()
+        kept = self._carried(connection)
         if kept:
             system += f"\n\n{kept}"
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-        with self.context.sessions() as session:
-            history = turnstates.history(session, self.turn)
+        history = turnstates.history(connection, self.turn)
         tools = self.context.broker.registry.definitions_json()  # what the request sends
         fixed = tokens(system) + tokens(self.turn.prompt) + tokens(tools)
-        window = self.config.context_tokens if self.config is not None else None
-        for prompt, answer in kept_history(history, fixed, window):
+        for prompt, answer in kept_history(history, fixed, config.context_tokens):
             messages.append({"role": "user", "content": prompt})
             messages.append({"role": "assistant", "content": answer})
         messages.append({"role": "user", "content": self.turn.prompt})
         return messages
 
-    def _carried(self) -> str:
+    def _carried(self, connection: CoreConnection) -> str:
         """The chat's loaded skill content, which the history's prompts and answers lack.
 
         In the one system message: many chat templates refuse a second one or one later on.
         """
         if self.turn.chat_id is None:
             return ""
-        store, sessions = self.context.broker.store, self.context.sessions
-        return loaded.carried(store, sessions, self.turn.owner_id, self.turn.chat_id).text()
+        store = self.context.broker.store
+        return loaded.carried(store, connection, self.turn.owner_id, self.turn.chat_id).text()
 
     def _on_text(self, text: str) -> None:
         self.text += text

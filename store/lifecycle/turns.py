@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, select, update
+from sqlalchemy import Table, Update, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from store.db import CoreConnection, detached
@@ -27,13 +27,30 @@ OPEN_STATES = TURNS.open
 _CLAIM = claim_statement(cast(Table, Turn.__table__), TURNS, TurnStatus.QUEUED, TurnStatus.RUNNING)
 
 
-def open_turn(session: Session, owner_id: int, chat_id: str) -> str | None:
-    """The id of the chat's turn that has not ended, if any (a chat holds one at a time)."""
-    return session.scalar(
-        select(Turn.id).where(
-            Turn.owner_id == owner_id, Turn.chat_id == chat_id, Turn.status.in_(OPEN_STATES)
-        )
+# Statements a chat's every answer runs, built once.
+_OPEN = select(Turn.id).where(
+    Turn.owner_id == bindparam("owner_id"),
+    Turn.chat_id == bindparam("chat_id"),
+    Turn.status.in_(OPEN_STATES),
+)
+_HISTORY = (
+    select(Turn.prompt, Turn.text)
+    .where(
+        Turn.owner_id == bindparam("owner_id"),
+        Turn.chat_id == bindparam("chat_id"),
+        Turn.status == TurnStatus.SUCCEEDED,
+        Turn.replaced_by.is_(None),
+        Turn.created_at < bindparam("before"),
     )
+    .order_by(Turn.created_at.desc())
+    .limit(MAX_CHAT_HISTORY_TURNS)
+)
+
+
+def open_turn(connection: CoreConnection, owner_id: int, chat_id: str) -> str | None:
+    """The id of the chat's turn that has not ended, if any (a chat holds one at a time)."""
+    found = connection.execute(_OPEN, {"owner_id": owner_id, "chat_id": chat_id}).first()
+    return None if found is None else str(found.id)
 
 
 def create(
@@ -106,22 +123,12 @@ def abandon(session: Session, turn_id: str, code: str, message: str) -> None:
     _moved(session, statement)
 
 
-def history(session: Session, turn: Turn) -> list[tuple[str, str]]:
+def history(connection: CoreConnection, turn: Turn) -> list[tuple[str, str]]:
     """The prompts and answers of the chat's earlier finished turns, oldest first."""
     if turn.chat_id is None:
         return []
-    rows = session.execute(
-        select(Turn.prompt, Turn.text)
-        .where(
-            Turn.owner_id == turn.owner_id,
-            Turn.chat_id == turn.chat_id,
-            Turn.status == TurnStatus.SUCCEEDED,
-            Turn.replaced_by.is_(None),
-            Turn.created_at < turn.created_at,
-        )
-        .order_by(Turn.created_at.desc())
-        .limit(MAX_CHAT_HISTORY_TURNS)
-    ).all()
+    parameters = {"owner_id": turn.owner_id, "chat_id": turn.chat_id, "before": turn.created_at}
+    rows = connection.execute(_HISTORY, parameters).all()
     return [(prompt, text or "") for prompt, text in reversed(rows)]
 
 

@@ -8,6 +8,7 @@ import io
 from factories import owner_id_of, skill_files, zip_bytes
 
 from broker import loaded
+from store.db import core_connection
 
 SECRET = "ghp_" + "b" * 36
 
@@ -29,6 +30,12 @@ def read(client, auth, name: str, path: str, chat: str = "c1") -> dict:
     return dict(envelope["result"])
 
 
+def carried(services, chat: str, **budget: int) -> loaded.Carried:
+    """What the turns of the owner's chat `chat` carry, read as the control worker reads it."""
+    with core_connection(services.sessions) as connection:
+        return loaded.carried(services.store, connection, owner_id_of(services), chat, **budget)
+
+
 def test_resources_fill_the_budget_from_the_newest_read_and_the_rest_are_named(
     client, auth, services
 ):
@@ -42,9 +49,7 @@ def test_resources_fill_the_budget_from_the_newest_read_and_the_rest_are_named(
     read(client, auth, "notes", "references/c.md", chat="other")
     block = len(results[0]["content"].encode())
 
-    kept = loaded.carried(
-        services.store, services.sessions, owner_id_of(services), "c1", budget=2 * block
-    )
+    kept = carried(services, "c1", budget=2 * block)
     assert kept.skills == []  # no load_skill in this chat
     assert kept.resources == [results[2]["content"], results[1]["content"]]
     assert kept.left_out == ["notes/references/a.md"]
@@ -62,11 +67,11 @@ def test_carried_content_is_redacted_as_the_tool_result_was(client, auth, servic
     resource = read(client, auth, "leaky", "references/creds.md")
     assert SECRET not in resource["content"] and "[redacted]" in resource["content"]
 
-    kept = loaded.carried(services.store, services.sessions, owner_id_of(services), "c1")
+    kept = carried(services, "c1")
     assert kept.skills == [skill["content"]] and kept.resources == [resource["content"]]
     assert SECRET not in kept.text()
 
 
 def test_a_chat_that_never_called_a_tool_carries_nothing(services):
-    kept = loaded.carried(services.store, services.sessions, owner_id_of(services), "new")
+    kept = carried(services, "new")
     assert kept == loaded.Carried() and kept.text() == ""
