@@ -187,7 +187,6 @@ def _regenerate(found: Services, owner_id: int, body: dict[str, Any]) -> tuple[s
             session, owner_id, target.prompt, chat_id, mode=body["mode"],
             prompt_id=target.prompt_id,
         )  # fmt: skip
-        session.flush()  # the new turn is written before the others name it
         replace_from(session, target, turn.id)
         found.broker.make_chat(session, owner_id, chat_id)
     return turn.id, differed

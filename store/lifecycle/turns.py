@@ -15,7 +15,7 @@ from typing import Any, cast
 from sqlalchemy import Table, Update, bindparam, select, update
 from sqlalchemy.orm import Session
 
-from store.db import CoreConnection, detached
+from store.db import CoreConnection, detached, insert_row
 from store.lifecycle.claims import claim_row, claim_statement
 from store.limits import MAX_CHAT_HISTORY_TURNS, MAX_TURN_TEXT_CHARS
 from store.models import Turn, utcnow
@@ -62,7 +62,8 @@ def create(
     mode: str = "execute",
     prompt_id: str | None = None,
 ) -> Turn:
-    """A queued turn (the caller checked the chat has no open one)."""
+    """A queued turn, written (the caller checked the chat has no open one); the row returned
+    is detached."""
     turn = Turn(
         id=str(uuid.uuid4()),
         prompt_id=prompt_id,
@@ -75,7 +76,8 @@ def create(
         calls=0,
         created_at=utcnow(),
     )
-    session.add(turn)
+    session.flush()  # what the session holds is written first: the turn may name it
+    insert_row(session.connection(), turn)  # one INSERT, none of the unit of work's bookkeeping
     return turn
 
 
