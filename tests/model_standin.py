@@ -41,6 +41,7 @@ class ModelStandin:
     script: list[dict[str, Any]]
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)  # each request's client port: its connection
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -94,7 +95,9 @@ def _texts(reply: dict[str, Any]) -> Iterator[tuple[bytes, float]]:
 
 
 @contextmanager
-def model_standin(script: list[dict[str, Any]]) -> Iterator[ModelStandin]:
+def model_standin(script: list[dict[str, Any]], keep_alive: bool = False) -> Iterator[ModelStandin]:
+    """The stand-in serving `script`; each answer ends its connection, or with `keep_alive`
+    comes chunked on a connection kept open for the next request, as hosted models answer."""
     state = ModelStandin("", list(script))
     lock = threading.Lock()
 
@@ -110,6 +113,7 @@ def model_standin(script: list[dict[str, Any]]) -> Iterator[ModelStandin]:
             with lock:
                 state.requests.append(body)
                 state.headers.append(dict(self.headers))
+                state.ports.append(self.client_address[1])
                 reply = state.script.pop(0) if state.script else {"text": "(script ended)"}
             if self.path != "/v1/chat/completions" or not body.get("stream"):
                 self.send_response(404)
@@ -118,19 +122,25 @@ def model_standin(script: list[dict[str, Any]]) -> Iterator[ModelStandin]:
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
+            self.send_header(
+                *(("Transfer-Encoding", "chunked") if keep_alive else ("Connection", "close"))
+            )
             self.end_headers()
             try:
                 usage = bool(body.get("stream_options", {}).get("include_usage"))
                 for frame, pause in _frames(reply, usage):
                     time.sleep(pause)
-                    self.wfile.write(frame)
-                    self.wfile.flush()
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                    self._send(frame)
+                self._send(b"data: [DONE]\n\n")
+                if keep_alive:
+                    self._send(b"")  # the last chunk
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client stopped reading (a stopped turn)
-            self.close_connection = True
+            self.close_connection = not keep_alive
+
+        def _send(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n" if keep_alive else data)
+            self.wfile.flush()
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True

@@ -19,9 +19,11 @@ only when the config holds one, which it does only where the source takes it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,9 +86,12 @@ def complete(
     timeout: float,
     egress: Egress,
     on_reasoning: Callable[[str], None] | None = None,
+    client: httpx.Client | None = None,
 ) -> Reply:
     """Stream one answer: text goes to `on_text` as it arrives, reasoning to `on_reasoning`;
-    tool calls are assembled."""
+    tool calls are assembled. The request goes out on `client` (one of `egress`'s, whose
+    connections stay open for the next request and are over by its deadline), else on a client
+    of its own, over within `timeout` (at least MIN_REQUEST_SECONDS)."""
     deadline = Deadline.after(max(timeout, MIN_REQUEST_SECONDS))
     body: dict[str, Any] = {
         "model": config.name,
@@ -104,17 +109,20 @@ def complete(
         "User-Agent": USER_AGENT,
     }
     model = f"The model at {config.base_url}"
+    url = f"{config.base_url.rstrip('/')}/chat/completions"
+    held: AbstractContextManager[httpx.Client] = (
+        contextlib.nullcontext(client)  # the caller's to close
+        if client is not None
+        else egress.client(deadline, follow_redirects=False)
+    )
     try:
-        with egress.client(deadline, follow_redirects=False) as client:
-            url = f"{config.base_url.rstrip('/')}/chat/completions"
-            with client.stream("POST", url, json=body, headers=headers) as response:
-                if not response.is_success:
-                    failure = status_failure(response, config.api_key)
-                    refused = response.status_code in KEY_REFUSED
-                    error = ModelKeyRefused if refused else ModelFailed
-                    raise error(f"{model} answered {failure}")
-                heard = _Heard(on_text, on_reasoning)
-                return _read(response, heard, should_stop, model, config.api_key)
+        with held as used, used.stream("POST", url, json=body, headers=headers) as response:
+            if not response.is_success:
+                failure = status_failure(response, config.api_key)
+                error = ModelKeyRefused if response.status_code in KEY_REFUSED else ModelFailed
+                raise error(f"{model} answered {failure}")
+            heard = _Heard(on_text, on_reasoning)
+            return _read(response, heard, should_stop, model, config.api_key)
     except EgressRefused as e:
         raise ModelRefused(f"{model} is refused: {e.message}") from e
     except httpx.TimeoutException as e:
@@ -142,7 +150,8 @@ def _read(
     calls: dict[int, ToolRequest] = {}
     streamed = False
     checked = time.monotonic()
-    for data in _events(response.iter_lines()):
+    events = _events(response.iter_lines())
+    for data in events:
         streamed = True
         if data == DONE:
             break
@@ -152,6 +161,8 @@ def _read(
                 reply.stopped = True
                 return reply
         _take(_chunk(data, model, key), reply, calls, heard)
+    for _after in events:  # the body read to its end, as OpenAI's own client reads it: its
+        pass  # connection then serves the turn's next request
     if not streamed:
         raise ModelFailed(f"{model} answered without a stream of chat-completion events.")
     reply.tool_calls = [calls[index] for index in sorted(calls)]

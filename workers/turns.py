@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import redis
 import structlog
 from sqlalchemy import select
@@ -36,6 +37,7 @@ from relay.retention import DEFAULT_CAPS, StreamCaps
 from relay.streams import TurnStream
 from store import modelsettings
 from store.db import CoreConnection, SessionFactory, core_connection, core_transaction, transaction
+from store.deadlines import Deadline
 from store.egress import Egress
 from store.errors import SkillfleetError
 from store.lifecycle import turns as turnstates
@@ -47,7 +49,7 @@ from store.modelsettings import ModelConfig
 from store.secrets import Sealer
 from store.states import CallStatus, TurnStatus
 from workers import usage
-from workers.model import Reply, ToolRequest, complete
+from workers.model import MIN_REQUEST_SECONDS, Reply, ToolRequest, complete
 from workers.prompts import system_prompt
 
 log = structlog.get_logger(__name__)
@@ -169,6 +171,7 @@ class _Loop:
     config: ModelConfig | None = None
     reminted: bool = False
     usage: dict[str, int] = field(default_factory=dict)
+    client: httpx.Client | None = None  # the turn's connections to its model, while it runs
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.context.time_limit
@@ -183,6 +186,16 @@ class _Loop:
         self.config = access.minted(config, owner_id)
         if self.config is None:
             return TurnStatus.FAILED, ("no_model", NO_MODEL)
+        # The turn's requests share their connections (a TLS handshake once, not every round),
+        # all held to the turn's deadline.
+        deadline = Deadline(self.context.time_limit, self.deadline)
+        self.client = self.context.egress.client(deadline, follow_redirects=False)
+        try:
+            return self._rounds(access, messages)
+        finally:
+            self.client.close()
+
+    def _rounds(self, access: ModelAccess, messages: list[dict[str, Any]]) -> Ending:
         tools = self.context.broker.registry.definitions()
         for number in range(MAX_MODEL_ROUNDS):
             # The first request follows the claim: a stop asked meanwhile ends it at its first
@@ -227,9 +240,11 @@ class _Loop:
 
     def _complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         assert self.config is not None
+        # In the turn's last moments a request has a client of its own, given its minimum.
+        client = self.client if self._left() >= MIN_REQUEST_SECONDS else None
         return complete(
             self.config, messages, tools, self._on_text, self._should_stop, self._left(),
-            self.context.egress, self._on_reasoning,
+            self.context.egress, self._on_reasoning, client,
         )  # fmt: skip
 
     def _answer_calls(self, reply: Reply, messages: list[dict[str, Any]]) -> Ending | None:

@@ -164,6 +164,18 @@ def test_a_turn_lists_loads_asks_for_approval_waits_and_finishes_after_the_answe
     assert sse(client, auth, turn_id, last_id=frames[middle][0]) == frames[middle + 1 :]
 
 
+def test_a_turns_model_requests_share_one_connection_the_model_keeps_open(client, auth, context):
+    """A model that keeps connections open, as hosted ones do, gets every request of a turn on
+    the first one: one TLS handshake a turn, not one a round."""
+    script = [tools(("list_skills", {})), tools(("list_skills", {})), text("Nothing here.")]
+    with model_standin(script, keep_alive=True) as model:
+        use_model(client, auth, model.url)
+        turn_id = start(client, auth, "What skills do I have?")
+        assert turns.execute(context, turn_id) == "succeeded"
+    assert len(model.requests) == 3
+    assert len(set(model.ports)) == 1, model.ports
+
+
 def test_the_51st_tool_call_of_a_turn_is_refused_and_the_model_hears_why(
     client, auth, services, context
 ):
