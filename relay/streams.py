@@ -183,12 +183,10 @@ class TurnStream:
 
     def add(self, kind: str, data: dict[str, Any]) -> None:
         entries = self._capped(kind, data) if kind in TEXT_KINDS else [(kind, data)]
-        entries, self.held = [*self.held, *entries], []
-        if not entries:
+        if not entries and not self.held:
             return
         pipe = self.client.pipeline(transaction=False)
-        for entry_kind, entry_data in entries:
-            pipe.xadd(self.key, {"kind": entry_kind, "data": json.dumps(entry_data, default=str)})
+        self._append(pipe, entries)
         self.expiry.refresh(pipe, self.key)
         self._send(pipe, kind)
 
@@ -207,13 +205,16 @@ class TurnStream:
         if error is not None:
             data["error"] = {"code": error[0], "message": error[1]}
         pipe = self.client.pipeline(transaction=False)
-        for entry_kind, entry_data in self.held:
-            pipe.xadd(self.key, {"kind": entry_kind, "data": json.dumps(entry_data, default=str)})
-        self.held = []
-        pipe.xadd(self.key, {"kind": "end", "data": json.dumps(data, default=str)})
+        self._append(pipe, [("end", data)])
         self.expiry.end(pipe, self.key)
         retention.ended(pipe, naming.ended_turns(), self.turn_id)
         self._send(pipe, "end")
+
+    def _append(self, pipe: Any, entries: list[tuple[str, dict[str, Any]]]) -> None:
+        """The held entries, then `entries`, added to the stream in `pipe`."""
+        for kind, data in [*self.held, *entries]:
+            pipe.xadd(self.key, {"kind": kind, "data": json.dumps(data, default=str)})
+        self.held = []
 
     def _capped(self, kind: str, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         """The text (or reasoning) entry while the stream has room for it; past the cap one
