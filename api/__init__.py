@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import swagger_ui_bundle
 from flask import Flask, send_from_directory
@@ -27,7 +27,14 @@ from store import tracing
 from store.logs import configure_logging
 from store.settings import Settings
 
+if TYPE_CHECKING:
+    from apispec import APISpec
+
 SWAGGER_DIR = Path(swagger_ui_bundle.swagger_ui_path)
+# The API's document (OpenAPI) is the same for every app a process makes, whatever its
+# settings: the first app documents every view, the next ones take its document. Documenting
+# the views cost more than the rest of making an app (a test makes an app of its own).
+_document: APISpec | None = None
 
 
 def create_app(settings: Settings | None = None, services: Services | None = None) -> Flask:
@@ -44,6 +51,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.json = JSONProvider(app)
     app.extensions["skillfleet"] = services
     api = SkillfleetApi(app, spec_kwargs=_spec_kwargs())
+    api.kept_document = _document
     register_components(api)
     install_converters(app, api)
     register_error_handlers(app)
@@ -53,7 +61,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     install_cors(app, settings.cors_origins)
     install_headers(app)
     _register_blueprints(api)
-    document_mcp(api)
+    _take_or_keep_document(api)
     _serve_swagger_assets(app)
     install_console(app)
     install_consent(app)
@@ -147,6 +155,17 @@ def _register_blueprints(api: SkillfleetApi) -> None:
     )
     for module in modules:
         api.register_blueprint(module.blp)
+
+
+def _take_or_keep_document(api: SkillfleetApi) -> None:
+    """Give `api` the process's document, or finish its own (with /mcp's operations, served
+    outside Flask) and keep it as the process's."""
+    global _document
+    if api.kept_document is not None:
+        api.spec = api.kept_document
+        return
+    document_mcp(api)
+    _document = api.spec
 
 
 def _serve_swagger_assets(app: Flask) -> None:

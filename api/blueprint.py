@@ -75,6 +75,15 @@ class Blueprint(flask_smorest.Blueprint):  # type: ignore[misc]
 
     PAGINATION_HEADER_NAME = None  # flask-smorest's X-Pagination: not sent
 
+    def register_views_in_doc(
+        self, api: Any, app: flask.Flask, spec: Any, *, name: str, parameters: Any
+    ) -> None:
+        """Document the views in `spec`, unless `api` takes a document an earlier app of
+        the process made (api/__init__.py): it holds them already."""
+        if getattr(api, "kept_document", None) is not None:
+            return
+        super().register_views_in_doc(api, app, spec, name=name, parameters=parameters)
+
     def _document_pagination_metadata(self, spec: Any, resp_doc: dict[str, Any]) -> None:
         """The paging headers (flask-smorest's documented override)."""
         headers = resp_doc.setdefault("headers", {})

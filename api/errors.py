@@ -77,6 +77,9 @@ class SkillfleetApi(Api):  # type: ignore[misc]
     """flask-smorest's Api with skillfleet's error shape."""
 
     ERROR_SCHEMA = ErrorSchema
+    # The document an earlier app of this process made: its views are not documented again
+    # (api/blueprint.py), and it becomes this app's `spec` once they are registered.
+    kept_document: Any = None
 
     def handle_http_exception(self, error: HTTPException) -> Response:
         status = error.code or 500

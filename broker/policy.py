@@ -1,5 +1,6 @@
 """The broker's policy engine: a YAML list of CEL rules, deny by default, first match wins."""
 
+import functools
 import itertools
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -198,8 +199,11 @@ class Policy:
         return Decision(self.default_action, None)
 
 
+@functools.cache
 def load_builtin_policy() -> Policy:
-    """The policy shipped with skillfleet (broker/builtin_policy.yaml)."""
+    """The policy shipped with skillfleet (broker/builtin_policy.yaml), read and compiled once
+    a process: its document is the package's own, and a policy's verdicts depend on the facts
+    alone, so the services a process builds (a test builds its own) may share it."""
     text = resources.files("broker").joinpath("builtin_policy.yaml").read_text(encoding="utf-8")
     return Policy.from_yaml(text, source="builtin_policy.yaml")
 

@@ -115,7 +115,7 @@ def test_a_condition_that_fails_is_judged_and_logged_again_on_every_call() -> No
 
 
 def test_a_remembered_verdict_is_the_one_the_rules_give_for_every_fact_combination() -> None:
-    policy = load_builtin_policy()
+    policy = load_builtin_policy.__wrapped__()  # its own, with no verdict remembered yet
     BOTH = (False, True)
     cases = [
         CallFacts(tool, tier, mode, in_job, granted, job_granted, owner, enabled, False, False, n)
