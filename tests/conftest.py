@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import ssl
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -49,6 +50,9 @@ def redis_url_of_this_process() -> str:
 
 
 REDIS_URL = redis_url_of_this_process()
+# An httpx client makes a TLS context of its own unless it is given one: some 25 ms of CPU
+# each. The tests' clients speak plain HTTP to loopback servers; they share this one.
+TLS = ssl.create_default_context()
 
 # relay/fenced/: each override of a library's internals is on unless SKILLFLEET_FENCED_<NAME>
 # is `false` in the tests' environment (`make test-unfenced`); fleets then run without it, and

@@ -24,7 +24,7 @@ import httpx
 import pytest
 import redis
 import uvicorn
-from conftest import FENCES_OFF, REDIS_URL, forget_notice_counts
+from conftest import FENCES_OFF, REDIS_URL, TLS, forget_notice_counts
 from factories import skill_files, zip_bytes
 from flask import Flask
 
@@ -132,7 +132,7 @@ class Fleet:
 
     def http(self, timeout: float | None = 60) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.owner_token}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        return httpx.Client(verify=TLS, base_url=self.url, headers=headers, timeout=timeout)
 
     def node_env(self, node: str) -> dict[str, str]:
         """A node worker's environment: the node registered for the fleet's owner (and every

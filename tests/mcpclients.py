@@ -14,6 +14,7 @@ from typing import Any, Self, TypeVar
 import fastmcp
 import httpx
 import httpx2
+from conftest import TLS
 from fastmcp.skills import SkillsClientExtension
 from fleet import Fleet
 from mcp import Client, StdioServerParameters
@@ -51,7 +52,7 @@ class McpOwner:
     def rest(self) -> httpx.Client:
         """The owner's REST client of the fleet's API."""
         headers = {"Authorization": f"Bearer {self.token}"}
-        return httpx.Client(base_url=self.running.url, headers=headers, timeout=60)
+        return httpx.Client(verify=TLS, base_url=self.running.url, headers=headers, timeout=60)
 
 
 def http_client(

@@ -9,6 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import anyio.to_thread
 import httpx
+from conftest import TLS
 from mcp.client.auth import OAuthClientProvider, TokenStorage
 from mcp.shared.auth import (
     AuthorizationCodeResult,
@@ -117,7 +118,7 @@ class Host:
         return self.answer
 
     def _consent(self, authorization_url: str) -> httpx.Response:
-        with httpx.Client(timeout=30) as client:
+        with httpx.Client(verify=TLS, timeout=30) as client:
             answer = consent(client, authorization_url, self.owner_token)
         assert answer.status_code == 303, answer.text
         return answer

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REDIS_URL
+from conftest import REDIS_URL, TLS
 from fleet import Fleet, fleet, wait_until
 
 from relay import naming
@@ -265,7 +265,7 @@ def test_past_its_limit_a_token_gets_429_too_many_streams_until_one_closes(runni
     try:
         sockets = [open_stream(running, path, token) for _ in range(limit)]
         wait_until(lambda: slots_of(running, token) == limit, 30, "every stream to hold a slot")
-        with httpx.Client(base_url=running.url, headers=headers, timeout=30) as client:
+        with httpx.Client(verify=TLS, base_url=running.url, headers=headers, timeout=30) as client:
             refused = client.get(path)
             assert refused.status_code == 429
             assert refused.json()["code"] == "too_many_streams"
@@ -297,7 +297,7 @@ def waited_with_slots(running: Fleet, token: str) -> tuple[dict, int]:
     body = run_call(running.env["TEST_NODE"], "ticker", "grace", count=3, every=0.4)
     headers = {"Authorization": f"Bearer {token}"}
     with (
-        httpx.Client(base_url=running.url, headers=headers, timeout=60) as client,
+        httpx.Client(verify=TLS, base_url=running.url, headers=headers, timeout=60) as client,
         concurrent.futures.ThreadPoolExecutor(1) as pool,
     ):
         answer = pool.submit(
@@ -342,7 +342,7 @@ def test_revoking_a_token_closes_its_feed_and_run_streams(running: Fleet):
         for made, path in streams:
             headers = {"Authorization": f"Bearer {made['token']}"}
             client = opened.enter_context(
-                httpx.Client(base_url=running.url, headers=headers, timeout=30)
+                httpx.Client(verify=TLS, base_url=running.url, headers=headers, timeout=30)
             )
             stream = opened.enter_context(client.stream("GET", path))
             assert stream.status_code == 200
@@ -448,7 +448,7 @@ def test_a_client_trickling_its_headers_is_disconnected_and_others_are_served(st
     host, port = strict.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as slow:
         slow.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n")
-        with httpx.Client(base_url=strict.url) as client:
+        with httpx.Client(verify=TLS, base_url=strict.url) as client:
             assert client.get("/api/health").status_code == 200
         for _ in range(60):  # a header line now and then, never the blank line that ends them
             try:

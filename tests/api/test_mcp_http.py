@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import TLS
 from fleet import Fleet, fleet, sqlite_settings
 from mcp import Client
 from mcpclients import mcp_client, new_tokens, using
@@ -41,7 +42,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> I
 
 
 def post_mcp(running: Fleet, headers: dict[str, str], body: Any = INITIALIZE) -> httpx.Response:
-    with httpx.Client(base_url=running.url, timeout=30) as client:
+    with httpx.Client(verify=TLS, base_url=running.url, timeout=30) as client:
         return client.post("/mcp", json=body, headers={**MCP_HEADERS, **headers})
 
 
@@ -115,7 +116,9 @@ def test_a_call_is_one_broker_call_recorded_in_the_chat_of_the_session(served, m
     first, second = using(mcp_client(served, agent, name="Claude Code", mode=mode), calls)
     assert not first.is_error and not second.is_error
     assert "skills" in first.structured_content
-    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {owner}"}) as rest:
+    with httpx.Client(
+        verify=TLS, base_url=served.url, headers={"Authorization": f"Bearer {owner}"}
+    ) as rest:
         recorded = rest.get("/api/calls", params={"tool": "list_skills"}).json()
         chats = rest.get("/api/chats").json()
     assert [c["status"] for c in recorded] == ["done", "done"]
@@ -128,7 +131,7 @@ def test_a_call_is_one_broker_call_recorded_in_the_chat_of_the_session(served, m
 def test_an_oversized_or_malformed_message_is_refused_and_records_nothing(served):
     owner, agent = new_tokens(served)
     auth = {"Authorization": f"Bearer {agent}"}
-    with httpx.Client(base_url=served.url, timeout=30) as client:
+    with httpx.Client(verify=TLS, base_url=served.url, timeout=30) as client:
         huge = client.post(
             "/mcp", content=b"{" + b" " * (5 * 1024 * 1024) + b"}", headers={**MCP_HEADERS, **auth}
         )
@@ -138,7 +141,9 @@ def test_an_oversized_or_malformed_message_is_refused_and_records_nothing(served
     assert huge.status_code == 413 and huge.json()["code"] == "body_too_large"
     assert garbled.status_code == 400, garbled.text
     assert wrong_shape.status_code == 400, wrong_shape.text
-    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {owner}"}) as rest:
+    with httpx.Client(
+        verify=TLS, base_url=served.url, headers={"Authorization": f"Bearer {owner}"}
+    ) as rest:
         assert rest.get("/api/calls").json() == []
 
 
@@ -154,7 +159,9 @@ def test_fifty_calls_at_once_are_fifty_recorded_calls_and_no_error(served):
 
     results = using(mcp_client(served, agent), fifty)
     assert [r.is_error for r in results] == [False] * 50
-    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {owner}"}) as rest:
+    with httpx.Client(
+        verify=TLS, base_url=served.url, headers={"Authorization": f"Bearer {owner}"}
+    ) as rest:
         recorded = rest.get("/api/calls", params={"tool": "list_skills", "page_size": 100}).json()
     assert len(recorded) == 50 and {c["status"] for c in recorded} == {"done"}
 
@@ -190,7 +197,7 @@ def recorded_calls(running: Fleet) -> int:
 def test_a_message_nested_too_deep_is_read_only_after_its_token_and_never_answered_500(served):
     owner, agent = new_tokens(served)
     before = recorded_calls(served)
-    with httpx.Client(base_url=served.url, timeout=30) as client:
+    with httpx.Client(verify=TLS, base_url=served.url, timeout=30) as client:
         wrong = client.post(
             "/mcp", content=DEEP, headers={**JSON_HEADERS, "Authorization": "Bearer sf_not-a-token"}
         )
@@ -254,7 +261,7 @@ def test_a_node_token_is_refused_403_forbidden_which_clients_do_not_retry(served
 @pytest.mark.parametrize("method", ["DELETE", "PUT", "PATCH", "OPTIONS", "TRACE"])
 def test_a_method_mcp_does_not_take_is_405_with_allow_whatever_the_token(served, method):
     _owner, agent = new_tokens(served)
-    with httpx.Client(base_url=served.url, timeout=30) as client:
+    with httpx.Client(verify=TLS, base_url=served.url, timeout=30) as client:
         answers = [
             client.request(method, "/mcp", headers={**JSON_HEADERS, **auth}, json=INITIALIZE)
             for auth in ({"Authorization": f"Bearer {agent}"}, {})
@@ -272,7 +279,7 @@ def test_a_method_mcp_does_not_take_is_405_with_allow_whatever_the_token(served,
 
 def test_a_get_without_a_session_is_405_with_allow_as_mcp_says(served):
     _owner, agent = new_tokens(served)
-    with httpx.Client(base_url=served.url, timeout=30) as client:
+    with httpx.Client(verify=TLS, base_url=served.url, timeout=30) as client:
         answer = client.get(
             "/mcp", headers={"Authorization": f"Bearer {agent}", "Accept": "text/event-stream"}
         )
@@ -295,7 +302,7 @@ def test_a_post_that_cant_carry_an_mcp_message_is_refused_in_the_one_error_shape
     _owner, agent = new_tokens(served)
     before = recorded_calls(served)
     sent = {"Accept": "application/json, text/event-stream", **headers}
-    with httpx.Client(base_url=served.url, timeout=30) as client:
+    with httpx.Client(verify=TLS, base_url=served.url, timeout=30) as client:
         answer = client.post(
             "/mcp",
             content=json.dumps(TOOLS_LIST),

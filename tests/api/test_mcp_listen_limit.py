@@ -14,6 +14,7 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
+from conftest import TLS
 from fleet import Fleet, fleet, sqlite_settings, wait_until
 from mcp.shared.exceptions import MCPError
 from mcpclients import McpOwner, mcp_client, using
@@ -82,7 +83,7 @@ def test_a_refused_listen_is_answered_429_with_its_json_rpc_id_and_other_tokens_
         "Authorization": f"Bearer {owner.agent}",
         "Accept": "application/json, text/event-stream",
     }
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(verify=TLS, timeout=30) as http:
         refused = http.post(f"{served.url}/mcp", headers=headers, json=listen)
     assert refused.status_code == 429
     assert refused.headers["content-type"].startswith("application/json")

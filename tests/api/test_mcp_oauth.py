@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 import httpx
 import httpx2
 import pytest
+from conftest import TLS
 from fleet import Fleet, fleet, sqlite_settings
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -141,7 +142,7 @@ def by_hand(running: Fleet, owner: str, name: str = "Hand Host") -> tuple[str, d
     """A registered client's whole flow by hand; its client id and token answer."""
     client_id = register(running, name)
     verifier, code_challenge = challenge()
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         answer = consent(browser, authorization_url(running, client_id, code_challenge), owner)
     assert answer.status_code == 303, answer.text
     tokens = exchange(running, client_id, query(answer)["code"], verifier)
@@ -243,7 +244,7 @@ def test_deleting_the_hosts_token_ends_its_open_stream(served):
 
     def listen() -> None:
         with (
-            httpx.Client(timeout=60) as client,
+            httpx.Client(verify=TLS, timeout=60) as client,
             client.stream("GET", f"{served.url}/mcp", headers=headers) as stream,
         ):
             assert stream.status_code == 200
@@ -285,7 +286,7 @@ def test_a_code_presented_again_is_refused_and_revokes_its_token(served):
     owner, _agent = new_tokens(served)
     client_id = register(served, "Replaying Host")
     verifier, code_challenge = challenge()
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         answer = consent(browser, authorization_url(served, client_id, code_challenge), owner)
     code = query(answer)["code"]
     first = exchange(served, client_id, code, verifier)
@@ -299,7 +300,7 @@ def test_two_exchanges_of_one_code_at_once_give_one_token_at_most(served):
     owner, _agent = new_tokens(served)
     client_id = register(served, "Racing Host")
     verifier, code_challenge = challenge()
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         answer = consent(browser, authorization_url(served, client_id, code_challenge), owner)
     code = query(answer)["code"]
     results: list[httpx.Response] = []
@@ -320,7 +321,7 @@ def test_a_wrong_verifier_or_a_forged_code_gets_nothing(served):
     before = len(owner_tokens(served, owner))
     client_id = register(served, "Guessing Host")
     _verifier, code_challenge = challenge()
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         answer = consent(browser, authorization_url(served, client_id, code_challenge), owner)
     code = query(answer)["code"]
     wrong = exchange(served, client_id, code, secrets.token_urlsafe(48))
@@ -453,7 +454,7 @@ def test_a_client_named_by_its_document_signs_in_and_the_page_says_where_from(se
     owner, _agent = new_tokens(served)
     client_id = f"{documents}/host.json"
     verifier, code_challenge = challenge()
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         opened = browser.get(authorization_url(served, client_id, code_challenge))
         assert opened.status_code == 302, opened.text
         page = browser.get(opened.headers["location"])
@@ -504,7 +505,7 @@ def opened_consent(served: Fleet, browser: httpx.Client) -> str:
 
 
 def test_the_consent_page_refuses_framing_and_shows_client_origin_and_role(served):
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         page = browser.get(opened_consent(served, browser))
     assert page.status_code == 200
     assert page.headers["X-Frame-Options"] == "DENY"
@@ -520,7 +521,7 @@ def test_deny_returns_access_denied_and_grants_nothing(served):
     before = len(owner_tokens(served, owner))
     client_id = register(served, "Denied Host")
     _verifier, code_challenge = challenge()
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         url = authorization_url(served, client_id, code_challenge)
         answer = consent(browser, url, owner, decision="deny")
     assert answer.status_code == 303
@@ -533,7 +534,10 @@ def test_deny_returns_access_denied_and_grants_nothing(served):
 def test_another_owner_cant_answer_a_request_one_owner_signed_in_to(served):
     first, _ = new_tokens(served)
     second, _ = new_tokens(served)
-    with httpx.Client(timeout=30) as browser, httpx.Client(timeout=30) as intruder:
+    with (
+        httpx.Client(verify=TLS, timeout=30) as browser,
+        httpx.Client(verify=TLS, timeout=30) as intruder,
+    ):
         consent_url = opened_consent(served, browser)
         signed = sign_in(browser, consent_url, first)
         assert signed.status_code == 200
@@ -557,7 +561,7 @@ def test_another_owner_cant_answer_a_request_one_owner_signed_in_to(served):
 
 def test_the_answer_needs_its_csrf_token_and_this_sites_origin(served):
     owner, _agent = new_tokens(served)
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         consent_url = opened_consent(served, browser)
         signed = sign_in(browser, consent_url, owner)
         target = consent_url.split("?")[0]
@@ -581,7 +585,7 @@ def test_the_answer_needs_its_csrf_token_and_this_sites_origin(served):
 
 def test_signing_in_takes_the_owners_own_token_only(served):
     _owner, agent = new_tokens(served)
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         consent_url = opened_consent(served, browser)
         with_agent = sign_in(browser, consent_url, agent)
         assert with_agent.status_code == 403 and 'data-code="owner_only"' in with_agent.text

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from conftest import TLS
 from fleet import Fleet, fleet, sqlite_settings
 from mcpclients import new_tokens
 from oauthhost import REDIRECT, query, sign_in
@@ -58,7 +59,7 @@ def test_a_token_for_the_public_resource_works_at_mcp(served):
         "response_type": "code", "client_id": client_id, "redirect_uri": REDIRECT,
         "code_challenge": code_challenge, "state": "p", "resource": f"{PUBLIC}/mcp",
     }  # fmt: skip
-    with httpx.Client(timeout=30) as browser:
+    with httpx.Client(verify=TLS, timeout=30) as browser:
         opened = browser.get(f"{served.url}/oauth/authorize", params=params)
         assert opened.status_code == 302, opened.text
         location = urlsplit(opened.headers["location"])

@@ -15,6 +15,7 @@ import flask
 import httpx
 import httpx2
 import pytest
+from conftest import TLS
 from fleet import Fleet, fleet, sqlite_settings
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -84,7 +85,7 @@ def post_raw(
         for name, value in headers.items()
         if name.lower() not in ("authorization", "content-length", "host")
     }
-    with httpx.Client(base_url=running.url, timeout=60) as client:
+    with httpx.Client(verify=TLS, base_url=running.url, timeout=60) as client:
         return client.post("/mcp", json=body, headers={**kept, "Authorization": f"Bearer {token}"})
 
 
@@ -126,7 +127,9 @@ def test_a_wrong_token_gets_401_even_when_the_sdk_refuses_the_call_before_the_ap
 
 def test_a_deleted_token_gets_401_on_its_next_call(served):
     owner, _agent = new_tokens(served)
-    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {owner}"}) as rest:
+    with httpx.Client(
+        verify=TLS, base_url=served.url, headers={"Authorization": f"Bearer {owner}"}
+    ) as rest:
         made = rest.post("/api/tokens", json={"role": "agent", "label": "host"}).json()
         headers, body = sent_call(served, made["token"])
         assert post_raw(served, headers, body, made["token"]).status_code == 200

@@ -19,6 +19,7 @@ import httpx
 import mcp_types as types
 import pytest
 import yaml
+from conftest import TLS
 from factories import skill_md, zip_bytes
 from fastmcp.client.transports import StdioTransport
 from fastmcp.server.providers.skills import SkillsDirectoryProvider
@@ -265,7 +266,7 @@ def test_a_sessions_stream_needs_its_token_and_ends_with_it(served):
     owner = Owner.create(served)
     url = f"{served.url}/mcp"
     events = {"Accept": "text/event-stream", "Mcp-Session-Id": "test-host-0123456789abcdef"}
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(verify=TLS, timeout=30) as http:
         assert http.get(url, headers=events).status_code == 401
         bad = {**events, "Authorization": "Bearer nope"}
         assert http.get(url, headers=bad).status_code == 401

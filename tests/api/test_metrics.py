@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REDIS_URL
+from conftest import REDIS_URL, TLS
 from fleet import wait_until
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -300,7 +300,9 @@ def test_every_gunicorn_worker_answers_with_the_same_totals(settings, tmp_path):
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: answers(url + "/api/health"), 60, "the API to answer")
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
+        with httpx.Client(
+            verify=TLS, base_url=url, headers={"Authorization": f"Bearer {token}"}
+        ) as http:
             # Policy decisions are kept in Redis, which outlives the test's database.
             before = sample(http.get("/metrics").text, "skillfleet_policy_decisions_total")
             calls = 12

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import TLS
 from fleet import Fleet, LiveServer, fleet, sqlite_settings, wait_until
 
 from api import create_app
@@ -108,7 +109,7 @@ def client(served: Fleet, proxy: Proxy, pinned: int | None, **headers: str) -> h
     """A client whose connections go through the proxy to process `pinned` (None: in turn)."""
     proxy.pinned = pinned
     auth = {"Authorization": f"Bearer {served.owner_token}", **headers}
-    return httpx.Client(base_url=proxy.url, headers=auth, timeout=60)
+    return httpx.Client(verify=TLS, base_url=proxy.url, headers=auth, timeout=60)
 
 
 def call(skill: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import TLS
 from factories import skill_files, zip_bytes
 from fleet import Fleet, fleet, sqlite_settings
 from mcpclients import new_tokens
@@ -51,7 +52,7 @@ class Owner:
 
     def http(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token or self.token}"}
-        return httpx.Client(base_url=self.running.url, headers=headers, timeout=60)
+        return httpx.Client(verify=TLS, base_url=self.running.url, headers=headers, timeout=60)
 
     def import_skill(self, name: str, query: dict[str, str] | None = None, **metadata: str) -> Any:
         files = skill_files(name, metadata=metadata) if metadata else skill_files(name)

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from conftest import REDIS_URL
+from conftest import REDIS_URL, TLS
 from fleet import wait_until
 from sqlalchemy import func, select
 
@@ -320,7 +320,7 @@ def test_a_token_deleted_in_one_process_is_refused_at_once_by_every_api_worker(
     client, auth, api_process
 ):
     created = create(client, auth, role="agent").json
-    with httpx.Client(base_url=api_process, headers=bearer(created["token"])) as agent:
+    with httpx.Client(verify=TLS, base_url=api_process, headers=bearer(created["token"])) as agent:
         # Enough requests that both gunicorn workers verify the token and cache it.
         assert all(agent.get("/api/tools").status_code == 200 for _ in range(20))
 

@@ -14,6 +14,7 @@ import fastmcp
 import httpx
 import mcp_types as types
 import pytest
+from conftest import TLS
 from fleet import Fleet, LiveServer, fleet, sqlite_settings, wait_until
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -45,7 +46,9 @@ class Owner(McpOwner):
 
     def agent_rest(self, url: str | None = None, timeout: float = 60) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.agent}"}
-        return httpx.Client(base_url=url or self.running.url, headers=headers, timeout=timeout)
+        return httpx.Client(
+            verify=TLS, base_url=url or self.running.url, headers=headers, timeout=timeout
+        )
 
     def approval_of(self, call_id: str) -> dict[str, Any]:
         with self.rest() as rest:
@@ -109,7 +112,9 @@ def assert_late_answer_runs_nothing(owner: Owner, call_id: str, url: str | None 
     approval = withdrawn(owner, call_id)
     assert approval["withdrawn_note"] and "stopped waiting" in approval["withdrawn_note"]
     headers = {"Authorization": f"Bearer {owner.token}"}
-    with httpx.Client(base_url=url or owner.running.url, headers=headers, timeout=60) as rest:
+    with httpx.Client(
+        verify=TLS, base_url=url or owner.running.url, headers=headers, timeout=60
+    ) as rest:
         late = rest.post(f"/api/approvals/{approval['id']}", json={"decision": "approve"})
         call = rest.get(f"/api/calls/{call_id}").json()
     assert late.status_code == 409, late.text
@@ -261,7 +266,7 @@ def test_the_withdraw_route_checks_who_asks_and_what(owner, served):
     with transaction(served.services.sessions) as session:
         node_token = create_node_token(session, "mcp-node")
     url = f"/api/calls/{call_id}/withdraw"
-    with httpx.Client(base_url=served.url, timeout=30) as bare:
+    with httpx.Client(verify=TLS, base_url=served.url, timeout=30) as bare:
         assert bare.post(url).status_code == 401
         for token in (stranger, stranger_agent):
             refused = bare.post(url, headers={"Authorization": f"Bearer {token}"})

@@ -29,6 +29,7 @@ from browsing import (  # fixtures and helpers
     ticker_job,
     with_control_worker,
 )
+from conftest import TLS
 from factories import skill_files, zip_bytes
 from fleet import Fleet, wait_until
 from sshkeys import fingerprint, make_key, public_line, ssh_sign
@@ -299,7 +300,9 @@ def test_an_agent_token_made_on_the_tokens_page_calls_tools_and_is_refused_once_
     assert "agent" in row.inner_text()
 
     # An agent token: it may call tools, not act as the owner.
-    agent = httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {token}"})
+    agent = httpx.Client(
+        verify=TLS, base_url=console.url, headers={"Authorization": f"Bearer {token}"}
+    )
     with agent:
         assert agent.get("/api/tools").status_code == 200
         refused = agent.get("/api/tokens")

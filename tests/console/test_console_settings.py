@@ -22,6 +22,7 @@ from browsing import (  # fixtures and helpers
     page,
     signed_in,
 )
+from conftest import TLS
 from factories import skill_files, zip_bytes
 from fleet import Fleet
 
@@ -145,7 +146,7 @@ def test_revoke_asks_first_and_warns_that_the_consoles_own_token_signs_it_out(
     assert said == [
         f"Revoke token {agent['id']} (laptop)? Whatever uses it is refused from its next request."
     ]
-    with httpx.Client(base_url=owner.url) as bare:
+    with httpx.Client(verify=TLS, base_url=owner.url) as bare:
         headers = {"Authorization": f"Bearer {agent['token']}"}
         assert bare.get("/api/tools", headers=headers).status_code == 200  # not revoked
         accept_next_dialog(page, said)
@@ -160,7 +161,7 @@ def test_revoke_asks_first_and_warns_that_the_consoles_own_token_signs_it_out(
     assert "This console is signed in with it: revoking it signs you out here." in said[-1]
     page.wait_for_selector("main[data-ready=sign-in]")
     assert "You revoked the token this console was signed in with." in page.inner_text("main")
-    with httpx.Client(base_url=owner.url) as bare:
+    with httpx.Client(verify=TLS, base_url=owner.url) as bare:
         headers = {"Authorization": f"Bearer {owner.owner_token}"}
         assert bare.get("/api/settings", headers=headers).status_code == 401
 
@@ -259,7 +260,7 @@ def test_an_import_over_an_installed_skill_offers_to_replace_it_and_a_skill_page
 def test_the_favicon_is_an_svg_linked_from_the_page(page: Any, console: Fleet) -> None:
     signed_in(page, console)
     href = page.get_attribute("link[rel=icon]", "href")
-    with httpx.Client(base_url=console.url) as bare:
+    with httpx.Client(verify=TLS, base_url=console.url) as bare:
         icon = bare.get(href)
     assert icon.status_code == 200
     assert icon.headers["content-type"].startswith("image/svg+xml")

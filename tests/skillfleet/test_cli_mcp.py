@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import TLS
 from fleet import Fleet, fleet, sqlite_settings
 from mcp import Client
 from mcpclients import new_tokens, stdio_client, stdio_env, using
@@ -36,7 +37,9 @@ def test_the_stdio_server_lists_the_api_tools_and_records_calls_in_its_chat(serv
         definitions = {d["function"]["name"] for d in rest.get("/api/tools?page_size=100").json()}
     assert {tool.name for tool in tools.tools} == definitions | {"get_call_outcome"}
     assert not called.is_error and "skills" in called.structured_content
-    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {owner}"}) as rest:
+    with httpx.Client(
+        verify=TLS, base_url=served.url, headers={"Authorization": f"Bearer {owner}"}
+    ) as rest:
         chats = [chat["chat_id"] for chat in rest.get("/api/chats").json()]
         recorded = rest.get("/api/calls").json()
     assert len(chats) == 1 and chats[0].startswith("mcp-claude-desktop-")

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from conftest import offer_node
+from conftest import TLS, offer_node
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from factories import owned, owner_id_of, skill_files, write_skill
 from fleet import Fleet, fleet, wait_until
@@ -340,7 +340,7 @@ def test_an_unchanged_manifest_is_not_sent_again_and_a_changed_one_is(
 ):
     statuses: list[int] = []
     hooks = {"response": [lambda response: statuses.append(response.status_code)]}
-    with httpx.Client(event_hooks=hooks) as client:
+    with httpx.Client(verify=TLS, event_hooks=hooks) as client:
         cache = PackageCache(cache_dir, api.url, NODE, node_token, public_key, client)
         first = install(api, "demo", "1")
         assert f"demo@{first.hash}" in cache.sync().installed

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import POSTGRES_URL, REDIS_URL, shared_file  # noqa: F401 - the services used
+from conftest import POSTGRES_URL, REDIS_URL, TLS, shared_file  # noqa: F401 - the services used
 from fleet import fleet, own_redis, run_ended, wait_until
 
 from relay.streams import read_events
@@ -210,6 +210,7 @@ def test_two_hundred_concurrent_calls_make_two_hundred_runs_each_executed_once(
 
         def one(_index: int) -> dict:
             with httpx.Client(
+                verify=TLS,
                 base_url=running.url,
                 headers={"Authorization": f"Bearer {running.owner_token}"},
                 timeout=120,

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import TLS
 from fleet import Fleet, fleet, sqlite_settings
 
 from store.db import transaction
@@ -54,7 +55,7 @@ class Owner:
 
     def agent(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.agent_token}"}
-        return httpx.Client(base_url=self.fleet.url, headers=headers, timeout=60)
+        return httpx.Client(verify=TLS, base_url=self.fleet.url, headers=headers, timeout=60)
 
 
 def new_owner(shared: Fleet) -> Owner:

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REDIS_URL
+from conftest import REDIS_URL, TLS
 from fleet import Fleet, fleet, sqlite_settings
 from sqlalchemy import text
 
@@ -179,7 +179,7 @@ def test_only_the_running_nodes_token_reaches_a_runs_secrets(shared: Fleet):
     other = shared.node_env(f"o-{uuid.uuid4().hex[:6]}")["SKILLFLEET_NODE_TOKEN"]
     mine = shared.node_env(NODE)["SKILLFLEET_NODE_TOKEN"]
     run_id = str(uuid.uuid4())
-    with httpx.Client(base_url=shared.url, timeout=30) as client:
+    with httpx.Client(verify=TLS, base_url=shared.url, timeout=30) as client:
         for token, node in ((other, NODE), (mine, NODE), (shared.owner_token, NODE)):
             answer = client.get(
                 f"/api/nodes/{node}/runs/{run_id}/secrets",

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import TLS
 from fleet import PYTHON, Fleet, fleet, free_port, sqlite_settings, wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from receiver import receiver
@@ -88,7 +89,7 @@ class Traced:
 
     def http(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.fleet.owner_token}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+        return httpx.Client(verify=TLS, base_url=self.url, headers=headers, timeout=60)
 
     def bodies(self) -> list[bytes]:
         return [body for path, _, body in list(self.posts) if path == "/v1/traces"]
@@ -319,7 +320,7 @@ def test_a_collector_that_is_down_changes_nothing_for_the_calls(
         "chat_id": "down",
     }  # fmt: skip
     headers = {"Authorization": f"Bearer {running.owner_token}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+    with httpx.Client(verify=TLS, base_url=url, headers=headers, timeout=60) as client:
         for _ in range(3):
             answer = client.post("/api/tools/run_skill_script", params={"wait": 20}, json=body)
             assert answer.status_code == 200, answer.text
