@@ -403,7 +403,10 @@ def run_hello(up: Running, name: str) -> httpx.Response:
 def children_of(pid: int, needle: str) -> list[int]:
     found = []
     for child in processes_mentioning(needle):
-        stat_line = Path(f"/proc/{child}/stat").read_text()
+        try:
+            stat_line = Path(f"/proc/{child}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):  # it ended since it was listed
+            continue
         if int(stat_line.rsplit(")", 1)[1].split()[1]) == pid:
             found.append(child)
     return found
