@@ -57,9 +57,20 @@ class Proxy:
         self.thread.start()
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        """Close the listener and every connection still piped, then the loop: a pipe left
+        pending would close its writer when collected, on a loop already closed."""
+
+        async def shut() -> None:
+            self.server.close()
+            piping = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in piping:
+                task.cancel()
+            await asyncio.gather(*piping, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(timeout=5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
+        self.loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         index = self.pinned if self.pinned is not None else next(self.turns) % len(self.ports)
