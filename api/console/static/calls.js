@@ -28,8 +28,13 @@ export async function callPage({ main, onFeed, back }, callId) {
     h("h1", {}, "Call ", h("code", {}, callId.slice(0, 8))),
     facts, approval, result);
 
+  // Events reload the call as it goes; only the latest load is shown, so a late answer never
+  // replaces a newer state.
+  let latest = 0;
   async function load() {
+    const loading = ++latest;
     const call = await get(`/api/calls/${encodeURIComponent(callId)}`);
+    if (loading !== latest) return;
     const skill = call.skill_name
       ? h("a", { href: `#/skills/${call.skill_name}` }, `${call.skill_name}@${hash8(call.skill_hash)}`)
       : null;
@@ -49,7 +54,11 @@ export async function callPage({ main, onFeed, back }, callId) {
       ["Finished", when(call.finished_at)],
     ]));
     facts.dataset.status = call.status;
-    if (call.approval_id) replace(approval, approvalFacts(await get(`/api/approvals/${call.approval_id}`)));
+    if (call.approval_id) {
+      const asked = await get(`/api/approvals/${call.approval_id}`);
+      if (loading !== latest) return;
+      replace(approval, approvalFacts(asked));
+    }
     replace(result, call.result === null || call.result === undefined ? null
       : [h("h2", {}, "Result"), h("pre", { class: "result" }, json(call.result))]);
   }

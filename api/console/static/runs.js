@@ -24,6 +24,9 @@ export async function page({ main, onFeed }) {
   // "Newer" goes back to the page before. A filter starts again from the first page.
   let pages = [];
   let total = null;
+  // Loads overlap (a click while a live event's reload is on its way): only the latest renders,
+  // or an older page's answer could land after it, under the newer page's number.
+  let latest = 0;
   const form = filterForm(() => { pages = []; load().catch((e) => showError(e)); });
   const runs = h("div", { id: "runs" });
   const pager = h("div", { class: "pager" });
@@ -37,7 +40,9 @@ export async function page({ main, onFeed }) {
 
   async function load() {
     if (!pages.length) pages = [first()];
+    const loading = ++latest;
     const { items, next, total: counted } = await list(pages[pages.length - 1]);
+    if (loading !== latest) return;
     if (pages.length === 1) total = counted;
     replace(runs, items.length
       ? table(["Run", "Skill", "Script", "Node", "Status", "Exit", "Started"], items.map((run) =>
@@ -101,8 +106,13 @@ export async function runPage({ main, onFeed, onLeave, back }, runId) {
     facts,
     asked);
 
+  // Events reload the run as it goes; only the latest load is shown, so a late answer saying
+  // "running" never follows one that says how it ended.
+  let latest = 0;
   async function load() {
+    const loading = ++latest;
     const run = await get(`/api/runs/${encodeURIComponent(runId)}`);
+    if (loading !== latest) return run;
     replace(facts, definitions([
       ["State", status(run.status)],
       ["Exit code", run.exit_code ?? null],
