@@ -22,6 +22,12 @@ def console(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> 
         yield started
 
 
+def on_questions_page(page: Any, console: Fleet) -> None:
+    signed_in(page, console)
+    page.goto(f"{console.url}/#/questions")
+    page.wait_for_selector("main[data-ready=questions]")
+
+
 def call_of(console: Fleet, call_id: str) -> dict[str, Any]:
     with console.http() as client:
         return dict(client.get(f"/api/calls/{call_id}").json())
@@ -111,6 +117,13 @@ def drafted(console: Fleet, body: str) -> str:
     return str(envelope["result"]["hash"])
 
 
+def helper_secret_asked(console: Fleet) -> tuple[str, dict[str, Any]]:
+    """The draft `helper`'s first version (its hash) and an agent's request for its secret."""
+    first = drafted(console, "# Helper\n\nFirst. Needs HELPER_TOKEN.\n")
+    arguments = {"name": "HELPER_TOKEN", "reason": "To call the tracker.", "skill": "helper"}
+    return first, call_tool(console, "request_secret", arguments)
+
+
 def secret_consents(console: Fleet) -> list[tuple[str, str, bool]]:
     with console.http() as client:
         skills = client.get("/api/secrets").json()["skills"]
@@ -121,12 +134,8 @@ def test_a_secret_card_names_its_skill_version_and_a_changed_skill_needs_an_expl
     page: Any, console: Fleet
 ) -> None:
     console = console.with_new_owner()
-    first = drafted(console, "# Helper\n\nFirst. Needs HELPER_TOKEN.\n")
-    arguments = {"name": "HELPER_TOKEN", "reason": "To call the tracker.", "skill": "helper"}
-    asked = call_tool(console, "request_secret", arguments)
-    signed_in(page, console)
-    page.goto(f"{console.url}/#/questions")
-    page.wait_for_selector("main[data-ready=questions]")
+    first, asked = helper_secret_asked(console)
+    on_questions_page(page, console)
     card = page.locator(f"[data-question-id='{asked['question_id']}']")
     assert card.locator(".skill-ref").inner_text() == f"helper@{first[:8]}"
     assert card.locator(".skill-changed").count() == 0
@@ -147,3 +156,36 @@ def test_a_secret_card_names_its_skill_version_and_a_changed_skill_needs_an_expl
     card.get_by_role("button", name=f"Allow version {swapped[:8]} and store").click()
     wait_until(lambda: call_of(console, asked["call_id"])["status"] == "done", 10, "the secret")
     assert secret_consents(console) == [("helper", swapped, True)]
+
+
+def test_a_redraw_keeps_what_the_owner_typed_unless_the_version_it_allows_changed(
+    page: Any, console: Fleet
+) -> None:
+    console = console.with_new_owner()
+    first, secret = helper_secret_asked(console)
+    plain = call_tool(console, "request_secret", {"name": "PLAIN_TOKEN", "reason": "To ship."})
+    question = call_tool(console, "ask_owner", {"question": "Which branch?"})
+    on_questions_page(page, console)
+
+    def card(asked: dict[str, Any]) -> Any:
+        return page.locator(f"[data-question-id='{asked['question_id']}']")
+
+    card(secret).locator("input[name=secret]").fill("tok-helper")
+    card(plain).locator("input[name=secret]").fill("tok-plain")
+    card(question).locator("textarea[name=answer]").fill("main")
+    swapped = drafted(console, "# Helper\n\nSwapped while the owner typed.\n")
+    later = call_tool(console, "ask_owner", {"question": "Anything else?"}, chat="another-chat")
+    card(later).wait_for()  # the page drew every card again
+
+    assert card(plain).locator("input[name=secret]").input_value() == "tok-plain"
+    assert card(question).locator("textarea[name=answer]").input_value() == "main"
+    changed = card(secret).locator(".skill-changed")
+    assert first[:8] in changed.inner_text() and swapped[:8] in changed.inner_text()
+    assert card(secret).locator("input[name=secret]").input_value() == ""
+
+    card(plain).get_by_role("button", name="Store secret").click()
+    wait_until(lambda: call_of(console, plain["call_id"])["status"] == "done", 10, "the secret")
+    assert call_of(console, plain["call_id"])["result"] == {"stored": True, "name": "PLAIN_TOKEN"}
+    card(question).get_by_role("button", name="Answer").click()
+    wait_until(lambda: call_of(console, question["call_id"])["status"] == "done", 10, "the answer")
+    assert call_of(console, question["call_id"])["result"] == {"answer": "main"}

@@ -48,7 +48,7 @@ function secretForm(question, send) {
   if (!version) return null;
   const input = h("input", { type: "password", name: "secret", autocomplete: "off", required: true,
     spellcheck: "false", "aria-label": `Value of ${question.secret_name}` });
-  return h("form", { class: "actions secret", onsubmit: (event) => {
+  return h("form", { class: "actions secret", dataset: { allows: version.skill_hash || "" }, onsubmit: (event) => {
     event.preventDefault();
     const body = { secret: input.value };
     input.value = ""; // never left in the page
@@ -74,6 +74,34 @@ function card(question, send) {
     question.skill_change ? h("p", { class: "warning skill-changed" }, question.skill_change) : null,
     secret ? secretForm(question, send) : answerForm(question, send),
     h("p", { class: "muted" }, `Asked ${when(question.created_at)} · expires ${when(question.expires_at)}`));
+}
+
+// A redraw (any question's event) must not wipe what the owner is typing into another card.
+// A secret is kept only while its card allows the same skill version: once the version it
+// would be stored for changes, the owner types it again, knowingly.
+function typed(list) {
+  const kept = new Map();
+  for (const form of list.querySelectorAll("form")) {
+    const field = form.querySelector("textarea, input");
+    const id = form.closest("[data-question-id]")?.dataset.questionId;
+    if (!id || !field || !field.value) continue;
+    kept.set(id, { allows: form.dataset.allows, value: field.value, focused: document.activeElement === field,
+      start: field.selectionStart, end: field.selectionEnd });
+  }
+  return kept;
+}
+
+function retype(list, kept) {
+  for (const [id, was] of kept) {
+    const form = list.querySelector(`[data-question-id="${CSS.escape(id)}"] form`);
+    const field = form?.querySelector("textarea, input");
+    if (!field || form.dataset.allows !== was.allows) continue;
+    field.value = was.value;
+    if (was.focused) {
+      field.focus();
+      field.setSelectionRange(was.start, was.end);
+    }
+  }
 }
 
 function asks(question) {
@@ -103,8 +131,11 @@ export async function page({ main, onFeed }) {
     const [pending, latest] = await Promise.all([
       get("/api/questions?status=pending"), get("/api/questions?page_size=10")]);
     setBadge("question-count", pending.length);
-    if (pending.length) replace(list, pending.map((question) => card(question, send)));
-    else replace(list, h("p", { class: "empty" }, "Nothing is waiting for you."));
+    if (pending.length) {
+      const kept = typed(list);
+      replace(list, pending.map((question) => card(question, send)));
+      retype(list, kept);
+    } else replace(list, h("p", { class: "empty" }, "Nothing is waiting for you."));
     const done = latest.filter((question) => question.status !== "pending");
     replace(recent, done.length
       ? table(["Asks", "Asked by", "Status", "Answer", "Settled", "Call"], done.map((question) =>
