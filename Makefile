@@ -47,11 +47,11 @@ up: $(STAMP) $(LAUNCHER)
 	$(BIN)/skillfleet up
 
 # Every tier (docs/operations.md, "Tests"). Test files are spread over TEST_PROCESSES
-# processes (a test spends most of its time waiting on workers, Redis and browsers, not on a
-# core); the Docker tier runs after them in one process, since a Spark worker's start removes
-# the run containers it finds. PYTEST_ARGS=--databases=both runs each database test on both.
+# processes, the longest first, in the order tests/conftest.py gives them; the Docker tier
+# runs after them in one process, since a Spark worker's start removes the run containers it
+# finds. PYTEST_ARGS=--databases=both runs each database test on both.
 TEST_PROCESSES ?= 3
-XDIST = -n $(TEST_PROCESSES) --dist loadfile
+XDIST = -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
 # pytest's "no tests ran" (5) is no failure for a pass that PYTEST_ARGS left empty.
 ANY = || [ $$? -eq 5 ]
 

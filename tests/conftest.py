@@ -14,6 +14,7 @@ import shutil
 import ssl
 import tempfile
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,7 +149,10 @@ def _names_database(definition: pytest.Function) -> bool:
 
 # The files that take longest (`make test PYTEST_ARGS=--durations=60`), longest first: they
 # are handed to the test processes first, so that none of them is left running one alone
-# at the end while the others are done (`--dist loadfile` hands out files in this order).
+# at the end while the others are done. The rest follow by their number of tests, most first.
+# `--dist loadfile` hands out files in the order collected only with `--no-loadscope-reorder`
+# (the Makefile's XDIST): by default xdist orders them by number of tests alone, which put
+# these, few tests each, last.
 LONGEST_FILES = (
     "skillfleet/test_up_lifecycle.py",
     "skillfleet/test_up.py",
@@ -167,18 +171,23 @@ LONGEST_FILES = (
 )
 
 
-def _longest_first(item: pytest.Item) -> int:
-    path = item.path.as_posix()
-    return next(
-        (rank for rank, name in enumerate(LONGEST_FILES) if path.endswith("/" + name)),
-        len(LONGEST_FILES),
-    )
+def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` with LONGEST_FILES' first, in that order, then every other file's by its
+    number of tests, most first; a file's own tests keep their order."""
+    counts = Counter(item.path for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = item.path.as_posix()
+        known = (n for n, name in enumerate(LONGEST_FILES) if path.endswith("/" + name))
+        return next(known, len(LONGEST_FILES)), -counts[item.path]
+
+    return sorted(items, key=rank)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tiers a test reaches through its fixtures: PostgreSQL, the browser, the
     console's fleet; hand out the longest files first."""
-    items.sort(key=_longest_first)  # stable: the order within a file, and of the rest, stays
+    items[:] = _longest_first(items)
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
