@@ -59,6 +59,12 @@ ANY = || [ $$? -eq 5 ]
 standard-env: $(STAMP)
 	$(BIN)/skillfleet env build
 
+# Bytecode caches on for the tests, whatever the shell says (PYTHONDONTWRITEBYTECODE=1 turns
+# them off): a run starts some 300 Python processes, each of which would compile skillfleet's
+# modules again, and every pytest process would rewrite every test module's asserts again
+# (10 s of CPU each). They go to __pycache__, which git ignores.
+test test-fast test-unfenced screenshots: export PYTHONDONTWRITEBYTECODE =
+
 # The docker tier runs after the first pass, in one process: beside it, on two cores, its
 # containers slowed the first pass by more than the tier's own time (docs/operations.md).
 test: $(STAMP) $(LAUNCHER) standard-env
