@@ -81,7 +81,7 @@ def serve(spec_path: str) -> None:
     from relay.clients import Clients
     from relay.heartbeat import Beater, Instance
     from relay.retention import StreamCaps
-    from skillfleet.cli_workers import WORKER_FLAGS, _node_features, _node_runner
+    from skillfleet.cli_workers import _node_features, _node_runner, consume
     from store.settings import Settings
     from workers.agent import SyncLoop
     from workers.execute import WorkerContext
@@ -134,11 +134,8 @@ def serve(spec_path: str) -> None:
         loop.start()
     worker_ready.connect(ready, weak=False)
     try:
-        app.worker_main(
-            ["worker", "-Q", ",".join(contexts), "--pool", "threads", "--concurrency",
-             str(spec["concurrency"]), "--hostname", f"fleet-sim-{os.getpid()}@%h",
-             *WORKER_FLAGS]
-        )  # fmt: skip
+        hostname = f"fleet-sim-{os.getpid()}@%h"
+        consume(app, list(contexts), hostname=hostname, concurrency=spec["concurrency"])
     finally:
         for beater in beaters:
             beater.stop()

@@ -16,7 +16,6 @@ token is one) or a body. uvicorn's own access line, which holds the whole query 
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import shutil
@@ -31,6 +30,7 @@ import structlog
 from uvicorn_worker import UvicornWorker
 
 from relay.fenced.uvicorn_http import http_protocol
+from skillfleet.heap import freeze_startup_heap
 from store.logs import line_logger
 from store.settings import Settings
 
@@ -67,19 +67,6 @@ def on_starting(server: Any) -> None:
 
 def post_worker_init(worker: Any) -> None:
     freeze_startup_heap()
-
-
-def freeze_startup_heap() -> None:
-    """Leave the objects a long-running process made while starting out of garbage collection.
-
-    Imports and set-up leave about 150,000 objects in an API worker and 205,000 in a node
-    worker, all living as long as the process, and every full pass of the collector walked them
-    all: 93 ms in an API worker and 152 ms in a node worker, each once in the first 1,000 runs
-    after warm-up, a pause for whoever was waiting on that process. Frozen, they are never
-    walked again (a full pass then walks a few thousand objects); what the process makes later
-    is collected as before.
-    """
-    gc.freeze()
 
 
 def child_exit(server: Any, worker: Any) -> None:
