@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REDIS_URL
 from fleet import killed_worker_leaves_no_child, process_ended, wait_until
+from structlog.testing import capture_logs
 
 from workers.runners.keeper import GROUP, Keeper
 
@@ -146,3 +147,16 @@ def test_the_keeper_outlives_the_signals_a_stopping_worker_s_group_gets():
         for process in (keeper, group):
             process.kill()
             process.wait()
+
+
+def test_a_keeper_that_cannot_start_is_logged_and_holding_goes_on(tmp_path: Path) -> None:
+    keeper = Keeper([str(tmp_path / "no-such-keeper")])
+    with capture_logs() as logs:
+        keeper.start()
+        keeper.hold(GROUP, 12345)  # tries once more, and the run goes on without one
+        keeper.release(GROUP, 12345)
+    assert keeper.pid is None
+    warned = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert len(warned) == 3
+    assert warned[0]["event"] == "no keeper: what a dead worker's scripts hold may stay"
+    assert "no-such-keeper" in warned[0]["error"]

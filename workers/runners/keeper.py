@@ -27,10 +27,6 @@ import sys
 import threading
 from typing import IO
 
-import structlog
-
-log = structlog.get_logger(__name__)
-
 GROUP = "group"  # a process group, by its id: killed
 LABEL = "label"  # a Docker label (`key=value`): its containers and volumes removed
 FOLDER = "folder"  # a run's folder: removed
@@ -100,6 +96,11 @@ class Keeper:
                 self.command, stdin=subprocess.PIPE, start_new_session=True
             )
         except OSError as e:
+            # Imported here: the keeper's own process (main) runs this module and never logs,
+            # and structlog would be most of its start (0.25 s of CPU a worker).
+            import structlog
+
+            log = structlog.get_logger(__name__)
             log.warning("no keeper: what a dead worker's scripts hold may stay", error=str(e))
             return False
         self._pipe = self._process.stdin
