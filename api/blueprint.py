@@ -79,7 +79,7 @@ class Blueprint(flask_smorest.Blueprint):  # type: ignore[misc]
         self, api: Any, app: flask.Flask, spec: Any, *, name: str, parameters: Any
     ) -> None:
         """Document the views in `spec`, unless `api` takes a document an earlier app of
-        the process made (api/__init__.py): it holds them already."""
+        the process made (api/app.py): it holds them already."""
         if getattr(api, "kept_document", None) is not None:
             return
         super().register_views_in_doc(api, app, spec, name=name, parameters=parameters)
