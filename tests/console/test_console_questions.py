@@ -8,11 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import browser, call_tool, page, signed_in  # fixtures and helpers
+from browsing import call_tool, signed_in
 from fleet import Fleet, fleet, sqlite_settings, wait_until
 from toolcalls import draft_arguments
-
-__all__ = ["browser", "page"]
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from browsing import (  # fixtures and helpers
-    browser,
     console,
-    page,
     signed_in,
 )
 from fleet import Fleet
@@ -19,7 +17,7 @@ from sqlalchemy import select
 from store.db import make_engine
 from store.models import Owner, Run, utcnow
 
-__all__ = ["browser", "console", "page"]
+__all__ = ["console"]
 
 
 def thirty_runs(console: Fleet) -> str:
