@@ -148,27 +148,35 @@ def _names_database(definition: pytest.Function) -> bool:
     return False
 
 
-# The files that take longest (`make test PYTEST_ARGS=--durations=60`), longest first: they
-# are handed to the test processes first, so that none of them is left running one alone
-# at the end while the others are done. The rest follow by their number of tests, most first.
-# `--dist loadfile` hands out files in the order collected only with `--no-loadscope-reorder`
-# (the Makefile's XDIST): by default xdist orders them by number of tests alone, which put
-# these, few tests each, last.
+# The files that take longest, longest first (their tests' times summed from a full run's
+# `PYTEST_ARGS=--junitxml=…`, 2026-12-07): they are handed to the test processes first, so that
+# none of them is left running one alone at the end while the others are done. The rest follow
+# by their number of tests, most first. `--dist loadfile` hands out files in the order collected
+# only with `--no-loadscope-reorder` (the Makefile's XDIST): by default xdist orders them by
+# number of tests alone, which put most of these last.
 LONGEST_FILES = (
     "skillfleet/test_up_lifecycle.py",
     "skillfleet/test_up.py",
     "api/test_openapi_conformance.py",
     "skillfleet/test_operations.py",
-    "skillfleet/test_walkthrough.py",
-    "workers/test_reliability.py",
-    "api/test_live_streams.py",
-    "workers/test_redis_failover.py",
-    "api/test_edit_plans.py",
     "skillfleet/test_cli.py",
+    "console/test_console_owner_actions.py",
+    "console/test_console_chat.py",
+    "skillfleet/test_walkthrough.py",
+    "api/test_live_streams.py",
+    "workers/test_reliability.py",
+    "skillfleet/test_cli_nodes.py",
     "api/test_run_events.py",
-    "workers/test_job_fleet.py",
-    "api/test_metrics.py",
-    "api/test_chat_sdk.py",
+    "console/test_console_pages.py",
+    "skillfleet/test_cli_jobs.py",
+    "workers/test_traces_fleet.py",
+    "api/test_github_signin.py",
+    "workers/test_standard_env_fleet.py",
+    "workers/test_redis_failover.py",
+    "console/test_console.py",
+    "skillfleet/test_cli_signing.py",
+    "console/test_console_forms.py",
+    "skillfleet/test_cli_run.py",
 )
 
 
