@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from chromium import browser, page  # noqa: F401 - the console tests' fixtures
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import create_engine, text

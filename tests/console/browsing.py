@@ -1,7 +1,7 @@
-"""A real fleet for the console's browser tests, and what they do in it.
+"""A real fleet and Debian's Chromium for the console's browser tests.
 
-The browser and each test's page are tests/chromium.py's fixtures. Test modules import the
-console's fleet (`console`) and the helpers from here.
+Playwright drives the system's Chromium (`/usr/bin/chromium`); browsers are never downloaded.
+Without it the tests skip, and fail in CI. Test modules import the fixtures from here.
 """
 
 from __future__ import annotations
@@ -13,14 +13,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chromium import DESKTOP
-from conftest import REDIS_URL
+from conftest import IN_CI, REDIS_URL
 from fleet import Fleet, fleet
 from github_standin import serve
 
 from relay import naming
 from store.settings import Settings
 
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 # The console's bar: its first page usable this soon after navigation; approvals this soon.
 FIRST_PAGE_MS = 300
@@ -37,6 +47,22 @@ TICKER = (
     "    time.sleep(args.get('every', 0))\n"
     "print('done', file=sys.stderr)\n"
 )
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is missing: install Debian's chromium package"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +87,14 @@ def console(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> 
             started.import_skill("ticker", READ_NODE, {"scripts/tick.py": TICKER})
             started.import_skill("changer", CHANGE_NODE, {"scripts/tick.py": TICKER})
             yield started
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport=DESKTOP)
+    opened = context.new_page()
+    yield opened
+    context.close()
 
 
 def sign_in(page: Any, console: Fleet, token: str | None = None) -> None:

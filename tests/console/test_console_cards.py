@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import call_tool, signed_in
+from browsing import browser, call_tool, page, signed_in  # fixtures and helpers
 from fleet import Fleet, fleet, seemingly_served, sqlite_settings
 
 from relay import heartbeat, naming
+
+__all__ = ["browser", "page"]
 
 NODE = f"shown-{uuid.uuid4().hex[:6]}"
 COMMAND = "rm -rf ~/work\x1b[2K\recho tidy \u202ehs.exe"

@@ -21,6 +21,8 @@ from browsing import (  # fixtures and helpers
     DESKTOP,
     PHONE,
     TICKER,
+    browser,
+    page,
     signed_in,
 )
 from fleet import Fleet, fleet, sqlite_settings
@@ -28,6 +30,8 @@ from litellm_standin import litellm_standin
 from model_standin import model_standin, slow, text, thinking, tools
 
 from relay import naming
+
+__all__ = ["browser", "page"]
 
 pytestmark = pytest.mark.timeout(240)
 NODE = f"chat-{uuid.uuid4().hex[:6]}"

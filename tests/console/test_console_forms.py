@@ -19,9 +19,11 @@ import httpx
 import pytest
 from browsing import (  # fixtures and helpers
     PHONE,
+    browser,
     call_tool,
     console,
     import_owned,
+    page,
     propose_edit,
     signed_in,
     ticker_job,

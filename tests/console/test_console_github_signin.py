@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from browsing import browser, page  # noqa: F401 - fixtures
 from fleet import Fleet, fleet, sqlite_settings, wait_until
 from github_signin_standin import CLIENT_ID, CLIENT_SECRET, Options, StandIn, serve
 

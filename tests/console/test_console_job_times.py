@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browsing import DESKTOP, READ_NODE, TICKER, console, signed_in, ticker_job
+from browsing import DESKTOP, READ_NODE, TICKER, browser, console, signed_in, ticker_job
 from fleet import Fleet
 
-__all__ = ["console"]
+__all__ = ["browser", "console"]
 
 pytestmark = pytest.mark.timeout(240)
 

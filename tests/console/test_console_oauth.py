@@ -13,9 +13,12 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
+from browsing import browser
 from fleet import Fleet, fleet, sqlite_settings
 from mcpclients import new_tokens
 from oauthhost import REDIRECT
+
+__all__ = ["browser"]  # a fixture, used by name
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 INITIALIZE = {

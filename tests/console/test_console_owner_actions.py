@@ -21,8 +21,10 @@ from browsing import (  # fixtures and helpers
     PHONE,
     READ_NODE,
     TICKER,
+    browser,
     call_tool,
     console,
+    page,
     propose_edit,
     signed_in,
 )

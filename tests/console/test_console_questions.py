@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browsing import call_tool, signed_in
+from browsing import browser, call_tool, page, signed_in  # fixtures and helpers
 from fleet import Fleet, fleet, sqlite_settings, wait_until
 from toolcalls import draft_arguments
+
+__all__ = ["browser", "page"]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,9 @@ from datetime import timedelta
 from typing import Any
 
 from browsing import (  # fixtures and helpers
+    browser,
     console,
+    page,
     signed_in,
 )
 from fleet import Fleet
@@ -17,7 +19,7 @@ from sqlalchemy import select
 from store.db import make_engine
 from store.models import Owner, Run, utcnow
 
-__all__ = ["console"]
+__all__ = ["browser", "console", "page"]
 
 
 def thirty_runs(console: Fleet) -> str:

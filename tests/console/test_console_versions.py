@@ -11,13 +11,15 @@ from browsing import (  # fixtures and helpers
     CHANGE_NODE,
     NODE,
     TICKER,
+    browser,
     console,
+    page,
     signed_in,
 )
 from factories import skill_files, zip_bytes
 from fleet import Fleet
 
-__all__ = ["console"]
+__all__ = ["browser", "console", "page"]
 
 pytestmark = pytest.mark.timeout(240)
 

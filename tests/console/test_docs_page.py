@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from browsing import browser  # noqa: F401 - the module's Chromium
 from flask import Flask
 from werkzeug.serving import make_server
 
