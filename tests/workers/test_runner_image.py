@@ -83,7 +83,7 @@ def client() -> Iterator[docker.DockerClient]:
 
 
 def labelled_containers(client: docker.DockerClient) -> list[Any]:
-    return list(client.containers.list(all=True, filters=LABEL_FILTER))
+    return list(client.containers.list(all=True, filters=LABEL_FILTER, ignore_removed=True))
 
 
 @pytest.fixture(autouse=True)

@@ -73,7 +73,7 @@ def labelled(
     """The run containers on the engine, but another live worker's (a first-pass test's
     `skillfleet up` may run a Spark worker on the same engine meanwhile) unless `every`."""
     label = LABEL if run_id is None else f"{LABEL}={run_id}"
-    found = engine.containers.list(all=True, filters={"label": label})
+    found = engine.containers.list(all=True, filters={"label": label}, ignore_removed=True)
     return [container for container in found if every or not elsewhere(container.labels)]
 
 

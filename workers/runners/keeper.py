@@ -20,6 +20,7 @@ Run as `python -m workers.runners.keeper`; it reads lines `+<kind> <what>` and `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -160,15 +161,19 @@ def _remove_labelled(labels: list[str]) -> None:
     """Remove the containers, then the volumes, that carry each of `labels`."""
     import docker  # only a Spark worker's keeper holds labels
     import requests
-    from docker.errors import DockerException
+    from docker.errors import DockerException, NotFound
 
     try:
         client = docker.from_env()
         for label in labels:
-            for container in client.containers.list(all=True, filters={"label": label}):
-                container.remove(force=True)
+            # What went meanwhile (the run's own end, another worker's start) is gone already.
+            listed = client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+            for container in listed:
+                with contextlib.suppress(NotFound):
+                    container.remove(force=True)
             for volume in client.volumes.list(filters={"label": label}):
-                volume.remove(force=True)
+                with contextlib.suppress(NotFound):
+                    volume.remove(force=True)
     except (DockerException, requests.exceptions.RequestException) as e:
         print(f"keeper: what the worker's runs left could not be removed: {e}", file=sys.stderr)
 

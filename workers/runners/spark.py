@@ -248,7 +248,9 @@ class SparkRunner:
         """Every container labelled as a run of this worker's queue (or as a run with no queue,
         or as a volume's loader), running or not, that no live worker made: another queue's
         worker on this engine, and another live worker of this queue on this host, keep theirs."""
-        found = self.client.containers.list(all=True, filters={"label": LABEL})
+        # A container removed between the engine's list and its inspection (its own worker's
+        # keeper, or another worker starting) is no leftover: left out, not an error.
+        found = self.client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
         return [container for container in found if self._ours(container.labels)]
 
     def _ours(self, labels: dict[str, str] | None) -> bool:
