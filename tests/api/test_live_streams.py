@@ -15,6 +15,7 @@ import json
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import pytest
 from conftest import REDIS_URL, TLS
 from fleet import Fleet, fleet, wait_until
 
+from api.livejobs import kind_of
 from relay import naming
 from store.settings import Settings
 from store.tokens import token_digest
@@ -129,10 +131,6 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
             client(watch_token) as watcher,
             client(wait_token) as waiter,
         ):
-            # A run that prints a line a second for a while, for the watchers.
-            slow = run_call(node, "ticker", "live", count=20, every=1)
-            started = (await watcher.post("/api/tools/run_skill_script", json=slow)).json()
-            run_id = started["run_id"]
 
             async def follow_feed(ready: asyncio.Event) -> list[dict]:
                 """The feed's events until it told of every waiting call's answer."""
@@ -148,10 +146,11 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
                                 return found
                     return found
 
-            async def watch_run() -> list[dict]:
+            async def watch_run(run_id: str, ready: asyncio.Event) -> list[dict]:
                 url = f"/api/runs/{run_id}/events"
                 async with watcher.stream("GET", url) as response:
                     assert response.status_code == 200
+                    ready.set()
                     return await read_events(response, 1000)  # until the run's exit
 
             async def wait_for_call(index: int) -> dict:
@@ -170,7 +169,6 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
 
             ready = [asyncio.Event() for _ in range(FEEDS)]
             feeds = [asyncio.create_task(follow_feed(r)) for r in ready]
-            watchers = [asyncio.create_task(watch_run()) for _ in range(WATCHERS)]
             await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready)), 60)
             waiters = [asyncio.create_task(wait_for_call(i)) for i in range(WAITERS)]
 
@@ -185,13 +183,23 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
                 await asyncio.sleep(0.2)
             assert len(pending) == WAITERS, len(pending)
 
+            # A run that prints a line a second for a while, for the watchers. It starts now,
+            # so that it outlasts the count below however long the calls took to be put to the
+            # owner on a busy machine (its watchers' streams end with it).
+            slow = run_call(node, "ticker", "live", count=20, every=1)
+            started = (await watcher.post("/api/tools/run_skill_script", json=slow)).json()
+            watching = [asyncio.Event() for _ in range(WATCHERS)]
+            watchers = [asyncio.create_task(watch_run(started["run_id"], w)) for w in watching]
+            await asyncio.wait_for(asyncio.gather(*(w.wait() for w in watching)), 60)
+
             health = await owner.get("/api/health")
             tool = await owner.post("/api/tools/list_skills", json={})
             # Streams are the tier's; a wait is the tier's, or holds its request's thread
             # while half the threads are free.
             live = tier(running)
             open_now = len(live.open) + live.threads.busy
-            assert open_now >= FEEDS + WATCHERS + WAITERS - 5, (len(live.open), live.threads.busy)
+            kinds = Counter(kind_of(serving.handoff.job) for serving in live.open)
+            assert open_now >= FEEDS + WATCHERS + WAITERS - 5, (kinds, live.threads.busy)
 
             for approval in pending:
                 answered = await owner.post(
@@ -202,7 +210,7 @@ def test_hundreds_of_open_streams_and_waits_leave_the_api_answering(running: Fle
             heard = await asyncio.wait_for(asyncio.gather(*feeds), 30)
             lines = await asyncio.wait_for(asyncio.gather(*watchers), 60)
             return {
-                "run_id": run_id,
+                "run_id": started["run_id"],
                 "health": health,
                 "tool": tool,
                 "answers": answers,
