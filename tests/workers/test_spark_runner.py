@@ -472,6 +472,30 @@ def test_start_removes_leftover_containers_labelled_as_runs(engine, runner):
     assert labelled(engine) == []
 
 
+def test_start_goes_on_past_a_leftover_volume_removed_since_the_engine_listed_it(
+    engine, runner, monkeypatch
+):
+    # Per-run volumes of a gone worker; something else (its keeper, another worker's start)
+    # removes one between the engine's list and this worker's removal of it.
+    names = [f"skillfleet-test-{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    for name in names:
+        engine.volumes.create(name, labels={LABEL: str(uuid.uuid4())})
+    listing = docker.models.volumes.VolumeCollection.list
+
+    def listed_then_one_removed(self: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        found = listing(self, *args, **kwargs)
+        if kwargs.get("filters") == {"label": LABEL}:
+            engine.api.remove_volume(names[0], force=True)
+        return found
+
+    monkeypatch.setattr(docker.models.volumes.VolumeCollection, "list", listed_then_one_removed)
+    runner.start()
+    monkeypatch.undo()
+
+    left = {volume.name for volume in engine.volumes.list(filters={"label": LABEL})}
+    assert not left & set(names)  # the one removed meanwhile, and the other by the start
+
+
 def test_start_leaves_the_running_containers_of_another_queue_s_worker_on_the_engine(
     engine, runner
 ):

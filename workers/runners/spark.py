@@ -233,10 +233,12 @@ class SparkRunner:
         try:
             for container in self.leftovers():
                 _remove(container)
-            # Per-run volumes (an egress gate's), then the skill volumes no container holds.
+            # Per-run volumes (an egress gate's), then the skill volumes no container holds. One
+            # removed since the list (its worker's keeper, another worker starting) is gone.
             for volume in self.client.volumes.list(filters={"label": LABEL}):
                 if self._ours(volume.attrs.get("Labels")):
-                    volume.remove(force=True)
+                    with contextlib.suppress(NotFound):
+                        volume.remove(force=True)
             self.volumes.remove_unused()
             self.dependencies.remove_unused()
         except _ENGINE_ERRORS as e:
