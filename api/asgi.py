@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from flask import Flask
 from sqlalchemy import or_, select
 
 from api import create_app
+from api.bodyread import BODY_KEY, BodyBudget, read_body, small_body_length
 from api.live import PICKUP, Handoff, Pickup, Threads
 from api.livejobs import WaitCall, kind_of
 from api.livestreams import CallNews, LiveContext, body_of
@@ -87,6 +89,7 @@ class LiveTier:
         self.services: Services = app.extensions["skillfleet"]
         settings = self.services.settings
         self.threads = Threads(settings.api_threads)
+        self.bodies = BodyBudget()  # small bodies read on the loop (api/bodyread.py)
         self.wsgi = WSGIMiddleware(
             _input_terminated(app, self.threads),  # type: ignore[arg-type]
             workers=settings.api_threads,
@@ -140,8 +143,19 @@ class LiveTier:
             await send(message)
 
         reset = PICKUP.set(pickup)
+        length = small_body_length(scope)
         try:
-            await self.wsgi(scope, receive, from_flask)  # type: ignore[arg-type]
+            if length is not None and self.bodies.take(length):
+                try:
+                    body = await read_body(receive)
+                    if body is None:
+                        return  # the client left before its body was in: nobody to answer
+                    scope = {**scope, BODY_KEY: body}
+                    await self.wsgi(scope, receive, from_flask)  # type: ignore[arg-type]
+                finally:
+                    self.bodies.give(length)
+            else:
+                await self.wsgi(scope, receive, from_flask)  # type: ignore[arg-type]
         finally:
             PICKUP.reset(reset)
         if pickup.handoff is None:
@@ -379,10 +393,14 @@ def _input_terminated(app: Flask, threads: Threads) -> WSGIApplication:
     """`app`, told that a request's body ends where the client's does (`wsgi.input_terminated`,
     as WSGI servers that read chunked bodies say it): a2wsgi hands a body over as it arrives,
     chunked or not, so werkzeug reads a chunked body, up to MAX_CONTENT_LENGTH, instead of
-    taking a body without Content-Length for an empty one. `threads` counts it while it runs."""
+    taking a body without Content-Length for an empty one; a body read on the event loop is read
+    from memory. `threads` counts it while it runs."""
 
     def terminated(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         environ["wsgi.input_terminated"] = True
+        body = environ.get("asgi.scope", {}).get(BODY_KEY)
+        if body is not None:  # read on the event loop (api/bodyread.py)
+            environ["wsgi.input"] = io.BytesIO(body)
         with threads.serving():
             return app(environ, start_response)
 

@@ -2,7 +2,8 @@
 
 uvicorn has no limit on how long a client may take to send a request's headers or body, so a
 client trickling them (slowloris), or connecting and sending nothing, keeps its socket for ever,
-and one whose body never comes holds a Flask thread. `RequestsInTime` closes a connection whose
+and one whose body never comes holds a coroutine (api/bodyread.py), or a Flask thread for a body
+larger than the event loop reads itself. `RequestsInTime` closes a connection whose
 request line and headers are not all in within SKILLFLEET_HEADER_TIMEOUT seconds of its start
 (or of its next request's first byte), or whose body goes that long without a byte. A connection
 that ends also ends every response still open on it, not only the newest (a client that sent a

@@ -25,6 +25,7 @@ import pytest
 from conftest import REDIS_URL, TLS
 from fleet import Fleet, fleet, wait_until
 
+from api.bodyread import PREREAD_BUDGET_BYTES
 from api.livejobs import kind_of
 from relay import naming
 from store.settings import Settings
@@ -258,6 +259,39 @@ def everyone_answered(seen: dict, stream: list[str]) -> None:
     )
     assert not short, report
     assert all(events[-1]["status"] == "succeeded" for events in seen["lines"])
+
+
+def test_a_body_on_its_way_holds_no_request_thread_and_is_read_whole_once_in(running: Fleet):
+    live = tier(running)
+    host, port = running.url.removeprefix("http://").split(":")
+    body = b"{}" + b" " * 98
+    head = (
+        f"POST /api/tools/list_skills HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {running.owner_token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=30) as slow:
+        slow.sendall(head.encode() + body[:40])
+        # Read on the event loop (api/bodyread.py): no view waits in a thread for the rest.
+        wait_until(lambda: live.threads.busy == 0 and live.bodies.held == len(body), 5, "a read")
+        slow.sendall(body[40:])
+        answer = b""
+        while chunk := slow.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert b'"status":"done"' in answer.replace(b" ", b"")
+    assert live.bodies.held == 0
+
+
+def test_past_the_read_bodies_budget_a_body_goes_to_the_view_as_it_comes(running: Fleet):
+    live = tier(running)
+    live.bodies.most = 0  # as if other clients' bodies held all of it
+    try:
+        with running.http() as owner_client:
+            answer = owner_client.post("/api/tools/list_skills", json={"arguments": {}})
+    finally:
+        live.bodies.most = PREREAD_BUDGET_BYTES
+    assert answer.status_code == 200 and answer.json()["status"] == "done"
 
 
 def test_past_its_limit_a_token_gets_429_too_many_streams_until_one_closes(running: Fleet):
