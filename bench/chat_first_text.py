@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +37,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
-from model_standin import model_standin, slow  # noqa: E402
+from model_standin import slow  # noqa: E402
 
 from bench.runs import free_port  # noqa: E402
 
 SKILLFLEET = [sys.executable, "-m", "skillfleet"]
 GOAL_RATIO, GOAL_MS = 1.2, 5.0
 PIECES = 3  # text chunks per answer, `delay` apart
+WARM = 10  # turns before the timed ones
 
 
 class System:
@@ -134,20 +137,51 @@ def chat_first(client: httpx.Client, system: System, number: int) -> float:
     return first
 
 
+@contextmanager
+def standin_process(script: list[dict[str, Any]]) -> Iterator[str]:
+    """The URL of tests/model_standin.py serving `script` in a process of its own: a model
+    server is not the client's program, and in one process each waited for the other's turn at
+    the interpreter (the stand-in's first chunk 1.0-1.6 ms so, 0.8 ms on its own)."""
+    code = (
+        "import json, sys\n"
+        "from model_standin import model_standin\n"
+        "with model_standin(json.loads(sys.stdin.readline())) as model:\n"
+        "    print(model.url, flush=True)\n"
+        "    sys.stdin.read()  # until the bench closes it\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment, text=True,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(json.dumps(script) + "\n")
+        process.stdin.flush()
+        url = process.stdout.readline().strip()
+        if not url:
+            raise RuntimeError("the model stand-in did not start")
+        yield url
+    finally:
+        process.stdin.close()
+        process.wait(timeout=10)
+
+
 def measure(system: System, delay_ms: int, samples: int) -> dict[str, Any]:
     every = delay_ms / 1000
-    script = [slow(PIECES, every) for _ in range(2 * samples + 2)]
-    with model_standin(script) as model, httpx.Client(timeout=60) as client:
-        setting = {"base_url": model.url, "name": "standin"}
+    script = [slow(PIECES, every) for _ in range(2 * samples + 2 * WARM)]
+    with standin_process(script) as url, httpx.Client(timeout=60) as client:
+        setting = {"base_url": url, "name": "standin"}
         answer = client.put(
             f"{system.url}/api/settings/model", json=setting, headers=system.headers
         )
         answer.raise_for_status()
-        chat_first(client, system, -delay_ms - 1)  # warm: the worker's first turn
-        model_first(client, model.url)
+        for number in range(WARM):  # the worker's and the API's first turns, their caches
+            chat_first(client, system, -delay_ms * 1000 - number - 1)
+            model_first(client, url)
         direct, through = [], []
         for number in range(samples):
-            direct.append(model_first(client, model.url))
+            direct.append(model_first(client, url))
             through.append(chat_first(client, system, delay_ms * 1000 + number))
     base, chat = statistics.median(direct) * 1000, statistics.median(through) * 1000
     return {
