@@ -4,8 +4,9 @@ first chunk.
 Run with `python bench/chat_first_text.py [--samples 30] [--delays 0,50,250]`. It starts a real
 `skillfleet api` (gunicorn, one uvicorn worker) and a control worker on a temporary SQLite data
 dir and the Redis at REDIS_URL (default redis://127.0.0.1:6379/13), and a local
-OpenAI-compatible stand-in whose first text chunk comes `delay` ms after the request (a hosted
-model takes some hundreds of ms; 0 shows the fixed cost alone). For each delay, interleaved:
+OpenAI-compatible stand-in (tests/model_standin.py, in a process of its own) whose first text
+chunk comes `delay` ms after the request (a hosted model takes some hundreds of ms; 0 shows the
+fixed cost alone). After ten untimed turns, for each delay, interleaved:
 
 - model: a streamed chat-completions request straight to the stand-in, from sending it to the
   first chunk with text;
