@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import POSTGRES_URL, REDIS_URL, TLS, shared_file  # noqa: F401 - the services used
-from fleet import fleet, own_redis, run_ended, wait_until
+from fleet import Fleet, fleet, own_redis, run_ended, wait_until
 
 from relay.streams import read_events
 from store.limits import REDIS_SOCKET_TIMEOUT_SECONDS
@@ -99,7 +99,12 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
             )
             assert time.monotonic() - killed_at < 30
             assert "started" in run["stdout"]
-            # The same node comes back; the unacknowledged message is delivered again.
+            # The same node comes back; the unacknowledged message is delivered again. kombu
+            # gives it back once it is older than the visibility timeout, when a worker starts
+            # (then only every 100 s): on a busy machine the reaper and the restart could come
+            # sooner than that, so the restart waits for it, as a real one comes later still.
+            timeout = running.settings.visibility_timeout
+            wait_until(lambda: taken_before(running, timeout), 30, "the message to come due")
             running.start_node(node, label=f"{node}-again")
             wait_until(
                 lambda: "run already claimed or ended" in running.log_text(f"{node}-again"),
@@ -108,6 +113,13 @@ def test_a_killed_worker_leaves_its_run_interrupted_and_it_never_runs_again(
             )
             assert client.get(f"/api/runs/{run_id}").json()["status"] == "interrupted"
     assert marker.read_text().split() == [run_id]
+
+
+def taken_before(running: Fleet, seconds: float) -> bool:
+    """Whether the messages workers took and never acknowledged were all taken more than
+    `seconds` ago (kombu's Redis transport indexes them by when, in `unacked_index`)."""
+    taken = running.redis.zrange("unacked_index", 0, -1, withscores=True)
+    return bool(taken) and all(when < time.time() - seconds for _, when in taken)
 
 
 def test_redis_going_away_answers_503_and_nothing_runs_twice(
