@@ -36,6 +36,11 @@ from store.settings import Settings
 
 # gunicorn's access log: `--access-logfile` gives it its handler, in every worker.
 REQUEST_LOGGER = "gunicorn.access"
+# gunicorn's control socket (for `gunicornc`, since gunicorn 25) is off: nothing here uses it, and
+# every gunicorn of a user shares its default path ($HOME/.gunicorn/gunicorn.ctl), so a second
+# API on the machine took the socket over and the first one's exit removed it from under the
+# second ("Control server error" in its log).
+control_socket_disable = True
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

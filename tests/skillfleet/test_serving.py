@@ -43,6 +43,12 @@ def test_each_api_worker_freezes_what_it_made_while_starting() -> None:
         gc.unfreeze()
 
 
+def test_the_api_opens_no_control_socket_every_gunicorn_of_the_user_would_share() -> None:
+    # By default gunicorn 25+ listens on $HOME/.gunicorn/gunicorn.ctl: a second API on the
+    # machine took it over and the first one's exit removed it under the second.
+    assert ConfigOnly().cfg.control_socket_disable is True
+
+
 class Lines(logging.Handler):
     """Keeps what a standard library logger was given."""
 
