@@ -143,20 +143,18 @@ class LiveTier:
             await send(message)
 
         reset = PICKUP.set(pickup)
+        # A small body is read here first (api/bodyread.py); its bytes count until Flask is done.
         length = small_body_length(scope)
+        taken = length if length is not None and self.bodies.take(length) else 0
         try:
-            if length is not None and self.bodies.take(length):
-                try:
-                    body = await read_body(receive)
-                    if body is None:
-                        return  # the client left before its body was in: nobody to answer
-                    scope = {**scope, BODY_KEY: body}
-                    await self.wsgi(scope, receive, from_flask)  # type: ignore[arg-type]
-                finally:
-                    self.bodies.give(length)
-            else:
-                await self.wsgi(scope, receive, from_flask)  # type: ignore[arg-type]
+            if taken:
+                body = await read_body(receive)
+                if body is None:
+                    return  # the client left before its body was in: nobody to answer
+                scope = {**scope, BODY_KEY: body}
+            await self.wsgi(scope, receive, from_flask)  # type: ignore[arg-type]
         finally:
+            self.bodies.give(taken)
             PICKUP.reset(reset)
         if pickup.handoff is None:
             return
