@@ -1,11 +1,12 @@
 """The API as an ASGI application: Flask for every request, an asynchronous tier for what stays
 open (SSE streams, `?wait=` long-polls).
 
-Every request goes through the Flask app (on a2wsgi's thread pool), so each passes the same
-authentication, hooks, argument checks and error handling. A view that hands off (api/live.py)
-returns at once; its response's headers go out as Flask made them, and its body is produced here,
-on the event loop, from the process's stream hub. The thread is free again as soon as the view
-returned, so thousands of open streams cost coroutines and small queues, not request workers.
+Every request goes through the Flask app (on a pool of threads, api/wsgibridge.py), so each
+passes the same authentication, hooks, argument checks and error handling. A view that hands
+off (api/live.py) returns at once; its response's headers go out as Flask made them, and its
+body is produced here, on the event loop, from the process's stream hub. The thread is free
+again as soon as the view returned, so thousands of open streams cost coroutines and small
+queues, not request workers.
 
 Each open stream holds a slot of its token (relay/slots.py; its lease renewed here, as are those
 of `/mcp`'s listen streams, api/mcp/listens.py) and ends
@@ -30,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from a2wsgi import WSGIMiddleware
 from flask import Flask
 from sqlalchemy import or_, select
 
@@ -48,6 +48,7 @@ from api.oauth.provider import Provider
 from api.oauth.routes import OAuthEndpoints
 from api.oauth.urls import PATHS as OAUTH_PATHS
 from api.services import Services
+from api.wsgibridge import WsgiBridge
 from relay import naming, slots
 from relay.connections import database_number
 from relay.hub import OUTAGES, StreamHub, async_client
@@ -90,10 +91,7 @@ class LiveTier:
         settings = self.services.settings
         self.threads = Threads(settings.api_threads)
         self.bodies = BodyBudget()  # small bodies read on the loop (api/bodyread.py)
-        self.wsgi = WSGIMiddleware(
-            _input_terminated(app, self.threads),  # type: ignore[arg-type]
-            workers=settings.api_threads,
-        )
+        self.wsgi = WsgiBridge(_input_terminated(app, self.threads), settings.api_threads)
         self.hub: StreamHub | None = None
         self.calls: CallNews | None = None
         self.client: Any = None  # redis.asyncio, made on the server's loop at start-up
@@ -121,7 +119,7 @@ class LiveTier:
         elif scope["type"] == "http":
             await self._http(scope, receive, send)
         else:
-            await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
+            await self.wsgi(scope, receive, send)
 
     # -- requests ------------------------------------------------------------------
 
@@ -152,7 +150,7 @@ class LiveTier:
                 if body is None:
                     return  # the client left before its body was in: nobody to answer
                 scope = {**scope, BODY_KEY: body}
-            await self.wsgi(scope, receive, from_flask)  # type: ignore[arg-type]
+            await self.wsgi(scope, receive, from_flask)
         finally:
             self.bodies.give(taken)
             PICKUP.reset(reset)
