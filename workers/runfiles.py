@@ -162,8 +162,8 @@ class _Keeping:
         self.cache = cache
         self.path = path
         self.temp = path.with_name(f".{uuid.uuid4().hex}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        self.out = os.fdopen(os.open(self.temp, flags, 0o600), "wb")
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.out = os.fdopen(os.open(self.temp, flags, 0o600), "w+b")  # read by `_copy`
 
     def write(self, chunk: bytes) -> None:
         self.out.write(chunk)
@@ -203,23 +203,21 @@ class RunFiles:
         if self.cache is not None and self.cache.place(sha256, out):
             return
         keeping = self.cache.writer(sha256, entry.get("size", 0)) if self.cache else None
+        if keeping is None:
+            self._fetch(run_id, path, entry, out)
+            return
+        # Written once, into the cache; the kernel copies it to `out` from there.
         try:
-            self._fetch(run_id, path, entry, out, keeping)
+            self._fetch(run_id, path, entry, keeping.out)
+            size = keeping.out.tell()
+            keeping.out.seek(0)  # flushed
+            _copy(keeping.out, out, size)
         except BaseException:
-            if keeping is not None:
-                keeping.drop()
+            keeping.drop()
             raise
-        if keeping is not None:
-            keeping.keep()
+        keeping.keep()
 
-    def _fetch(
-        self,
-        run_id: str,
-        path: str,
-        entry: Mapping[str, Any],
-        out: IO[bytes],
-        keeping: _Keeping | None,
-    ) -> None:
+    def _fetch(self, run_id: str, path: str, entry: Mapping[str, Any], out: IO[bytes]) -> None:
         url = f"{self._base}/{run_id}/files/{entry['id']}"
         digest = hashlib.sha256()
         try:
@@ -233,8 +231,6 @@ class RunFiles:
                 for chunk in response.iter_bytes():
                     digest.update(chunk)
                     out.write(chunk)
-                    if keeping is not None:
-                        keeping.write(chunk)
         except httpx.HTTPError as e:
             raise InputFileUnavailable(f"The input file {path} could not be fetched: {e}") from e
         if digest.hexdigest() != entry.get("sha256"):
