@@ -88,8 +88,11 @@ def test_a_slow_client_holds_the_thread_back_after_a_few_messages():
             yield b"x"
 
     async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            await asyncio.sleep(0.5)  # the client reads nothing meanwhile
+        if message["type"] == "http.response.start":  # the client reads nothing meanwhile
+            deadline = time.monotonic() + 10
+            while len(produced) < SEND_AHEAD and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # time to make more, were it let
             counts_while_held.append(len(produced))
 
     serve(app_of(pieces()), send)
