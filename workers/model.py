@@ -33,6 +33,7 @@ from broker.modelanswers import KEY_REFUSED, error_message, status_failure
 from relay.errors import ModelFailed, ModelKeyRefused, ModelRefused, ModelTimedOut
 from store.deadlines import Deadline
 from store.egress import Egress, EgressRefused
+from store.jsoncodec import compact
 from store.modelsettings import ModelConfig
 from workers import usage
 
@@ -106,8 +107,13 @@ def complete(
     headers = {
         "Authorization": f"Bearer {config.api_key or NO_KEY}",
         "Accept": "text/event-stream",
+        "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
     }
+    # The compact JSON httpx would write, written by orjson: the tools' definitions make a body
+    # of some 15 KB, 0.1 ms for the standard library each request, 5 µs so.
+    payload = compact(body)
+    sent: dict[str, Any] = {"content": payload} if payload is not None else {"json": body}
     model = f"The model at {config.base_url}"
     url = f"{config.base_url.rstrip('/')}/chat/completions"
     held: AbstractContextManager[httpx.Client] = (
@@ -116,7 +122,7 @@ def complete(
         else egress.client(deadline, follow_redirects=False)
     )
     try:
-        with held as used, used.stream("POST", url, json=body, headers=headers) as response:
+        with held as used, used.stream("POST", url, headers=headers, **sent) as response:
             if not response.is_success:
                 failure = status_failure(response, config.api_key)
                 error = ModelKeyRefused if response.status_code in KEY_REFUSED else ModelFailed
