@@ -126,11 +126,13 @@ def test_a_thread_told_the_client_is_gone_raises_at_its_next_piece():
 
     def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         write = start_response("200 OK", [])
-        time.sleep(0.2)  # the send below has failed by now
-        try:
-            write(b"late")
-        except ClientGone as e:
-            errors.append(e)
+        deadline = time.monotonic() + 10
+        while not errors and time.monotonic() < deadline:  # until the loop failed the start
+            try:
+                write(b"late")
+            except ClientGone as e:
+                errors.append(e)
+            time.sleep(0.01)
         return []
 
     async def send(message: dict[str, Any]) -> None:
