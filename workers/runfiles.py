@@ -22,6 +22,7 @@ import os
 import shutil
 import stat
 import tarfile
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -48,6 +49,12 @@ HTTP_TIMEOUT = 60.0
 # same signature after the run says the bytes are the ones placed, without reading them again.
 Signature = tuple[int, int, int, int]
 STALE_FETCH_SECONDS = 3600  # a fetch into the cache unfinished this long was abandoned
+# A trim leaves the cache within this share of its bytes, so that the next one is some files
+# away: the cache keeps up to its bytes, and runs at about this share of them.
+TRIM_TO = 0.9
+# A process may keep this share of the room a trim found before it looks again: several
+# processes keeping into one folder (workers of one node) stay within its bytes.
+ROOM_SHARE = 4
 SHOWN_LEFT_OUT = 5  # a note names this many left-out files, then counts the rest
 
 
@@ -64,12 +71,19 @@ class InputCache:
     A kept file is proven to hash to its name (as it is fetched, or hashed as it is copied) and
     the proof remembered with its signature, as packages' proofs are (workers/packages.py): while
     the signature stands, nothing wrote the file since, and it is copied by the kernel unread.
+
+    Trimming reads the whole folder (a stat of every kept file), so it is not done for every
+    file kept: a trim leaves the cache at TRIM_TO of its bytes and notes the room left, and the
+    folder is read again only once this process has kept a share of that room (ROOM_SHARE).
+    A cache of many small inputs so pays its scan once in hundreds of files, not each time.
     """
 
     def __init__(self, folder: Path, max_bytes: int = INPUT_CACHE_BYTES) -> None:
         self.folder = folder
         self.max_bytes = max_bytes
         self._proven: dict[str, Signature] = {}
+        self._room = 0  # bytes this process may keep before it trims (none: it trims first)
+        self._lock = threading.Lock()  # the worker's threads keep files at once
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         folder.chmod(0o700)
         # What a worker that died mid-fetch left (another worker's fetch now is younger).
@@ -118,9 +132,15 @@ class InputCache:
         self._proven[name] = _signature(os.fstat(source.fileno()))
 
     def kept(self, path: Path) -> None:
-        """`path` was just written with bytes that hash to its name: proven as it stands."""
-        self._proven[path.name] = _signature(os.lstat(path))
-        self.trim()
+        """`path` was just written with bytes that hash to its name: proven as it stands; the
+        cache is trimmed when this process used its room."""
+        info = os.lstat(path)
+        self._proven[path.name] = _signature(info)
+        with self._lock:
+            self._room -= info.st_size
+            due = self._room < 0
+        if due:
+            self.trim()
 
     def writer(self, sha256: object, size: int) -> _Keeping | None:
         """Where to write a file about to be fetched so that it is kept; None when it is not
@@ -131,7 +151,9 @@ class InputCache:
         return _Keeping(self, path)
 
     def trim(self) -> None:
-        """Remove the least recently placed files until what is kept fits."""
+        """Remove the least recently placed files until what is kept is within TRIM_TO of the
+        cache's bytes; then note the room left for this process (at least a share of the rest,
+        so that the scans stay as far apart however full the cache runs)."""
         entries = []
         for entry in os.scandir(self.folder):
             if entry.name.startswith("."):
@@ -142,14 +164,17 @@ class InputCache:
                 continue
             entries.append((info.st_mtime_ns, info.st_size, entry.path))
         total = sum(size for _, size, _ in entries)
-        for _, size, path in sorted(entries):
-            if total <= self.max_bytes:
-                break
-            Path(path).unlink(missing_ok=True)
-            self._proven.pop(os.path.basename(path), None)
-            total -= size
+        if total > self.max_bytes * TRIM_TO:
+            for _, size, path in sorted(entries):
+                if total <= self.max_bytes * TRIM_TO:
+                    break
+                Path(path).unlink(missing_ok=True)
+                self._proven.pop(os.path.basename(path), None)
+                total -= size
         for name in set(self._proven) - {os.path.basename(path) for _, _, path in entries}:
             self._proven.pop(name, None)  # gone meanwhile (another worker's trim)
+        with self._lock:
+            self._room = max(self.max_bytes - total, 0) // ROOM_SHARE
 
     def _path(self, sha256: object) -> Path | None:
         return self.folder / str(sha256) if is_valid_hash(sha256) else None

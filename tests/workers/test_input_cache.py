@@ -71,13 +71,30 @@ def test_a_kept_file_placed_unread_while_untouched_and_hashed_again_once_written
 
 
 def test_past_its_bytes_the_least_recently_placed_go_first(tmp_path: Path):
-    cache = InputCache(tmp_path / "inputs", max_bytes=8000)
-    kept = [keep(cache, bytes([n]) * 1000) for n in range(8)]  # full
+    cache = InputCache(tmp_path / "inputs", max_bytes=9000)
+    kept = [keep(cache, bytes([n]) * 1000) for n in range(8)]  # 8,000: within nine tenths
     for when, name in enumerate(kept, start=1):  # kept in this order, long ago
         os.utime(tmp_path / "inputs" / name, ns=(when, when))
     assert cache.place(kept[0], io.BytesIO())  # placed again: now the most recent
-    newest = keep(cache, bytes([8]) * 1000)  # 9,000 bytes: the least recently placed goes
-    assert {p.name for p in (tmp_path / "inputs").iterdir()} == {*kept, newest} - {kept[1]}
+    # 9,000 bytes: the least recently placed go, down to nine tenths of the cache (8,100).
+    newest = keep(cache, bytes([8]) * 1000)
+    left = {p.name for p in (tmp_path / "inputs").iterdir()}
+    assert left == {*kept, newest} - {kept[1]}
+
+
+def test_the_folder_is_read_again_once_a_share_of_the_room_left_is_used(tmp_path: Path):
+    """A trim stats every kept file, so it is not done for every file: a process keeps up to a
+    quarter of the room the last trim left before it looks again (here 1,975 bytes)."""
+    cache = InputCache(tmp_path / "inputs", max_bytes=8000)
+    first = keep(cache, b"a" * 100)  # its first file: it trims, 7,900 bytes of room
+    planted = tmp_path / "inputs" / ("f" * 64)  # another worker's file, long ago, past the cap
+    planted.write_bytes(bytes(9000))
+    os.utime(planted, ns=(1, 1))
+    small = [keep(cache, bytes([n]) * 100) for n in range(19)]  # 1,900 bytes: within its room
+    assert planted.exists()
+    last = keep(cache, b"z" * 100)  # 2,000: past its room, so it trims, oldest first
+    assert not planted.exists()
+    assert {p.name for p in (tmp_path / "inputs").iterdir()} == {first, *small, last}
 
 
 def test_a_file_over_an_eighth_of_the_cache_is_never_kept(tmp_path: Path):
