@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 import structlog
 from flask import Response, request
-from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy import Select, Table, and_, bindparam, func, select
 
 from api import files, secrets
 from api.auth import node_or_owner, owner_only
@@ -33,7 +33,7 @@ from relay.connections import database_number
 from store import nodes
 from store.db import core_connection
 from store.errors import PackageNotFound
-from store.files import clean_name
+from store.files import FileInfo, clean_name, kept_or_404
 from store.limits import MAX_OUTPUT_FILE_BYTES, MAX_OUTPUT_FILES
 from store.models import Run, StoredFile
 from store.signing import manifest_tag, sign_manifest
@@ -124,10 +124,10 @@ def run_secrets(node: str, run_id: str) -> Response:
 @blp.doc(responses={"200": file_response("The input file's bytes", files.BINARY)})
 def run_file(node: str, run_id: str, file_id: str) -> Response:
     """An input file of a run this node's agent is running (its node token only)"""
-    run = _running_here(node, run_id)
+    run = _running_here(node, run_id, _FETCHING, file_id=file_id)
     if not is_input(run, file_id):
         raise ApiError(404, "file_not_found", f"The run '{run_id}' has no input file '{file_id}'.")
-    return files.download(services().files.find(run.owner_id, file_id))
+    return files.download(kept_or_404(file_id, run.file))
 
 
 @blp.route("/<node>/runs/<run_id>/files", methods=["POST"])
@@ -154,12 +154,14 @@ def run_files(node: str, run_id: str) -> Any:
     return services().files.save(run.owner_id, name, request.stream, run_id=run.id, path=path)
 
 
-def _running_here(node: str, run_id: str, query: Select[Any] | None = None) -> RunningRun:
+def _running_here(
+    node: str, run_id: str, query: Select[Any] | None = None, **parameters: str
+) -> RunningRun:
     """The run `node`'s agent is running now, to that node's token only (an agent is refused
     as on every node route; anyone else, the run's owner included, finds nothing)."""
     found = node_or_owner(node)
     _check_name(node)
-    run = running_on(node, run_id, _RUNNING if query is None else query)
+    run = running_on(node, run_id, _RUNNING if query is None else query, **parameters)
     if found.kind != "node" or found.node_name != node or run is None:
         raise ApiError(404, "run_not_found", f"No run '{run_id}' is running on '{node}'.")
     return run
@@ -173,6 +175,7 @@ class RunningRun:
     owner_id: int
     input_files: dict[str, Any]
     sent_all: bool = False  # it sent back all the files it may (read by _SENDING only)
+    file: FileInfo | None = None  # the owner's file asked for, while kept (_FETCHING only)
 
 
 # The run while it runs on a queue, with an owner: its few columns only (every run with files
@@ -183,6 +186,12 @@ _RUNNING = select(Run.id, Run.owner_id, Run.input_files).where(
     Run.status == RunStatus.RUNNING,
     Run.owner_id.is_not(None),
 )
+# The same with the owner's stored file `file_id` (none when the owner has no such file), for a
+# node fetching a run's input: one round trip for the run and the file.
+_KEPT = cast(Table, StoredFile.__table__).alias("kept")
+_FETCHING = _RUNNING.add_columns(
+    *(column.label(f"file_{column.key}") for column in _KEPT.c if column.key != "owner_id")
+).outerjoin(_KEPT, and_(_KEPT.c.id == bindparam("file_id"), _KEPT.c.owner_id == Run.owner_id))
 # The same with what it sent back so far, in the same round trip, for a file it sends.
 _SENDING = _RUNNING.add_columns(
     select(func.count()).where(StoredFile.run_id == Run.id).scalar_subquery().label("sent"),
@@ -193,18 +202,26 @@ _SENDING = _RUNNING.add_columns(
 )
 
 
-def running_on(node: str, run_id: str, query: Select[Any] = _RUNNING) -> RunningRun | None:
+def running_on(
+    node: str, run_id: str, query: Select[Any] = _RUNNING, **parameters: str
+) -> RunningRun | None:
     """The run `run_id` while it runs on `node` and has an owner; None otherwise. Who asks is
     the caller's to check."""
     queue = node if node in (naming.SPARK, naming.SANDBOX) else naming.node_queue(node)
     with core_connection(services().sessions) as connection:
-        row = connection.execute(query, {"run_id": run_id, "queue": queue}).first()
+        row = connection.execute(query, {"run_id": run_id, "queue": queue, **parameters}).first()
     if row is None:
         return None
     sent = "sent" in row._fields and (
         row.sent >= MAX_OUTPUT_FILES or row.sent_bytes >= MAX_OUTPUT_FILE_BYTES
     )
-    return RunningRun(row.id, row.owner_id, row.input_files or {}, sent)
+    file = None
+    if "file_id" in row._fields and row.file_id is not None:
+        file = FileInfo(
+            row.file_id, row.file_name, row.file_size, row.file_sha256, row.file_created_at,
+            row.file_expires_at, row.file_run_id, row.file_path,
+        )  # fmt: skip
+    return RunningRun(row.id, row.owner_id, row.input_files or {}, sent, file)
 
 
 def is_input(run: RunningRun, file_id: str) -> bool:

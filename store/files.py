@@ -169,14 +169,13 @@ class FileStore:
 
     def find(self, owner_id: int, file_id: str) -> FileInfo:
         """The owner's file `file_id` while it is kept; FileNotFound otherwise."""
-        missing = FileNotFound(f"No file '{str(file_id)[:64]}' of yours is kept.")
         if not is_file_id(file_id):
-            raise missing
+            raise _missing(file_id)
         with core_connection(self.sessions) as connection:
             row = connection.execute(_FIND, {"id": file_id}).first()
-        if row is None or row.owner_id != owner_id or row.expires_at <= utcnow():
-            raise missing
-        return FileInfo.of(row)
+        if row is None or row.owner_id != owner_id:
+            raise _missing(file_id)
+        return kept_or_404(file_id, FileInfo.of(row))
 
     def read(self, info: FileInfo) -> Iterator[bytes]:
         """The file's bytes in chunks; FileNotFound when they went (expired meanwhile)."""
@@ -209,6 +208,18 @@ class FileStore:
         for file_id in ids:
             self.path(file_id).unlink(missing_ok=True)
         return len(ids)
+
+
+def kept_or_404(file_id: str, info: FileInfo | None) -> FileInfo:
+    """`info`, an owner's file `file_id` as read (None: no such file of theirs), while it is
+    kept; FileNotFound once it expired."""
+    if info is None or info.expires_at <= utcnow():
+        raise _missing(file_id)
+    return info
+
+
+def _missing(file_id: object) -> FileNotFound:
+    return FileNotFound(f"No file '{str(file_id)[:64]}' of yours is kept.")
 
 
 def _chunks(source: IO[bytes] | Iterable[bytes]) -> Iterator[bytes]:

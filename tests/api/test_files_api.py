@@ -229,6 +229,16 @@ def test_a_node_sending_a_bad_path_is_refused_and_nothing_is_kept(
     assert kept(services) == 1
 
 
+def test_an_input_that_expired_is_not_served_to_its_node(client, running_run, services):
+    with transaction(services.sessions) as session:
+        session.execute(update(StoredFile).values(expires_at=utcnow() - timedelta(seconds=1)))
+    node = {"Authorization": f"Bearer {running_run['web01']}"}
+    got = client.get(
+        f"/api/nodes/web01/runs/{running_run['run']}/files/{running_run['file']}", headers=node
+    )
+    assert (got.status_code, got.json["code"]) == (404, "file_not_found")
+
+
 def test_a_file_the_run_did_not_name_is_not_served_to_its_node(client, auth, running_run):
     other = upload(client, auth, "other.pdf", b"not for the run").json
     node = {"Authorization": f"Bearer {running_run['web01']}"}
