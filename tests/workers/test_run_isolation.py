@@ -133,7 +133,12 @@ def reads(path):
 targets = json.loads(os.environ["TARGETS"])
 print(json.dumps({"environ": found, "reads": {t: reads(t) for t in targets}}))
 """
-HOLDER = "import time\nprint('holding', flush=True)\ntime.sleep(30)\n"
+HOLDER = """
+import os, time
+open(os.environ["LEFT"], "w").write(os.environ["API_KEY"])  # as scripts do, mode left as it is
+print('holding', flush=True)
+time.sleep(30)
+"""
 
 
 @pytest.mark.parametrize("launcher", WAYS)
@@ -147,7 +152,8 @@ def test_one_run_reaches_neither_another_runs_secret_nor_the_workers_nor_the_dat
     data.chmod(0o700)
     runner = NodeRunner(launcher=launcher, space=space(runs_dir))
     folder = skill(tmp_path, {"hold.py": HOLDER, "probe.py": PROBE})
-    holder = job("scripts/hold.py", secrets={"API_KEY": "owner-a-secret-value"})
+    left = f"/tmp/skillfleet-test-left-{uuid.uuid4()}"  # the host's /tmp, every run's too
+    holder = job("scripts/hold.py", secrets={"API_KEY": "owner-a-secret-value", "LEFT": left})
     holding = RunStream(redis_client, holder.run_id)
     cancel = threading.Event()
     outcomes = {}
@@ -159,7 +165,7 @@ def test_one_run_reaches_neither_another_runs_secret_nor_the_workers_nor_the_dat
         held = runs_dir / holder.run_id
         wait_until(lambda: "holding" in _stdout(redis_client, holder.run_id), 20, "run A")
         targets = [str(data), str(data / "keys" / "secrets.key"), str(data / "skillfleet.db"),
-                   str(held), str(held / "work"), f"/proc/{os.getpid()}/environ"]  # fmt: skip
+                   str(held), str(held / "work"), f"/proc/{os.getpid()}/environ", left]  # fmt: skip
         probe = Job(str(uuid.uuid4()), "demo", "0" * 64, "scripts/probe.py", {}, 30,
                     secrets={"TARGETS": json.dumps(targets)})  # fmt: skip
         outcome = run(runner, probe, folder, redis_client)

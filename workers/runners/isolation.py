@@ -12,7 +12,9 @@ A root worker makes these folders on a tmpfs only it and its runs see (`private_
   PID, mount and IPC namespaces of its own, its own /proc and /dev/shm, no groups, no new
   privileges. It can't see or read other runs' processes and environments (their secrets),
   the worker's (its token), the data folder (0700) or other runs' folders (0700 each), and
-  nothing it started outlives it. What it left at the top of /tmp and /var/tmp is removed.
+  nothing it started outlives it. Its files are its own (umask 077: what it writes to the shared
+  /tmp while it runs, no other run reads); what it left at the top of /tmp and /var/tmp is
+  removed.
 - **The worker's user** (`SKILLFLEET_NODE_RUN_AS=worker`): scripts run as the worker, as an
   administrator's node needs (a script that must be root); such a node may have one owner only.
 """

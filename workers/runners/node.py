@@ -51,6 +51,7 @@ PR_SET_PDEATHSIG = 1
 # price of a full fork of the worker.
 LAUNCHER_NAME = "skillfleet-launch"
 SETPRIV = shutil.which("setpriv")
+PRIVATE_UMASK = 0o077  # a run with a uid of its own: files and folders for that uid alone
 UNSHARE = shutil.which("unshare")
 try:
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
@@ -234,6 +235,9 @@ class NodeRunner:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=preexec,  # noqa: PLW1509 - only a prctl call, with no launcher at all
+                # A run of its own uid makes its files its own: what it puts in the host's /tmp
+                # meanwhile is no other run's to read (the spawn stays a vfork).
+                umask=PRIVATE_UMASK if place.uid is not None else -1,
             )
         except (OSError, ValueError) as e:
             message = f"The script could not start: {type(e).__name__}: {e}"
