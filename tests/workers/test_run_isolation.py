@@ -194,7 +194,8 @@ LEAVER = """
 import os, subprocess, sys
 marker = sys.argv[1] if len(sys.argv) > 1 else os.environ["MARKER"]
 subprocess.Popen(["setsid", "sh", "-c", f"sleep 2; touch {marker}"], start_new_session=True)
-open("/tmp/left-by-a-run-" + str(os.getuid()), "w").write("private")
+for shared in ("/tmp", "/dev/shm"):  # /dev/shm: the host's, unless the launcher gave its own
+    open(f"{shared}/left-by-a-run-{os.getuid()}", "w").write("private")
 print(os.getuid())
 """
 
@@ -212,6 +213,7 @@ def test_nothing_a_run_started_outlives_it_and_its_tmp_leftovers_are_removed(
     uid = int(outcome.stdout)
     runner.settle()
     assert not Path(f"/tmp/left-by-a-run-{uid}").exists()
+    assert not Path(f"/dev/shm/left-by-a-run-{uid}").exists()
     with pytest.raises(AssertionError):
         wait_until(marker.exists, 3.5, "the setsid child to touch its marker")
     assert not any(_owned_by(uid))
