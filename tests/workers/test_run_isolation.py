@@ -194,8 +194,10 @@ LEAVER = """
 import os, subprocess, sys
 marker = sys.argv[1] if len(sys.argv) > 1 else os.environ["MARKER"]
 subprocess.Popen(["setsid", "sh", "-c", f"sleep 2; touch {marker}"], start_new_session=True)
-for shared in ("/tmp", "/dev/shm"):  # /dev/shm: the host's, unless the launcher gave its own
-    open(f"{shared}/left-by-a-run-{os.getuid()}", "w").write("private")
+# /dev/shm: the host's, unless the launcher gave the run its own; /run/lock: open to all.
+for shared in ("/tmp", "/dev/shm", "/run/lock"):
+    if os.access(shared, os.W_OK):
+        open(f"{shared}/left-by-a-run-{os.getuid()}", "w").write("private")
 print(os.getuid())
 """
 
@@ -214,6 +216,7 @@ def test_nothing_a_run_started_outlives_it_and_its_tmp_leftovers_are_removed(
     runner.settle()
     assert not Path(f"/tmp/left-by-a-run-{uid}").exists()
     assert not Path(f"/dev/shm/left-by-a-run-{uid}").exists()
+    assert not Path(f"/run/lock/left-by-a-run-{uid}").exists()
     with pytest.raises(AssertionError):
         wait_until(marker.exists, 3.5, "the setsid child to touch its marker")
     assert not any(_owned_by(uid))

@@ -13,8 +13,8 @@ A root worker makes these folders on a tmpfs only it and its runs see (`private_
   privileges. It can't see or read other runs' processes and environments (their secrets),
   the worker's (its token), the data folder (0700) or other runs' folders (0700 each), and
   nothing it started outlives it. Its files are its own (umask 077: what it writes to the shared
-  /tmp while it runs, no other run reads); what it left at the top of /tmp, /var/tmp and
-  /dev/shm is removed.
+  /tmp while it runs, no other run reads); what it left at the top of the folders open to
+  all (/tmp, /var/tmp, /dev/shm, /run/lock, /var/crash) is removed.
 - **The worker's user** (`SKILLFLEET_NODE_RUN_AS=worker`): scripts run as the worker, as an
   administrator's node needs (a script that must be root); such a node may have one owner only.
 """
@@ -51,9 +51,11 @@ PRIVATE = 0o700
 SKILL_DIR_MODE = 0o755  # the skill's copy: readable by the run, writable by no one but root
 SKILL_FILE_MODE = 0o644
 LOCKS = ".uids"
-# The shared folders a run's uid may leave files in, removed once it ended (/dev/shm is the
-# host's when util-linux's unshare starts the run; skillfleet-launch gives each run its own).
-SWEPT = ("/tmp", "/var/tmp", "/dev/shm")
+# The folders open to every user that a run's uid may leave files in, removed once it ended:
+# the temporary ones, /dev/shm (the host's when util-linux's unshare starts the run;
+# skillfleet-launch gives each run its own), the lock folder (Debian's /run/lock, /var/lock
+# leads there) and Ubuntu's crash reports. Those a host lacks are passed over.
+SWEPT = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/crash")
 TMPFS_OFF = "off"
 # mount(2) and unshare(2) flags (linux/mount.h, linux/sched.h).
 CLONE_NEWNS = 0x00020000
