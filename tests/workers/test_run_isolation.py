@@ -252,14 +252,20 @@ def test_the_pool_is_shared_by_every_worker_on_the_host(tmp_path):
 
 
 def test_the_sweep_removes_only_the_runs_uids_entries(tmp_path):
-    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    mine, theirs, open_to_all = tmp_path / "mine", tmp_path / "theirs", tmp_path / ".X11-unix"
     (mine / "deep").mkdir(parents=True)
-    theirs.mkdir()
-    (tmp_path / "file").write_text("x")
-    for path in (mine, mine / "deep", tmp_path / "file"):
+    (theirs / "inside").mkdir(parents=True)
+    open_to_all.mkdir()
+    open_to_all.chmod(0o1777)  # another user's folder that every user may write in
+    files = [tmp_path / "file", theirs / "inside" / "x", open_to_all / "left"]
+    for path in (*files, open_to_all / "X0"):
+        path.write_text("x")
+    for path in (mine, mine / "deep", *files):
         os.chown(path, FIRST_UID, FIRST_UID)
     sweep(FIRST_UID, (str(tmp_path),))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".X11-unix", "theirs"]
+    assert [p.name for p in open_to_all.iterdir()] == ["X0"]  # the uid's file there went
+    assert (theirs / "inside" / "x").exists()  # a closed folder is not its to sweep
 
 
 # A worker process: its space, then its runs' tmpfs, as `skillfleet worker node` makes them.

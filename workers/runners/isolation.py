@@ -291,8 +291,9 @@ def copy_skill(source: Path, target: Path) -> None:
 
 
 def sweep(uid: int, folders: tuple[str, ...] = SWEPT) -> None:
-    """Remove what `uid` left at the top of the shared temporary folders: the next run that
-    leases it may be another owner's. Its processes are gone (its PID namespace ended)."""
+    """Remove what `uid` left in the folders open to every user: the next run that leases it
+    may be another owner's. Its processes are gone (its PID namespace ended). A folder of
+    another user's that is open to all as well (/tmp/.X11-unix) is swept the same way."""
     for folder in folders:
         try:
             entries = list(os.scandir(folder))
@@ -304,6 +305,8 @@ def sweep(uid: int, folders: tuple[str, ...] = SWEPT) -> None:
             except OSError:
                 continue
             if info.st_uid != uid:
+                if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH:
+                    sweep(uid, (entry.path,))
                 continue
             if stat.S_ISDIR(info.st_mode):
                 shutil.rmtree(entry.path, ignore_errors=True)
