@@ -268,6 +268,19 @@ def test_the_sweep_removes_only_the_runs_uids_entries(tmp_path):
     assert (theirs / "inside" / "x").exists()  # a closed folder is not its to sweep
 
 
+def test_the_sweep_goes_only_so_deep_into_folders_open_to_all(tmp_path):
+    folder = tmp_path
+    for _ in range(5):  # as another run's uid could nest them, without end
+        folder = folder / "open"
+        folder.mkdir()
+        folder.chmod(0o1777)
+        (folder / "left").write_text("x")
+        os.chown(folder / "left", FIRST_UID, FIRST_UID)
+    sweep(FIRST_UID, (str(tmp_path),))
+    left = sorted(len(p.relative_to(tmp_path).parts) for p in tmp_path.rglob("left"))
+    assert left == [4, 5, 6]  # the two outermost such folders were swept, not the rest
+
+
 # A worker process: its space, then its runs' tmpfs, as `skillfleet worker node` makes them.
 ON_TMPFS = f"""
 import json, os, sys, threading
