@@ -253,19 +253,23 @@ def test_the_pool_is_shared_by_every_worker_on_the_host(tmp_path):
 
 def test_the_sweep_removes_only_the_runs_uids_entries(tmp_path):
     mine, theirs, open_to_all = tmp_path / "mine", tmp_path / "theirs", tmp_path / ".X11-unix"
+    scratch = tmp_path / "scratch"  # an operator's folder opened to runs (conftest's scratch)
     (mine / "deep").mkdir(parents=True)
     (theirs / "inside").mkdir(parents=True)
     open_to_all.mkdir()
-    open_to_all.chmod(0o1777)  # another user's folder that every user may write in
-    files = [tmp_path / "file", theirs / "inside" / "x", open_to_all / "left"]
+    open_to_all.chmod(0o1777)  # another user's temporary folder: every user may write in it
+    scratch.mkdir()
+    scratch.chmod(0o777)
+    files = [tmp_path / "file", theirs / "inside" / "x", open_to_all / "left", scratch / "kept"]
     for path in (*files, open_to_all / "X0"):
         path.write_text("x")
     for path in (mine, mine / "deep", *files):
         os.chown(path, FIRST_UID, FIRST_UID)
     sweep(FIRST_UID, (str(tmp_path),))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".X11-unix", "theirs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".X11-unix", "scratch", "theirs"]
     assert [p.name for p in open_to_all.iterdir()] == ["X0"]  # the uid's file there went
     assert (theirs / "inside" / "x").exists()  # a closed folder is not its to sweep
+    assert (scratch / "kept").exists()  # what a run put in the operator's folder stays
 
 
 def test_the_sweep_goes_only_so_deep_into_folders_open_to_all(tmp_path):

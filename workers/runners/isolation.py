@@ -56,7 +56,7 @@ LOCKS = ".uids"
 # skillfleet-launch gives each run its own), the lock folder (Debian's /run/lock, /var/lock
 # leads there) and Ubuntu's crash reports. Those a host lacks are passed over.
 SWEPT = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/crash")
-SWEEP_DEPTH = 2  # folders open to all within those, and within them, are swept too
+SWEEP_DEPTH = 2  # temporary folders within those, and within them, are swept too
 TMPFS_OFF = "off"
 # mount(2) and unshare(2) flags (linux/mount.h, linux/sched.h).
 CLONE_NEWNS = 0x00020000
@@ -291,11 +291,17 @@ def copy_skill(source: Path, target: Path) -> None:
             copied.chmod(SKILL_FILE_MODE)
 
 
+def _temporary(mode: int) -> bool:
+    """A folder every user may write in, each only removing their own: /tmp's kind."""
+    return bool(mode & stat.S_IWOTH and mode & stat.S_ISVTX)
+
+
 def sweep(uid: int, folders: tuple[str, ...] = SWEPT, depth: int = SWEEP_DEPTH) -> None:
     """Remove what `uid` left in the folders open to every user: the next run that leases it
-    may be another owner's. Its processes are gone (its PID namespace ended). A folder of
-    another user's that is open to all as well (/tmp/.X11-unix) is swept the same way, down to
-    `depth` such folders (another run's uid could nest them without end)."""
+    may be another owner's. Its processes are gone (its PID namespace ended). A temporary
+    folder of another user's within them (open to all and sticky, as /tmp/.X11-unix) is swept
+    the same way, down to `depth` such folders (another run's uid could nest them without
+    end); a folder an operator opened to runs (not sticky) keeps what runs put there."""
     for folder in folders:
         try:
             entries = list(os.scandir(folder))
@@ -307,7 +313,7 @@ def sweep(uid: int, folders: tuple[str, ...] = SWEPT, depth: int = SWEEP_DEPTH) 
             except OSError:
                 continue
             if info.st_uid != uid:
-                if depth > 0 and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH:
+                if depth > 0 and stat.S_ISDIR(info.st_mode) and _temporary(info.st_mode):
                     sweep(uid, (entry.path,), depth - 1)
                 continue
             if stat.S_ISDIR(info.st_mode):
