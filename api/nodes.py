@@ -33,7 +33,7 @@ from relay.connections import database_number
 from store import nodes
 from store.db import core_connection
 from store.errors import PackageNotFound
-from store.files import FileInfo, clean_name, kept_or_404
+from store.files import FileInfo, clean_name, still_kept
 from store.limits import MAX_OUTPUT_FILE_BYTES, MAX_OUTPUT_FILES
 from store.models import Run, StoredFile
 from store.signing import manifest_tag, sign_manifest
@@ -127,7 +127,7 @@ def run_file(node: str, run_id: str, file_id: str) -> Response:
     run = _running_here(node, run_id, _FETCHING, file_id=file_id)
     if not is_input(run, file_id):
         raise ApiError(404, "file_not_found", f"The run '{run_id}' has no input file '{file_id}'.")
-    return files.download(kept_or_404(file_id, run.file))
+    return files.download(still_kept(file_id, run.file))
 
 
 @blp.route("/<node>/runs/<run_id>/files", methods=["POST"])
@@ -217,10 +217,7 @@ def running_on(
     )
     file = None
     if "file_id" in row._fields and row.file_id is not None:
-        file = FileInfo(
-            row.file_id, row.file_name, row.file_size, row.file_sha256, row.file_created_at,
-            row.file_expires_at, row.file_run_id, row.file_path,
-        )  # fmt: skip
+        file = FileInfo.of(row, prefix="file_")
     return RunningRun(row.id, row.owner_id, row.input_files or {}, sent, file)
 
 

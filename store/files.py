@@ -13,7 +13,7 @@ import hashlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -70,16 +70,14 @@ class FileInfo:
         return {"id": self.id, "size": self.size, "sha256": self.sha256}
 
     @classmethod
-    def of(cls, row: Any) -> FileInfo:
-        """From a `StoredFile`, or a row of its columns."""
-        return cls(
-            row.id, row.name, row.size, row.sha256, row.created_at, row.expires_at,
-            row.run_id, row.path,
-        )  # fmt: skip
+    def of(cls, row: Any, prefix: str = "") -> FileInfo:
+        """From a `StoredFile`, or a row of its columns (named with `prefix` before each)."""
+        return cls(*(getattr(row, prefix + name) for name in _FIELDS))
 
 
 # A file's row by its id, and a new one: Core statements built once (every call with files
 # reads each, and every file a run sends back is inserted).
+_FIELDS = tuple(field.name for field in fields(FileInfo))
 _FIND = select(
     StoredFile.id, StoredFile.owner_id, StoredFile.name, StoredFile.size, StoredFile.sha256,
     StoredFile.created_at, StoredFile.expires_at, StoredFile.run_id, StoredFile.path,
@@ -175,7 +173,7 @@ class FileStore:
             row = connection.execute(_FIND, {"id": file_id}).first()
         if row is None or row.owner_id != owner_id:
             raise _missing(file_id)
-        return kept_or_404(file_id, FileInfo.of(row))
+        return still_kept(file_id, FileInfo.of(row))
 
     def read(self, info: FileInfo) -> Iterator[bytes]:
         """The file's bytes in chunks; FileNotFound when they went (expired meanwhile)."""
@@ -210,7 +208,7 @@ class FileStore:
         return len(ids)
 
 
-def kept_or_404(file_id: str, info: FileInfo | None) -> FileInfo:
+def still_kept(file_id: str, info: FileInfo | None) -> FileInfo:
     """`info`, an owner's file `file_id` as read (None: no such file of theirs), while it is
     kept; FileNotFound once it expired."""
     if info is None or info.expires_at <= utcnow():

@@ -73,8 +73,9 @@ class InputCache:
     the signature stands, nothing wrote the file since, and it is copied by the kernel unread.
 
     Trimming reads the whole folder (a stat of every kept file), so it is not done for every
-    file kept: a trim leaves the cache at TRIM_TO of its bytes and notes the room left, and the
-    folder is read again only once this process has kept a share of that room (ROOM_SHARE).
+    file kept: a trim leaves the cache within TRIM_TO of its bytes and notes the room left,
+    and the folder is read again only once this process has kept a share of that room
+    (ROOM_SHARE).
     A cache of many small inputs so pays its scan once in hundreds of files, not each time.
     """
 
@@ -164,13 +165,12 @@ class InputCache:
                 continue
             entries.append((info.st_mtime_ns, info.st_size, entry.path))
         total = sum(size for _, size, _ in entries)
-        if total > self.max_bytes * TRIM_TO:
-            for _, size, path in sorted(entries):
-                if total <= self.max_bytes * TRIM_TO:
-                    break
-                Path(path).unlink(missing_ok=True)
-                self._proven.pop(os.path.basename(path), None)
-                total -= size
+        for _, size, path in sorted(entries):
+            if total <= self.max_bytes * TRIM_TO:
+                break
+            Path(path).unlink(missing_ok=True)
+            self._proven.pop(os.path.basename(path), None)
+            total -= size
         for name in set(self._proven) - {os.path.basename(path) for _, _, path in entries}:
             self._proven.pop(name, None)  # gone meanwhile (another worker's trim)
         with self._lock:
