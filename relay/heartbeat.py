@@ -247,6 +247,8 @@ class Beater:
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
 
     def start(self) -> None:
+        if self.refresh is not None:  # the first beat says what the later ones would
+            self.refresh(self.instance)
         beat(self.client, self.instance, self.serving, self.alive_seconds)
         self._thread.start()
 

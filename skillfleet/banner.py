@@ -21,6 +21,10 @@ LOCAL_NODE = "local"
 LOGS = "logs"
 # The banner cuts a worker's reason for serving nothing; its log has all of it.
 REASON_CHARS = 160
+# The banner's line while the local node is still building its standard environment.
+BUILDING_NOTE = (
+    "  node local:  building the standard environment (Python packages, node); runs wait"
+)
 # What an owner can do about sandbox skills that can't run here, in one clause.
 SANDBOX_WAYS = (
     "run `skillfleet worker sandbox` on an x86_64 host with KVM, or set\n"
@@ -108,7 +112,7 @@ def environment_status(redis_url: str) -> str | None:
         if len(reason) > REASON_CHARS:
             reason = reason[: REASON_CHARS - 1] + "…"
         return f"  node local:  {reason}"
-    return "  node local:  building the standard environment (Python packages, node); runs wait"
+    return BUILDING_NOTE
 
 
 def sandbox_status(settings: Settings, spark: bool) -> str | None:

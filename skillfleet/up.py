@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -19,6 +20,7 @@ import click
 
 from relay import naming
 from skillfleet.banner import (
+    BUILDING_NOTE,
     LOCAL_NODE,
     LOGS,
     announce,
@@ -38,6 +40,9 @@ REDIS_SOCKET = "redis.socket"
 MAX_SOCKET_PATH = 100
 # The banner waits this long for the workers' first heartbeats.
 WORKER_START_LIMIT = 90.0
+# The banner waits this long for the local node to find its standard environment built; a
+# build under way (minutes, the first time on a machine) is named in the banner instead.
+ENVIRONMENT_LIMIT = 5.0
 
 
 def check_start_up(settings: Settings) -> None:
@@ -254,8 +259,12 @@ def run_up(settings: Settings) -> int:
         running.callback(_stop_child, api)
         workers = Supervisor(click.echo)
         running.callback(workers.stop)
+        # The workers start beside the API, not after it answers: each process's start is
+        # mostly its imports, which the two cores do at once. A node that asks the API for its
+        # packages before it answers asks again a second later (workers/agent.py).
+        started = _start(settings, env, workers)
         if _wait_until_up(settings, api, lambda: stopping):
-            _start_and_announce(settings, env, workers, tokens, lambda: stopping)
+            _announce_when_ready(settings, env, workers, tokens, started, lambda: stopping)
         while not stopping and api.poll() is None:
             workers.check()
             time.sleep(0.2)
@@ -264,30 +273,60 @@ def run_up(settings: Settings) -> int:
     return 0 if stopping else (api.returncode or 1)
 
 
-def _start_and_announce(
-    settings: Settings,
-    env: dict[str, str],
-    workers: Supervisor,
-    tokens: tuple[str, str],
-    stopping: Callable[[], bool],
-) -> None:
-    """Start the workers, wait for the ones a first call needs, then print the banner."""
+@dataclass(frozen=True)
+class Started:
+    """Which workers `up` started, and why it left out the others (None: started)."""
+
+    node: str | None
+    spark: str | None
+    sandbox: str | None
+
+
+def _start(settings: Settings, env: dict[str, str], workers: Supervisor) -> Started:
+    """Start the workers that can run here; say why the others can't."""
     spark_note = _spark_status(settings)
     sandbox_note = sandbox_status(settings, spark=spark_note is None)
     node_note = node_status(settings)
     _start_workers(settings, env, workers, spark=spark_note is None, sandbox=sandbox_note is None)
+    return Started(node_note, spark_note, sandbox_note)
+
+
+def _announce_when_ready(
+    settings: Settings,
+    env: dict[str, str],
+    workers: Supervisor,
+    tokens: tuple[str, str],
+    started: Started,
+    stopping: Callable[[], bool],
+) -> None:
+    """Wait for the workers a first call needs, then print the banner."""
     # A local worker that runs no scripts still beats (with its reason), but serves no queue.
-    labels = ([LOCAL_NODE] if node_note is None else []) + (
-        [naming.SPARK] if spark_note is None else []
+    labels = ([LOCAL_NODE] if started.node is None else []) + (
+        [naming.SPARK] if started.spark is None else []
     )
     if not _wait_for_heartbeats(env["REDIS_URL"], workers, labels, stopping):
         return
+    sandbox_note = started.sandbox
     if sandbox_note is None:
         limit = WORKER_START_LIMIT
         sandbox_note = sandbox_refusal(env["REDIS_URL"], workers, stopping, limit)
-    env_note = environment_status(env["REDIS_URL"]) if node_note is None else None
-    notes = [note for note in (node_note, env_note, spark_note, sandbox_note) if note]
+    env_note = _environment_settled(env["REDIS_URL"], stopping) if started.node is None else None
+    notes = [note for note in (started.node, env_note, started.spark, sandbox_note) if note]
     announce(settings, tokens, list(workers.workers), notes)
+
+
+def _environment_settled(
+    redis_url: str, stopping: Callable[[], bool], limit: float = ENVIRONMENT_LIMIT
+) -> str | None:
+    """The banner's line on the local node's standard environment, once its worker found it
+    ready or missing, or after `limit` seconds of a build under way: finding one built takes
+    the worker a second or so after it first beats."""
+    deadline = time.monotonic() + limit
+    while True:
+        note = environment_status(redis_url)
+        if note != BUILDING_NOTE or time.monotonic() >= deadline or stopping():
+            return note
+        time.sleep(0.2)
 
 
 def _log_file(settings: Settings, label: str) -> Path:

@@ -1,7 +1,10 @@
 """The node agent's sync loop: at start, about every minute, and at once when asked over pub/sub.
 
 Each interval is drawn within JITTER of `every`, so nodes started together spread their syncs
-over the minute instead of asking the API all at once, minute after minute.
+over the minute instead of asking the API all at once, minute after minute. A sync the API did
+not answer is tried again sooner, after RETRY_FIRST seconds, then twice as long each time up to
+the interval: a node that starts before its API (`skillfleet up` starts both at once) holds its
+packages as soon as the API answers, not a minute later.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ POLL_SECONDS = 0.5
 RETRY_SECONDS = 2.0
 # Each interval between syncs is `every` times a factor drawn from 1 ± JITTER.
 JITTER = 0.25
+# After a sync the API did not answer, the next try is this many seconds away, then twice as
+# many each time, up to the interval.
+RETRY_FIRST = 1.0
 
 
 class SyncLoop:
@@ -43,6 +49,7 @@ class SyncLoop:
         self.last_report: SyncReport | None = None
         self.subscribed = threading.Event()
         self._due = 0.0  # the first sync is due at once
+        self._retry = RETRY_FIRST  # after a failed sync, the next try is this far away
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sync-{node}", daemon=True)
 
@@ -92,15 +99,20 @@ class SyncLoop:
     def _sync(self) -> None:
         try:
             report = self.cache.sync()
-        except RunError as e:  # the API is unreachable or refused: try again next time
-            log.warning("package sync failed", node=self.node, error=e.message)
+        except RunError as e:  # the API is unreachable or refused: try again soon
+            wait = self._failed()
+            # The first one is as a node started beside its API finds it: still starting.
+            say = log.info if self.syncs == 0 else log.warning
+            say("package sync failed", node=self.node, error=e.message, retry_seconds=wait)
             return
         except Exception:  # noqa: BLE001 - a failed sync must never end the loop
+            self._failed()
             log.exception("package sync failed unexpectedly", node=self.node)
             return
         finally:
             self.syncs += 1
-            self._due = time.monotonic() + interval(self.every)
+        self._retry = RETRY_FIRST
+        self._due = time.monotonic() + interval(self.every)
         self.last_report = report
         if report.installed or report.removed or report.refused:
             log.info(
@@ -110,6 +122,14 @@ class SyncLoop:
                 removed=report.removed,
                 refused=[key for key, _reason in report.refused],
             )
+
+    def _failed(self) -> float:
+        """Put the next try after a failed sync sooner than the interval, later each time;
+        the seconds until then."""
+        wait = min(self._retry, interval(self.every))
+        self._due = time.monotonic() + wait
+        self._retry = min(self._retry * 2, self.every)
+        return wait
 
 
 def interval(every: float) -> float:

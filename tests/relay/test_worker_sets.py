@@ -69,6 +69,25 @@ def test_a_beater_beats_at_its_setting_s_pace():
     assert heartbeat.live_workers(client, queue) == []
 
 
+def test_a_beater_s_first_beat_already_says_what_its_refresh_found():
+    # A node's standard environment, found built as the worker starts: the banner reads it
+    # from the first beat, not one two seconds later.
+    client = redis.Redis.from_url(REDIS_URL)
+    queue = naming.node_queue(f"t-{uuid.uuid4().hex[:8]}")
+    instance = heartbeat.Instance(role="node", queue=queue, name="first", features=["skills"])
+
+    def refresh(current: heartbeat.Instance) -> None:
+        current.features = ["skills", "standard-env"]
+
+    beater = heartbeat.Beater(client, instance, refresh=refresh, every=3600)
+    beater.start()
+    try:
+        listed = [w for w in heartbeat.workers(client) if w["id"] == instance.id]
+        assert [w["features"] for w in listed] == [["skills", "standard-env"]]
+    finally:
+        beater.stop()
+
+
 def test_a_node_s_workers_are_read_without_reading_the_rest_of_the_fleet():
     # 1,000 nodes mean 1,000 heartbeats: a page of one owner's nodes reads its own only.
     client = redis.Redis.from_url(REDIS_URL)

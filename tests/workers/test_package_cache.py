@@ -466,6 +466,17 @@ def test_a_failing_sync_never_ends_the_loop(cache_dir, node_token, public_key, r
     unreachable.close()
 
 
+def test_a_sync_the_api_did_not_answer_is_tried_again_within_seconds_not_an_interval(
+    cache_dir, node_token, public_key, redis_client
+):
+    # A node started beside its API (as `skillfleet up` starts them) finds it still starting.
+    unreachable = PackageCache(cache_dir, "http://127.0.0.1:1", NODE, node_token, public_key)
+    with running_loop(SyncLoop(unreachable, redis_client, NODE, every=3600)) as loop:
+        wait_until(lambda: loop.syncs >= 3, WAIT_SECONDS, "two tries after the first failed")
+        assert loop.is_alive() and loop.last_report is None
+    unreachable.close()
+
+
 def test_the_loop_keeps_syncing_on_time_while_redis_is_away(api, cache):
     away = redis.Redis.from_url("redis://127.0.0.1:1/0")
     install(api, "demo")
