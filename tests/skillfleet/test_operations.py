@@ -252,14 +252,19 @@ def test_celery_inspect_ping_answers_for_a_running_worker(tmp_path, module):
     celery = str(Path(SKILLFLEET).with_name("celery"))
 
     def pong() -> str | None:
+        # inspect waits out its whole --timeout for replies; a ready worker's comes at once.
         answer = subprocess.run(
-            [celery, "-A", module, "inspect", "ping", "--timeout", "5"], env=env,
+            [celery, "-A", module, "inspect", "ping", "--timeout", "2"], env=env,
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         return answer.stdout if re.search(r"control-\S+: OK\s+pong", answer.stdout) else None
 
+    def ready() -> bool:
+        return " ready." in (tmp_path / "control.log").read_text(errors="replace")
+
     try:
-        output = wait_until(pong, 90, f"`celery -A {module} inspect ping` to answer", every=1)
+        wait_until(ready, 90, "the control worker to say it is ready", every=0.2)
+        output = wait_until(pong, 60, f"`celery -A {module} inspect ping` to answer", every=1)
     finally:
         control.terminate()
         control.wait(timeout=20)

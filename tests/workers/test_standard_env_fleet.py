@@ -128,6 +128,7 @@ def test_a_node_that_cannot_reach_its_package_index_fails_the_run_clearly(shared
     owner = shared.with_new_owner()
     closed = f"http://127.0.0.1:{free_port()}/simple"
     env = dict(shared.node_env(OFFLINE), SKILLFLEET_PACKAGE_INDEX=closed)
+    env["UV_HTTP_RETRIES"] = "0"  # uv's own retries of a refused connection take 8 s
     shared.start(OFFLINE, "worker", "node", "--name", OFFLINE, env=env)
     shared.wait_for_queue(naming.node_queue(OFFLINE), OFFLINE)
     with owner.http() as client:
