@@ -104,7 +104,7 @@ def named(attributes: Mapping[str, object]) -> dict[str, Any]:
 def span(name: str, **attributes: object) -> _On | _Off:
     """A span of ours named `name` (a child of the current one) as a context manager; `note`
     adds attributes to it. Free when traces are off."""
-    if _tracer is None:
+    if _tracer is None or unsampled():
         return OFF
     return _On(_tracer.start_span(name, attributes=named(attributes)))
 
@@ -116,6 +116,31 @@ def note(**attributes: object) -> None:
     from opentelemetry import trace
 
     trace.get_current_span().set_attributes(named(attributes))
+
+
+def unsampled() -> bool:
+    """Whether the current span is in a trace the sampler dropped (a call whose trace is not
+    kept): every span under it would be dropped too."""
+    if _tracer is None:
+        return False
+    from opentelemetry import trace
+
+    found = trace.get_current_span().get_span_context()
+    return found.is_valid and not found.trace_flags.sampled
+
+
+@contextmanager
+def quiet_if_unsampled() -> Iterator[None]:
+    """Within a dropped trace, the instrumentations do nothing: they would each make a span
+    only to drop it, and that work, not the recording, was most of what traces cost a call
+    (docs/benchmarks.md). A trace that is kept, or no trace at all, is left as it is."""
+    if not unsampled():
+        yield
+        return
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    with suppress_instrumentation():
+        yield
 
 
 def carrier() -> dict[str, str]:
@@ -226,6 +251,32 @@ def instrument_app(app: Flask) -> None:
         app, excluded_urls=UNTRACED_PATHS, enable_commenter=False
     )
     app.before_request(scrub_request)
+    app.before_request(_quiet_unless_kept)
+    # Flask runs teardowns last registered first: this one before the instrumentation's, so
+    # the contexts are left in the order they were entered.
+    app.teardown_request(_end_quiet)
+
+
+_QUIET = "skillfleet_trace_quiet"
+
+
+def _quiet_unless_kept() -> None:
+    """A request whose trace the sampler dropped runs with the instrumentations quiet (see
+    `quiet_if_unsampled`); its trace context still goes with the task it sends."""
+    from flask import g
+
+    if unsampled():
+        quiet = quiet_if_unsampled()
+        quiet.__enter__()
+        setattr(g, _QUIET, quiet)
+
+
+def _end_quiet(_error: BaseException | None) -> None:
+    from flask import g
+
+    quiet = g.pop(_QUIET, None)
+    if quiet is not None:
+        quiet.__exit__(None, None, None)
 
 
 def scrub_request() -> None:

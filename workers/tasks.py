@@ -38,10 +38,11 @@ def execute_run(self: Task, run_id: str) -> str | None:
     """Run one script: the message carries the run id only."""
     with structlog.contextvars.bound_contextvars(run_id=run_id):
         context = worker_context(self.app)
-        with tracing.span("skillfleet.run", run_id=run_id, node=context.instance.label):
-            status = execute(context, run_id)
-            tracing.note(status=status)
-        return report(context.sessions, Run, run_id, status)
+        with tracing.quiet_if_unsampled():
+            with tracing.span("skillfleet.run", run_id=run_id, node=context.instance.label):
+                status = execute(context, run_id)
+                tracing.note(status=status)
+            return report(context.sessions, Run, run_id, status)
 
 
 @shared_task(name="skillfleet.housekeeping", bind=True, send_events=False)

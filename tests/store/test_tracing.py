@@ -186,3 +186,62 @@ def test_a_root_span_is_kept_unless_it_is_a_client_call_or_a_quiet_task(
     )
     got = ours.should_sample(Context(), 0x1234, name, trace.SpanKind[kind_name])
     assert got.decision.is_sampled() is kept
+
+
+QUIET_WHEN_DROPPED = """
+import json
+from flask import Flask
+from opentelemetry import trace
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from sqlalchemy import create_engine, event, text
+from store import tracing
+from store.settings import Settings
+
+assert tracing.start(Settings.from_env(), "quiet-test")
+engine = create_engine("sqlite://")
+tracing.instrument_engine(engine)
+seen = []
+# Before the instrumentation's own listener: whether it would trace the statement.
+event.listen(engine, "before_cursor_execute", lambda *a: seen.append(is_instrumentation_enabled()))
+app = Flask("quiet")
+tracing.instrument_app(app)
+
+@app.get("/q")
+def statement():
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+    return "ok"
+
+client = app.test_client()
+for flags in ("00", "01", "00"):
+    parent = f"00-{'ab' * 16}-{'cd' * 8}-{flags}"
+    assert client.get("/q", headers={"traceparent": parent}).status_code == 200
+for sampled in (False, True):
+    flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT)
+    task = trace.NonRecordingSpan(trace.SpanContext(1, 2, is_remote=True, trace_flags=flags))
+    with trace.use_span(task), tracing.quiet_if_unsampled():
+        seen.append(is_instrumentation_enabled())
+        seen.append(tracing.span("skillfleet.run") is tracing.OFF)
+seen.append(is_instrumentation_enabled())
+print("SEEN", json.dumps(seen), flush=True)  # the console exporter prints the spans later
+"""
+
+
+def test_within_a_dropped_trace_the_instrumentations_do_nothing_and_a_kept_one_is_traced(
+    tmp_path: Path,
+):
+    # A request, or a run's task, in a trace the sampler dropped: every span under it would be
+    # dropped too, so the instrumentations are told to make none (their work, not the
+    # recording, was most of what traces cost a call).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SKILLFLEET_"))}
+    env.update(OTEL_TRACES_EXPORTER="console", SKILLFLEET_DATA_DIR=str(tmp_path / "var"))
+    done = subprocess.run(
+        [sys.executable, "-c", QUIET_WHEN_DROPPED],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("SEEN "))
+    seen = json.loads(line.removeprefix("SEEN "))
+    # The three requests' statements; the unsampled task (quiet, our span off); the sampled one.
+    assert seen == [False, True, False, False, True, True, False, True]
+    assert "Failed to detach context" not in done.stderr, done.stderr
