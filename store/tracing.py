@@ -8,7 +8,8 @@ the API's app, the process's engine and each of skillfleet's Redis clients as th
 (`instrument_app`, `instrument_engine`, `instrument_redis`). A tool call is then one trace: the
 API's request, the call and its policy decision, the owner's answer when it was asked
 (broker/traces.py carries the call's context across that wait), the Celery task and the run on
-its worker.
+its worker. A request, or a run's task, in a trace the sampler dropped runs with the
+instrumentations quiet (`quiet_if_unsampled`): they would make spans only to drop them.
 
 What a span may hold: skillfleet's own attributes (`skillfleet.call_id`, `tool`, `tier`,
 `decision`, `rule`, `run_id`, `node`, `skill`, `skill_hash`, `status`), SQL statements (with
