@@ -33,6 +33,9 @@ JITTER = 0.25
 # After a sync the API did not answer, the next try is this many seconds away, then twice as
 # many each time, up to the interval.
 RETRY_FIRST = 1.0
+# Until its first sync succeeds, a node gives its API this long to start (they may start
+# together) before a failed sync is worth a warning in its log.
+STARTING_SECONDS = 30.0
 
 
 class SyncLoop:
@@ -50,6 +53,7 @@ class SyncLoop:
         self.subscribed = threading.Event()
         self._due = 0.0  # the first sync is due at once
         self._retry = RETRY_FIRST  # after a failed sync, the next try is this far away
+        self._started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sync-{node}", daemon=True)
 
@@ -59,6 +63,7 @@ class SyncLoop:
         return naming.node_sync(self.node, db), naming.nodes_sync(db)
 
     def start(self) -> None:
+        self._started = time.monotonic()
         self._thread.start()
 
     def is_alive(self) -> bool:
@@ -101,8 +106,9 @@ class SyncLoop:
             report = self.cache.sync()
         except RunError as e:  # the API is unreachable or refused: try again soon
             wait = self._failed()
-            # The first one is as a node started beside its API finds it: still starting.
-            say = log.info if self.syncs == 0 else log.warning
+            # As a node started beside its API finds it at first: still starting.
+            starting = self.last_report is None and self._since_start() < STARTING_SECONDS
+            say = log.info if starting else log.warning
             say("package sync failed", node=self.node, error=e.message, retry_seconds=wait)
             return
         except Exception:  # noqa: BLE001 - a failed sync must never end the loop
@@ -122,6 +128,9 @@ class SyncLoop:
                 removed=report.removed,
                 refused=[key for key, _reason in report.refused],
             )
+
+    def _since_start(self) -> float:
+        return time.monotonic() - self._started
 
     def _failed(self) -> float:
         """Put the next try after a failed sync sooner than the interval, later each time;

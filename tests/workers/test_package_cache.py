@@ -467,14 +467,18 @@ def test_a_failing_sync_never_ends_the_loop(cache_dir, node_token, public_key, r
 
 
 def test_a_sync_the_api_did_not_answer_is_tried_again_within_seconds_not_an_interval(
-    cache_dir, node_token, public_key, redis_client
+    cache_dir, node_token, public_key, redis_client, capfd
 ):
-    # A node started beside its API (as `skillfleet up` starts them) finds it still starting.
+    # A node started beside its API (as `skillfleet up` starts them) finds it still starting:
+    # it asks again soon, and says so without a warning while the API may still be starting.
     unreachable = PackageCache(cache_dir, "http://127.0.0.1:1", NODE, node_token, public_key)
     with running_loop(SyncLoop(unreachable, redis_client, NODE, every=3600)) as loop:
         wait_until(lambda: loop.syncs >= 3, WAIT_SECONDS, "two tries after the first failed")
         assert loop.is_alive() and loop.last_report is None
     unreachable.close()
+    said = [json.loads(line) for line in capfd.readouterr().out.splitlines() if "sync" in line]
+    failed = [line for line in said if line.get("event") == "package sync failed"]
+    assert len(failed) >= 3 and {line["level"] for line in failed} == {"info"}, said
 
 
 def test_the_loop_keeps_syncing_on_time_while_redis_is_away(api, cache):
