@@ -264,12 +264,14 @@ _QUIET = "skillfleet_trace_quiet"
 def _quiet_unless_kept() -> None:
     """A request whose trace the sampler dropped runs with the instrumentations quiet (see
     `quiet_if_unsampled`); its trace context still goes with the task it sends."""
+    if not unsampled():
+        return
     from flask import g
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
 
-    if unsampled():
-        quiet = quiet_if_unsampled()
-        quiet.__enter__()
-        setattr(g, _QUIET, quiet)
+    quiet = suppress_instrumentation()
+    quiet.__enter__()
+    setattr(g, _QUIET, quiet)
 
 
 def _end_quiet(_error: BaseException | None) -> None:

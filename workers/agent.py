@@ -53,7 +53,7 @@ class SyncLoop:
         self.subscribed = threading.Event()
         self._due = 0.0  # the first sync is due at once
         self._retry = RETRY_FIRST  # after a failed sync, the next try is this far away
-        self._started = time.monotonic()
+        self._started = 0.0  # when the loop started (start())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sync-{node}", daemon=True)
 
@@ -107,7 +107,8 @@ class SyncLoop:
         except RunError as e:  # the API is unreachable or refused: try again soon
             wait = self._failed()
             # As a node started beside its API finds it at first: still starting.
-            starting = self.last_report is None and self._since_start() < STARTING_SECONDS
+            since = time.monotonic() - self._started
+            starting = self.last_report is None and since < STARTING_SECONDS
             say = log.info if starting else log.warning
             say("package sync failed", node=self.node, error=e.message, retry_seconds=wait)
             return
@@ -128,9 +129,6 @@ class SyncLoop:
                 removed=report.removed,
                 refused=[key for key, _reason in report.refused],
             )
-
-    def _since_start(self) -> float:
-        return time.monotonic() - self._started
 
     def _failed(self) -> float:
         """Put the next try after a failed sync sooner than the interval, later each time;
