@@ -10,6 +10,7 @@ import click
 
 from skillfleet import __version__
 from skillfleet.cli_settings import load_settings
+from skillfleet.heap import pause_collection
 
 # Command groups by the module that defines them, imported when a command line names one: a
 # command that talks to the API never loads what the server side needs (SQLAlchemy, the
@@ -34,6 +35,11 @@ LAZY_COMMANDS = {
     "trusted-keys": "skillfleet.cli_trust:trusted_keys",
     "worker": "skillfleet.cli_workers:worker",
 }
+# Commands that run until stopped: no garbage collection while they start, until each has
+# started (skillfleet/heap.py). `api` execs gunicorn, whose hooks do the same
+# (skillfleet/serving.py). A short command is collected as usual: its start makes too few
+# objects for a pause to pay for the collection that follows it.
+STARTS_LONG = {"beat", "mcp", "up", "worker"}
 
 
 class LazyGroup(click.Group):
@@ -257,4 +263,6 @@ def tokens_revoke(token_id: str) -> None:
 
 
 def main() -> None:
+    if STARTS_LONG.intersection(sys.argv[1:2]):  # the command's name: no option comes before
+        pause_collection()
     cli()

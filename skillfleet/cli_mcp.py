@@ -38,8 +38,10 @@ def mcp() -> None:
     import anyio
 
     from api.mcp.rest import RestError
+    from skillfleet.heap import freeze_startup_heap
     from skillfleet.mcpstdio import serve
 
+    freeze_startup_heap()
     try:
         anyio.run(serve, settings, OWNER_TOKEN_WARNING)
     except RestError as e:

@@ -191,10 +191,12 @@ def beat_command() -> click.Command:
         from celery.signals import beat_init
 
         from relay.app import create_beat
+        from skillfleet.heap import freeze_startup_heap
 
         # A first start (no schedule file yet) would wait for the next minute to tick, so a
         # time that came while beat was starting would run a minute late, under the next one.
         beat_init.connect(_tick_on_start, weak=False)
+        beat_init.connect(lambda **_: freeze_startup_heap(), weak=False)
         settings = load_settings()
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         schedule = settings.data_dir / "celerybeat-schedule"
@@ -327,6 +329,7 @@ def _serve(
     if not serving:
         click.echo(f"Not consuming '{queue}': {reason}", err=True)
         beater.start()
+        freeze_startup_heap()
     else:
         # The first beat says "ready": only once Celery consumes the queue.
         from celery.signals import worker_ready

@@ -30,7 +30,7 @@ import structlog
 from uvicorn_worker import UvicornWorker
 
 from relay.fenced.uvicorn_http import http_protocol
-from skillfleet.heap import freeze_startup_heap
+from skillfleet.heap import freeze_startup_heap, pause_collection
 from store.logs import line_logger
 from store.settings import Settings
 
@@ -52,6 +52,7 @@ _made: list[Path] = []
 
 
 def on_starting(server: Any) -> None:
+    pause_collection()  # until when_ready: the imports below are the master's start-up heap
     configured = Settings.from_env().metrics_dir
     if configured is None:
         folder = Path(tempfile.mkdtemp(prefix="skillfleet-metrics-"))
@@ -68,6 +69,11 @@ def on_starting(server: Any) -> None:
     # threads (create_app).
     import api.asgi  # noqa: F401
     import api.mcp.http  # noqa: F401
+
+
+def when_ready(server: Any) -> None:
+    # Before the first worker is forked: the workers share the frozen imports' pages.
+    freeze_startup_heap()
 
 
 def post_worker_init(worker: Any) -> None:

@@ -29,6 +29,7 @@ from skillfleet.banner import (
     sandbox_refusal,
     sandbox_status,
 )
+from skillfleet.heap import freeze_startup_heap
 from skillfleet.supervisor import Supervisor
 from store.settings import Settings
 
@@ -263,6 +264,7 @@ def run_up(settings: Settings) -> int:
         # mostly its imports, which the two cores do at once. A node that asks the API for its
         # packages before it answers asks again a second later (workers/agent.py).
         started = _start(settings, env, workers)
+        freeze_startup_heap()  # what `up` does from here is wait, watch and stop
         if _wait_until_up(settings, api, lambda: stopping):
             _announce_when_ready(settings, env, workers, tokens, started, lambda: stopping)
         while not stopping and api.poll() is None:
