@@ -263,6 +263,6 @@ def tokens_revoke(token_id: str) -> None:
 
 
 def main() -> None:
-    if STARTS_LONG.intersection(sys.argv[1:2]):  # the command's name: no option comes before
+    if len(sys.argv) > 1 and sys.argv[1] in STARTS_LONG:  # no option comes before a command
         pause_collection()
     cli()

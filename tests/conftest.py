@@ -202,7 +202,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     tests/api alone, 5-9 s now (the tests leave more garbage to a full collection, which a
     process that ends in minutes can hold)."""
     gc.freeze()
-    gc.set_threshold(700, 10, 100)
+    young, middle, _full = gc.get_threshold()
+    gc.set_threshold(young, middle, 100)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
